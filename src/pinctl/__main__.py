@@ -1,0 +1,3 @@
+from pinctl.cli import main
+
+main()

@@ -1,0 +1,73 @@
+"""gRPC plumbing shared by the gRPC backends: channels on unix sockets and error mapping."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING
+
+from pinctl.errors import EngineError, EngineUnreachable
+
+if TYPE_CHECKING:
+    import grpc
+
+
+def check_socket(path: str, what: str, flag: str) -> None:
+    """Fail with one clear line before gRPC turns a local problem into a vague timeout."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise EngineUnreachable(
+            f"{what} socket {path} does not exist",
+            f"is {what} running? point {flag} at its socket",
+        ) from None
+    except PermissionError:
+        raise EngineUnreachable(
+            f"permission denied reaching {what} socket {path}", "run pinctl as root (sudo)"
+        ) from None
+    if not stat.S_ISSOCK(mode):
+        raise EngineUnreachable(f"{path} is not a socket", f"point {flag} at {what}'s socket")
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise EngineUnreachable(
+            f"permission denied on {what} socket {path}", "run pinctl as root (sudo)"
+        )
+
+
+def open_channel(path: str) -> grpc.Channel:
+    import grpc
+
+    # containerd's default message limit is 16 MiB; a namespace with many images
+    # can exceed gRPC's 4 MiB client default in a single List answer.
+    options = [
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ("grpc.enable_http_proxy", 0),
+    ]
+    return grpc.insecure_channel(f"unix://{os.path.abspath(path)}", options=options)
+
+
+def translate(err: Exception, what: str, address: str, timeout: float) -> EngineError:
+    """Turn a grpc.RpcError into the project's one-line error."""
+    import grpc
+
+    if not isinstance(err, grpc.RpcError):
+        return EngineError(f"{what} at {address}: {err}")
+    code = err.code()
+    details = err.details() or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return EngineUnreachable(
+            f"{what} at {address} did not answer within {timeout:g}s",
+            "is it running and healthy? raise --timeout if it is slow",
+        )
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return EngineUnreachable(
+            f"{what} at {address} is not answering ({details.splitlines()[0] if details else 'unavailable'})",
+            "is it running? check the socket path",
+        )
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return EngineError(
+            f"{address} does not speak {what}'s API ({details or 'unimplemented'})",
+            "is this the right socket?",
+        )
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return EngineError(f"{what} at {address} refused: {details}", "run pinctl as root (sudo)")
+    return EngineError(f"{what} at {address}: {code.name.lower()}: {details}")

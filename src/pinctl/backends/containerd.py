@@ -1,0 +1,275 @@
+"""containerd over its gRPC API: namespaces, image records, content and label updates."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
+
+from pinctl.backends import _grpc, oci
+from pinctl.errors import ConfigError, EngineError, UnknownNamespace
+from pinctl.model import Descriptor, ResolvedTarget, StoredImage
+
+if TYPE_CHECKING:
+    import grpc
+
+DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
+DEFAULT_CONFIG = "/etc/containerd/config.toml"
+NAMESPACE_HEADER = "containerd-namespace"
+# How many label updates travel at once: enough to hide socket latency, few enough
+# not to queue thousands of streams on the daemon.
+UPDATE_WINDOW = 128
+
+
+class ContainerdStore:
+    """An ImageStore backed by one containerd daemon."""
+
+    def __init__(
+        self, address: str = DEFAULT_ADDRESS, timeout: float = 2.0, config_path: Optional[str] = None
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.config_path = config_path
+        self._channel: Optional[grpc.Channel] = None
+        self._stubs: dict[str, Any] = {}
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _stub(self, name: str) -> Any:
+        if name not in self._stubs:
+            if self._channel is None:
+                _grpc.check_socket(self.address, "containerd", "--address or CONTAINERD_ADDRESS")
+                self._channel = _grpc.open_channel(self.address)
+            self._stubs[name] = _STUB_FACTORIES[name](self._channel)
+        return self._stubs[name]
+
+    def _metadata(self, namespace: Optional[str]) -> tuple[tuple[str, str], ...]:
+        return ((NAMESPACE_HEADER, namespace),) if namespace else ()
+
+    def _fail(self, err: Exception) -> EngineError:
+        return _grpc.translate(err, "containerd", self.address, self.timeout)
+
+    def _unary(self, service: str, method: str, request: Any, namespace: Optional[str] = None) -> Any:
+        import grpc
+
+        call: Callable[..., Any] = getattr(self._stub(service), method)
+        try:
+            return call(request, metadata=self._metadata(namespace), timeout=self.timeout)
+        except grpc.RpcError as err:
+            raise self._fail(err) from None
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+            self._stubs.clear()
+
+    # -- ImageStore ----------------------------------------------------------------------
+
+    def version(self) -> str:
+        from google.protobuf import empty_pb2
+
+        return str(self._unary("version", "Version", empty_pb2.Empty()).version)
+
+    def namespaces(self) -> list[str]:
+        from pinctl.proto import namespaces_pb2
+
+        reply = self._unary("namespaces", "List", namespaces_pb2.ListNamespacesRequest())
+        return sorted(ns.name for ns in reply.namespaces)
+
+    def require_namespaces(self, wanted: Sequence[str]) -> None:
+        present = set(self.namespaces())
+        missing = [ns for ns in wanted if ns not in present]
+        if missing:
+            raise UnknownNamespace(
+                f"namespace {missing[0]} does not exist in containerd at {self.address}",
+                f"existing: {', '.join(sorted(present)) or 'none'}; use -n with one of them or -n all",
+            )
+
+    def list_images(self, namespace: str) -> list[StoredImage]:
+        from pinctl.proto import images_pb2
+
+        reply = self._unary("images", "List", images_pb2.ListImagesRequest(), namespace)
+        return [_stored_image(img) for img in reply.images]
+
+    def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
+        digests = sorted(set(targets))
+        documents = self._read_json_blobs(namespace, digests)
+        resolved: dict[str, ResolvedTarget] = {}
+        children: dict[str, str] = {}
+        for digest in digests:
+            doc = documents[digest]
+            if isinstance(doc, str):
+                resolved[digest] = ResolvedTarget(None, 0, doc)
+            elif oci.media_type_of(doc, "") in oci.INDEX_TYPES or "manifests" in doc:
+                entry = oci.pick_manifest(doc)
+                if entry is None:
+                    resolved[digest] = ResolvedTarget(None, 0, "no manifest for this host's platform")
+                else:
+                    children[digest] = entry["digest"]
+            else:
+                image_id, size = oci.config_and_size(doc)
+                resolved[digest] = ResolvedTarget(image_id, size)
+        if children:
+            child_docs = self._read_json_blobs(namespace, sorted(set(children.values())))
+            for index_digest, child in children.items():
+                doc = child_docs[child]
+                if isinstance(doc, str):
+                    resolved[index_digest] = ResolvedTarget(None, 0, doc)
+                else:
+                    image_id, size = oci.config_and_size(doc)
+                    resolved[index_digest] = ResolvedTarget(image_id, size)
+        return resolved
+
+    def _read_json_blobs(self, namespace: str, digests: Sequence[str]) -> dict[str, Any]:
+        """Read many small blobs at once; a blob that cannot be read maps to its error text."""
+        import grpc
+
+        from pinctl.proto import content_pb2
+
+        stub = self._stub("content")
+        metadata = self._metadata(namespace)
+        # Starting every stream before draining any lets them run concurrently in gRPC's core.
+        streams = [
+            (d, stub.Read(content_pb2.ReadContentRequest(digest=d), metadata=metadata, timeout=self.timeout))
+            for d in digests
+        ]
+        out: dict[str, Any] = {}
+        for digest, stream in streams:
+            try:
+                out[digest] = oci.parse(b"".join(chunk.data for chunk in stream))
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.NOT_FOUND:
+                    out[digest] = "content missing (not pulled for this platform?)"
+                else:
+                    raise self._fail(err) from None
+            except ValueError as err:
+                out[digest] = f"unreadable manifest: {err}"
+        return out
+
+    def set_labels(
+        self, namespace: str, changes: Sequence[tuple[StoredImage, Optional[str]]], key: str
+    ) -> list[Optional[str]]:
+        import grpc
+
+        stub = self._stub("images")
+        metadata = self._metadata(namespace)
+        results: list[Optional[str]] = []
+        for start in range(0, len(changes), UPDATE_WINDOW):
+            window = changes[start : start + UPDATE_WINDOW]
+            futures = [
+                stub.Update.future(_label_update(image, key, value), metadata=metadata, timeout=self.timeout)
+                for image, value in window
+            ]
+            for future in futures:
+                try:
+                    future.result()
+                    results.append(None)
+                except grpc.RpcError as err:
+                    results.append(_update_error(err, self))
+        return results
+
+    def sandbox_image(self) -> Optional[str]:
+        return read_sandbox_image(self.config_path)
+
+
+def _stored_image(img: Any) -> StoredImage:
+    target = Descriptor(img.target.media_type, img.target.digest, int(img.target.size))
+    return StoredImage(name=img.name, labels=dict(img.labels), target=target)
+
+
+def _label_update(image: StoredImage, key: str, value: Optional[str]) -> Any:
+    from google.protobuf import field_mask_pb2
+
+    from pinctl.proto import descriptor_pb2, images_pb2
+
+    # The target is sent although the mask excludes it: containerd 1.7.24 dereferences it
+    # on every update and crashes the call when it is absent.
+    target = descriptor_pb2.Descriptor(
+        media_type=image.target.media_type, digest=image.target.digest, size=image.target.size
+    )
+    labels = {key: value} if value is not None else {}
+    record = images_pb2.Image(name=image.name, labels=labels, target=target)
+    mask = field_mask_pb2.FieldMask(paths=[f"labels.{key}"])
+    return images_pb2.UpdateImageRequest(image=record, update_mask=mask)
+
+
+def _update_error(err: Any, store: ContainerdStore) -> str:
+    import grpc
+
+    if err.code() == grpc.StatusCode.NOT_FOUND:
+        return "image record vanished before the update (removed meanwhile?)"
+    return str(store._fail(err))
+
+
+def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:
+    """The CRI sandbox image from containerd's config (schema 1, 2 or 3); None when unset."""
+    explicit = config_path is not None
+    path = config_path or DEFAULT_CONFIG
+    try:
+        with open(path, "rb") as handle:
+            config = _toml().load(handle)
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"containerd config {path} does not exist", "fix --containerd-config") from None
+        return None
+    except PermissionError:
+        if explicit:
+            raise ConfigError(f"cannot read containerd config {path}", "run pinctl as root (sudo)") from None
+        return None
+    except ValueError as err:
+        raise ConfigError(f"containerd config {path} is not valid TOML: {err}", "fix the file") from None
+    return _sandbox_from_config(config)
+
+
+def _sandbox_from_config(config: dict[str, Any]) -> Optional[str]:
+    plugins = config.get("plugins") or {}
+    candidates = [
+        (plugins.get("io.containerd.cri.v1.images") or {}).get("pinned_images", {}).get("sandbox"),
+        (plugins.get("io.containerd.grpc.v1.cri") or {}).get("sandbox_image"),
+        (plugins.get("cri") or {}).get("sandbox_image"),
+    ]
+    return next((c for c in candidates if isinstance(c, str) and c), None)
+
+
+def _toml() -> Any:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib
+    return tomllib
+
+
+def _images_stub(channel: Any) -> Any:
+    from pinctl.proto import images_pb2_grpc
+
+    return images_pb2_grpc.ImagesStub(channel)
+
+
+def _content_stub(channel: Any) -> Any:
+    from pinctl.proto import content_pb2_grpc
+
+    return content_pb2_grpc.ContentStub(channel)
+
+
+def _namespaces_stub(channel: Any) -> Any:
+    from pinctl.proto import namespaces_pb2_grpc
+
+    return namespaces_pb2_grpc.NamespacesStub(channel)
+
+
+def _version_stub(channel: Any) -> Any:
+    from pinctl.proto import version_pb2_grpc
+
+    return version_pb2_grpc.VersionStub(channel)
+
+
+_STUB_FACTORIES: dict[str, Callable[[Any], Any]] = {
+    "images": _images_stub,
+    "content": _content_stub,
+    "namespaces": _namespaces_stub,
+    "version": _version_stub,
+}
+
+
+def default_address() -> str:
+    return os.environ.get("CONTAINERD_ADDRESS") or DEFAULT_ADDRESS

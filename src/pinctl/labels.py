@@ -1,0 +1,52 @@
+"""What the CRI plugin makes of the pin label, and what looks like a pin but is not one."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from pinctl.model import PIN_LABEL, PIN_VALUE
+
+_SQUASH = re.compile(r"[^a-z0-9]")
+_SQUASHED_KEY = _SQUASH.sub("", PIN_LABEL)
+
+
+def carries_pin(labels: dict[str, str]) -> bool:
+    return labels.get(PIN_LABEL) == PIN_VALUE
+
+
+def ineffective_pins(labels: dict[str, str]) -> list[str]:
+    """Describe each label that an operator likely meant as a pin but the CRI plugin ignores."""
+    problems: list[str] = []
+    for key, value in sorted(labels.items()):
+        problem = _ineffective(key, value)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def _ineffective(key: str, value: str) -> Optional[str]:
+    if key == PIN_LABEL:
+        if value == PIN_VALUE:
+            return None
+        return f"{key}={value}: the value must be '{PIN_VALUE}'"
+    if _looks_like_pin_key(key):
+        return f"{key}={value}: misspelt key, the CRI reads '{PIN_LABEL}'"
+    return None
+
+
+def _looks_like_pin_key(key: str) -> bool:
+    squashed = _SQUASH.sub("", key.lower())
+    return squashed == _SQUASHED_KEY or (
+        "pinned" in key.lower() and _edit_distance(key.lower(), PIN_LABEL) <= 3
+    )
+
+
+def _edit_distance(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]

@@ -1,0 +1,80 @@
+"""Plain data passed between the layers. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+PIN_LABEL = "io.cri-containerd.pinned"
+PIN_VALUE = "pinned"
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    media_type: str
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    """One image record (one reference) as the engine stores it."""
+
+    name: str
+    labels: dict[str, str]
+    target: Descriptor
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """What the manifest behind a target says: the image ID (config digest) and total size."""
+
+    image_id: Optional[str]
+    size: int
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Reason:
+    kind: str
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "detail": self.detail}
+
+
+@dataclass
+class ImageRow:
+    """One row of `pinctl ls`: a reference in a namespace and whether the runtime will keep it."""
+
+    namespace: str
+    ref: str
+    image_id: Optional[str]
+    target: Descriptor
+    size: int
+    labels: dict[str, str]
+    pinned: bool = False
+    reasons: list[Reason] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str:
+        return self.target.digest
+
+    @property
+    def group_key(self) -> str:
+        """Refs sharing this key are one image to the CRI plugin."""
+        return self.image_id or self.digest
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """The outcome of one pin or unpin on one reference."""
+
+    namespace: str
+    ref: str
+    action: str
+    error: Optional[str] = None
+
+    @property
+    def failed(self) -> bool:
+        return self.action == "failed"

@@ -1,0 +1,166 @@
+"""Rendering results: tables for people, a versioned JSON envelope for programs.
+
+Data goes to stdout, diagnostics to stderr. Colour only on a terminal and never with NO_COLOR
+(rich honours both); rich itself is imported only when a table is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Optional, Sequence, TextIO
+
+from pinctl import refs
+from pinctl.model import ImageRow, ItemResult, Reason
+
+RESULT_VERSION = 1
+FORMATS = ("table", "wide", "json")
+
+
+def envelope(**fields: Any) -> str:
+    return json.dumps({"pinctl_result_version": RESULT_VERSION, **fields}, sort_keys=True, indent=2)
+
+
+def image_dict(row: ImageRow) -> dict[str, Any]:
+    return {
+        "namespace": row.namespace,
+        "ref": row.ref,
+        "id": row.image_id,
+        "digest": row.digest,
+        "size": row.size,
+        "pinned": row.pinned,
+        "reasons": [reason.as_dict() for reason in row.reasons],
+        "labels": dict(row.labels),
+    }
+
+
+def result_dict(result: ItemResult) -> dict[str, Any]:
+    return {
+        "namespace": result.namespace,
+        "ref": result.ref,
+        "action": result.action,
+        "error": result.error,
+    }
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def why(row: ImageRow) -> str:
+    return "; ".join(_why_one(row, reason) for reason in row.reasons) or "-"
+
+
+def _why_one(row: ImageRow, reason: Reason) -> str:
+    if reason.kind == "label":
+        return "label" if reason.detail == row.ref else f"label on {reason.detail}"
+    if reason.kind == "sandbox":
+        return "sandbox"
+    if reason.kind == "ineffective-label":
+        return f"ineffective label {reason.detail}"
+    return f"{reason.kind} {reason.detail}"
+
+
+def print_images(
+    rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: TextIO = sys.stdout
+) -> None:
+    if quiet:
+        out.write("".join(f"{row.ref}\n" for row in rows))
+    elif fmt == "json":
+        out.write(envelope(images=[image_dict(r) for r in rows], errors=list(errors)) + "\n")
+    else:
+        _print_image_table(rows, wide=fmt == "wide", out=out)
+    if fmt != "json":
+        for error in errors:
+            warn(f"{error['namespace']}/{error['ref']}: {error['message']}")
+
+
+def _print_image_table(rows: Sequence[ImageRow], wide: bool, out: TextIO) -> None:
+    headers = ["NAMESPACE", "REF", "IMAGE ID", "SIZE", "PINNED", "WHY"]
+    if wide:
+        headers = ["NAMESPACE", "REF", "IMAGE ID", "DIGEST", "SIZE", "PINNED", "WHY", "LABELS"]
+    table_rows = [_image_cells(row, wide) for row in rows]
+    print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}})
+
+
+def _image_cells(row: ImageRow, wide: bool) -> list[str]:
+    pinned = "yes" if row.pinned else "no"
+    if not wide:
+        return [row.namespace, row.ref, refs.short_id(row.image_id), human_size(row.size), pinned, why(row)]
+    labels = ",".join(f"{k}={v}" for k, v in sorted(row.labels.items())) or "-"
+    return [row.namespace, row.ref, row.image_id or "<none>", row.digest, human_size(row.size), pinned, why(row), labels]
+
+
+def print_results(
+    command: str, results: Sequence[ItemResult], status: str, dry_run: bool, fmt: str, quiet: bool,
+    out: TextIO = sys.stdout,
+) -> None:
+    if fmt == "json":
+        body = [result_dict(r) for r in results]
+        out.write(envelope(command=command, dry_run=dry_run, status=status, results=body) + "\n")
+        return
+    if quiet:
+        out.write("".join(f"{r.ref}\n" for r in results if r.action in ("pinned", "unpinned")))
+    else:
+        headers = ["ACTION", "NAMESPACE", "REF", "ERROR"]
+        cells = [[_action_text(r.action, dry_run), r.namespace or "-", r.ref, r.error or ""] for r in results]
+        print_table(headers, cells, out, highlight={"ACTION": {"failed": "red"}})
+    for r in results:
+        if r.failed:
+            warn(f"{command} {r.ref}: {r.error}")
+    warn(summary(command, results, dry_run))
+
+
+def _action_text(action: str, dry_run: bool) -> str:
+    return f"would be {action}" if dry_run and action in ("pinned", "unpinned") else action
+
+
+def summary(command: str, results: Sequence[ItemResult], dry_run: bool) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.action] = counts.get(r.action, 0) + 1
+    parts = [f"{n} {action.replace('-', ' ')}" for action, n in sorted(counts.items())] or ["nothing to do"]
+    return f"{command}{' (dry run)' if dry_run else ''}: " + ", ".join(parts)
+
+
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO,
+    highlight: Optional[dict[str, dict[str, str]]] = None,
+) -> None:
+    if not out.isatty():
+        _plain_table(headers, rows, out)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for header in headers:
+        table.add_column(header, no_wrap=header in ("REF", "IMAGE ID", "DIGEST"), overflow="fold")
+    styles = highlight or {}
+    for cells in rows:
+        table.add_row(*[_styled(h, c, styles) for h, c in zip(headers, cells)])
+    Console(file=out).print(table)
+
+
+def _styled(header: str, cell: str, styles: dict[str, dict[str, str]]) -> Any:
+    from rich.text import Text
+
+    style = styles.get(header, {}).get(cell)
+    return Text(cell, style=style or "")
+
+
+def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    """Aligned columns with no trailing blanks, for pipes, files and scripts."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    for line in [list(headers), *map(list, rows)]:
+        padded = [cell.ljust(width) for cell, width in zip(line, widths)]
+        out.write("   ".join(padded).rstrip() + "\n")
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"pinctl: {message}\n")

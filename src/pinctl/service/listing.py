@@ -1,0 +1,120 @@
+"""Build the rows of `pinctl ls`: every reference, its image, and why the runtime keeps it."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
+
+from pinctl import labels as pin_labels
+from pinctl import refs
+from pinctl.backends import ImageStore
+from pinctl.errors import UsageError
+from pinctl.model import ImageRow, Reason
+
+# Only this namespace is read by containerd's CRI plugin, so only there does the sandbox image count.
+CRI_NAMESPACE = "k8s.io"
+
+
+@dataclass
+class Listing:
+    rows: list[ImageRow] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+def list_namespace(store: ImageStore, namespace: str, sandbox: Optional[str]) -> Listing:
+    images = store.list_images(namespace)
+    resolved = store.resolve_targets(namespace, (img.target.digest for img in images))
+    listing = Listing()
+    for img in images:
+        target = resolved[img.target.digest]
+        listing.rows.append(
+            ImageRow(
+                namespace=namespace,
+                ref=img.name,
+                image_id=target.image_id,
+                target=img.target,
+                size=target.size or img.target.size,
+                labels=img.labels,
+            )
+        )
+        if target.error:
+            listing.errors.append({"namespace": namespace, "ref": img.name, "message": target.error})
+    annotate_pins(listing.rows, sandbox if namespace == CRI_NAMESPACE else None)
+    return listing
+
+
+def list_images(store: ImageStore, namespaces: Sequence[str]) -> Listing:
+    sandbox = store.sandbox_image()
+    listing = Listing()
+    for namespace in namespaces:
+        part = list_namespace(store, namespace, sandbox)
+        listing.rows.extend(part.rows)
+        listing.errors.extend(part.errors)
+    listing.rows.sort(key=lambda row: (row.namespace, row.ref))
+    return listing
+
+
+def group_by_image(rows: Iterable[ImageRow]) -> dict[tuple[str, str], list[ImageRow]]:
+    groups: dict[tuple[str, str], list[ImageRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.namespace, row.group_key)].append(row)
+    return groups
+
+
+def annotate_pins(rows: Sequence[ImageRow], sandbox: Optional[str]) -> None:
+    """Mark every ref of an image pinned when any ref of it carries the label, as the CRI does."""
+    sandbox_ref = _normalized_or_none(sandbox)
+    for group in group_by_image(rows).values():
+        reasons = _group_reasons(group, sandbox_ref)
+        pinned = any(r.kind in ("label", "sandbox") for r in reasons)
+        for row in group:
+            row.pinned = pinned
+            row.reasons = list(reasons)
+
+
+def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str]) -> list[Reason]:
+    reasons = [Reason("label", row.ref) for row in group if pin_labels.carries_pin(row.labels)]
+    if sandbox_ref and any(_normalized_or_none(row.ref) == sandbox_ref for row in group):
+        reasons.append(Reason("sandbox", sandbox_ref))
+    for row in group:
+        reasons.extend(Reason("ineffective-label", f"{row.ref}: {p}") for p in pin_labels.ineffective_pins(row.labels))
+    return reasons
+
+
+def _normalized_or_none(name: Optional[str]) -> Optional[str]:
+    if not name:
+        return None
+    try:
+        return refs.normalize(name)
+    except UsageError:
+        return name
+
+
+def filter_rows(rows: Sequence[ImageRow], terms: Sequence[str], pinned: Optional[bool]) -> list[ImageRow]:
+    """Rows matching any term (a ref, an image ID prefix or a `*` glob) and the pinned filter."""
+    kept = [row for row in rows if pinned is None or row.pinned == pinned]
+    if not terms:
+        return kept
+    matchers = [_matcher(term) for term in terms]
+    return [row for row in kept if any(match(row) for match in matchers)]
+
+
+def _matcher(term: str) -> Callable[[ImageRow], bool]:
+    if "*" in term or "?" in term:
+        return lambda row: fnmatch.fnmatchcase(row.ref, term)
+    selector = refs.parse_selector(term)
+
+    def match(row: ImageRow) -> bool:
+        if row.ref in (term, selector.ref):
+            return True
+        return selector.id_prefix is not None and id_matches(row, selector.id_prefix)
+
+    return match
+
+
+def id_matches(row: ImageRow, hex_prefix: str) -> bool:
+    return any(
+        value.split(":", 1)[-1].startswith(hex_prefix) for value in (row.image_id or "", row.digest) if value
+    )

@@ -1,0 +1,23 @@
+"""Which containerd namespaces a command looks at."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pinctl.backends import ImageStore
+
+# The CRI plugin's namespace, and the one Docker's containerd image store uses.
+DEFAULT_NAMESPACES = ("k8s.io", "moby")
+ALL = "all"
+
+
+def select_namespaces(store: ImageStore, requested: Sequence[str]) -> list[str]:
+    """Requested namespaces (checked to exist), every one for `all`, else the defaults present."""
+    if ALL in requested:
+        return store.namespaces()
+    if requested:
+        wanted = list(dict.fromkeys(requested))
+        store.require_namespaces(wanted)  # type: ignore[attr-defined]
+        return wanted
+    present = set(store.namespaces())
+    return [ns for ns in DEFAULT_NAMESPACES if ns in present]
