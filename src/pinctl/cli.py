@@ -39,7 +39,7 @@ def engine_options(func: F) -> F:
                      help=f"Deadline for each call to the engine. Default: {DEFAULT_TIMEOUT:g}."),
         click.option("--containerd-config", metavar="PATH", type=click.Path(dir_okay=False),
                      help="containerd config to read the CRI sandbox image from. "
-                          "Default: /etc/containerd/config.toml when readable."),
+                          "Default: $PINCTL_CONTAINERD_CONFIG, else /etc/containerd/config.toml when readable."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -69,7 +69,7 @@ def engine_settings(ctx: click.Context) -> EngineSettings:
         address=pick("address") or default_address(),
         timeout=pick("timeout") or DEFAULT_TIMEOUT,
         namespaces=list(pick("namespaces") or ([env_ns] if env_ns else [])),
-        containerd_config=pick("containerd_config"),
+        containerd_config=pick("containerd_config") or os.environ.get("PINCTL_CONTAINERD_CONFIG") or None,
     )
 
 

@@ -11,6 +11,27 @@ _SQUASH = re.compile(r"[^a-z0-9]")
 _SQUASHED_KEY = _SQUASH.sub("", PIN_LABEL)
 
 
+# containerd's CRI plugin reports pins from these releases on; older ones tell the kubelet
+# pinned=false whatever the labels say (seen with Debian's 1.6.20).
+FIRST_HONOURING = ((1, 6, 25), (1, 7, 10))
+_VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+
+
+def cri_honours_pins(containerd_version: str) -> bool:
+    """Whether this containerd's CRI plugin turns pin labels into pinned=true; unknown means yes."""
+    match = _VERSION.match(containerd_version.strip())
+    if not match:
+        return True
+    version = tuple(int(part) for part in match.groups())
+    if version[:2] == (1, 6):
+        return version >= FIRST_HONOURING[0]
+    return version >= FIRST_HONOURING[1] or version[0] >= 2
+
+
+def ignored_detail(containerd_version: str) -> str:
+    return f"containerd {containerd_version} does not report pins to the kubelet; upgrade to 1.6.25+ or 1.7.10+"
+
+
 def carries_pin(labels: dict[str, str]) -> bool:
     return labels.get(PIN_LABEL) == PIN_VALUE
 
@@ -37,9 +58,7 @@ def _ineffective(key: str, value: str) -> Optional[str]:
 
 def _looks_like_pin_key(key: str) -> bool:
     squashed = _SQUASH.sub("", key.lower())
-    return squashed == _SQUASHED_KEY or (
-        "pinned" in key.lower() and _edit_distance(key.lower(), PIN_LABEL) <= 3
-    )
+    return squashed == _SQUASHED_KEY or _edit_distance(key.lower(), PIN_LABEL) <= 3
 
 
 def _edit_distance(a: str, b: str) -> int:

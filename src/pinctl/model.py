@@ -27,7 +27,12 @@ class StoredImage:
 
 @dataclass(frozen=True)
 class ResolvedTarget:
-    """What the manifest behind a target says: the image ID (config digest) and total size."""
+    """What the manifest behind a target says.
+
+    image_id is the config digest of the host platform's manifest. size counts the blobs below
+    the target for that platform (manifest, config, layers) but not the target itself, so that
+    target size plus this is what the CRI plugin reports to the kubelet.
+    """
 
     image_id: Optional[str]
     size: int

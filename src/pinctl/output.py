@@ -53,16 +53,30 @@ def human_size(size: int) -> str:
 
 
 def why(row: ImageRow) -> str:
-    return "; ".join(_why_one(row, reason) for reason in row.reasons) or "-"
+    """A short WHY cell; the JSON reasons carry the full list."""
+    parts = [_label_why(row)] if any(r.kind == "label" for r in row.reasons) else []
+    parts += [_other_why(row, r) for r in row.reasons if r.kind != "label"]
+    return "; ".join(parts) or "-"
 
 
-def _why_one(row: ImageRow, reason: Reason) -> str:
-    if reason.kind == "label":
-        return "label" if reason.detail == row.ref else f"label on {reason.detail}"
+def _label_why(row: ImageRow) -> str:
+    carriers = [r.detail for r in row.reasons if r.kind == "label"]
+    if row.ref in carriers:
+        return "label"
+    # Name a tag rather than the sha256: reference the CRI plugin adds, when there is one.
+    named = sorted(carriers, key=lambda ref: (ref.startswith("sha256:"), ref))
+    return f"label on {named[0]}"
+
+
+def _other_why(row: ImageRow, reason: Reason) -> str:
     if reason.kind == "sandbox":
         return "sandbox"
+    if reason.kind == "ignored":
+        return f"but {reason.detail}"
     if reason.kind == "ineffective-label":
-        return f"ineffective label {reason.detail}"
+        own = f"{row.ref}: "
+        detail = reason.detail[len(own) :] if reason.detail.startswith(own) else f"on {reason.detail}"
+        return f"ineffective label {detail}"
     return f"{reason.kind} {reason.detail}"
 
 

@@ -16,6 +16,9 @@ class ImageStore(Protocol):
 
     address: str
 
+    def version(self) -> str:
+        """The engine's version, as it reports it."""
+
     def namespaces(self) -> list[str]:
         """Every namespace the engine has."""
 

@@ -92,32 +92,29 @@ class ContainerdStore:
         return [_stored_image(img) for img in reply.images]
 
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
+        """Sizes count the blobs below the target for this host's platform (see ResolvedTarget)."""
         digests = sorted(set(targets))
         documents = self._read_json_blobs(namespace, digests)
         resolved: dict[str, ResolvedTarget] = {}
-        children: dict[str, str] = {}
+        children: dict[str, dict[str, Any]] = {}
         for digest in digests:
             doc = documents[digest]
             if isinstance(doc, str):
                 resolved[digest] = ResolvedTarget(None, 0, doc)
-            elif oci.media_type_of(doc, "") in oci.INDEX_TYPES or "manifests" in doc:
+            elif oci.is_index(doc):
                 entry = oci.pick_manifest(doc)
                 if entry is None:
                     resolved[digest] = ResolvedTarget(None, 0, "no manifest for this host's platform")
                 else:
-                    children[digest] = entry["digest"]
+                    children[digest] = entry
             else:
-                image_id, size = oci.config_and_size(doc)
-                resolved[digest] = ResolvedTarget(image_id, size)
-        if children:
-            child_docs = self._read_json_blobs(namespace, sorted(set(children.values())))
-            for index_digest, child in children.items():
-                doc = child_docs[child]
-                if isinstance(doc, str):
-                    resolved[index_digest] = ResolvedTarget(None, 0, doc)
-                else:
-                    image_id, size = oci.config_and_size(doc)
-                    resolved[index_digest] = ResolvedTarget(image_id, size)
+                resolved[digest] = _resolved(doc, 0)
+        child_docs = self._read_json_blobs(namespace, sorted({e["digest"] for e in children.values()}))
+        for index_digest, entry in children.items():
+            doc = child_docs[entry["digest"]]
+            resolved[index_digest] = (
+                ResolvedTarget(None, 0, doc) if isinstance(doc, str) else _resolved(doc, int(entry.get("size", 0)))
+            )
         return resolved
 
     def _read_json_blobs(self, namespace: str, digests: Sequence[str]) -> dict[str, Any]:
@@ -170,6 +167,11 @@ class ContainerdStore:
 
     def sandbox_image(self) -> Optional[str]:
         return read_sandbox_image(self.config_path)
+
+
+def _resolved(manifest: dict[str, Any], manifest_size: int) -> ResolvedTarget:
+    image_id, size = oci.config_and_size(manifest)
+    return ResolvedTarget(image_id, manifest_size + size)
 
 
 def _stored_image(img: Any) -> StoredImage:

@@ -12,12 +12,6 @@ INDEX_TYPES = frozenset(
         "application/vnd.docker.distribution.manifest.list.v2+json",
     }
 )
-MANIFEST_TYPES = frozenset(
-    {
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    }
-)
 
 _MACHINE_TO_GOARCH = {
     "x86_64": ("amd64", ""),
@@ -45,8 +39,8 @@ def parse(blob: bytes) -> dict[str, Any]:
     return document
 
 
-def media_type_of(document: dict[str, Any], declared: str) -> str:
-    return str(document.get("mediaType") or declared)
+def is_index(document: dict[str, Any]) -> bool:
+    return document.get("mediaType") in INDEX_TYPES or "manifests" in document
 
 
 def pick_manifest(index: dict[str, Any], want: Optional[tuple[str, str, str]] = None) -> Optional[dict[str, Any]]:

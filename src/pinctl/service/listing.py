@@ -23,7 +23,9 @@ class Listing:
     errors: list[dict[str, str]] = field(default_factory=list)
 
 
-def list_namespace(store: ImageStore, namespace: str, sandbox: Optional[str]) -> Listing:
+def list_namespace(
+    store: ImageStore, namespace: str, sandbox: Optional[str], runtime_version: Optional[str] = None
+) -> Listing:
     images = store.list_images(namespace)
     resolved = store.resolve_targets(namespace, (img.target.digest for img in images))
     listing = Listing()
@@ -35,21 +37,23 @@ def list_namespace(store: ImageStore, namespace: str, sandbox: Optional[str]) ->
                 ref=img.name,
                 image_id=target.image_id,
                 target=img.target,
-                size=target.size or img.target.size,
+                size=img.target.size + target.size,
                 labels=img.labels,
             )
         )
         if target.error:
             listing.errors.append({"namespace": namespace, "ref": img.name, "message": target.error})
-    annotate_pins(listing.rows, sandbox if namespace == CRI_NAMESPACE else None)
+    in_cri = namespace == CRI_NAMESPACE
+    annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None)
     return listing
 
 
 def list_images(store: ImageStore, namespaces: Sequence[str]) -> Listing:
     sandbox = store.sandbox_image()
+    runtime_version = store.version() if CRI_NAMESPACE in namespaces else None
     listing = Listing()
     for namespace in namespaces:
-        part = list_namespace(store, namespace, sandbox)
+        part = list_namespace(store, namespace, sandbox, runtime_version)
         listing.rows.extend(part.rows)
         listing.errors.extend(part.errors)
     listing.rows.sort(key=lambda row: (row.namespace, row.ref))
@@ -63,12 +67,20 @@ def group_by_image(rows: Iterable[ImageRow]) -> dict[tuple[str, str], list[Image
     return groups
 
 
-def annotate_pins(rows: Sequence[ImageRow], sandbox: Optional[str]) -> None:
-    """Mark every ref of an image pinned when any ref of it carries the label, as the CRI does."""
+def annotate_pins(rows: Sequence[ImageRow], sandbox: Optional[str], runtime_version: Optional[str] = None) -> None:
+    """Mark every ref of an image pinned when any ref of it carries the label, as the CRI does.
+
+    With the version of a containerd whose CRI ignores pins, nothing counts as pinned and the
+    reasons say so.
+    """
     sandbox_ref = _normalized_or_none(sandbox)
+    honoured = runtime_version is None or pin_labels.cri_honours_pins(runtime_version)
     for group in group_by_image(rows).values():
         reasons = _group_reasons(group, sandbox_ref)
         pinned = any(r.kind in ("label", "sandbox") for r in reasons)
+        if pinned and not honoured:
+            pinned = False
+            reasons.append(Reason("ignored", pin_labels.ignored_detail(runtime_version or "")))
         for row in group:
             row.pinned = pinned
             row.reasons = list(reasons)

@@ -1,0 +1,148 @@
+"""Shared pytest fixtures: real containerd daemons and images to put in them.
+
+Daemons are session-scoped (one per engine per run); tests get a clean image
+set through the ``clean_k8s_io``/``fresh_namespace`` factories or the
+``containerd`` fixture, which runs a test once per engine with ``k8s.io`` reset.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from typing import NoReturn
+
+import pytest
+
+# Keeps ``tests.harness`` importable under --import-mode=importlib too.
+_ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from tests.harness import cri, debs, images  # noqa: E402
+from tests.harness.containerd import ContainerdDaemon, DaemonError  # noqa: E402
+
+ENGINE_IDS = {"containerd-1.7": "ctd17", "containerd-1.6": "ctd16"}
+_namespace_counter = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: runs real container engines (needs root and the Debian mirror)"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Everything under tests/integration is integration, marked or not, so
+    # `-m "not integration"` reliably gives the fast unit suite.
+    integration_dir = pathlib.Path(__file__).parent / "integration"
+    for item in items:
+        if integration_dir in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def engine_unavailable(reason: str) -> NoReturn:
+    """Skip locally, but fail in CI: a skipped engine there would hide a broken harness."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+def _fast_data_dir(engine: str) -> pathlib.Path | None:
+    """A tmpfs directory for the daemon's root/state, when there is one (imports ~2x faster)."""
+    shm = pathlib.Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return None
+    return pathlib.Path(tempfile.mkdtemp(prefix=f"pinctl-{engine}-", dir=shm))
+
+
+def _session_daemon(engine: str, factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    data_dir = _fast_data_dir(engine)
+    try:
+        daemon = ContainerdDaemon(engine, factory.mktemp(engine), data_dir=data_dir).start()
+        images.ensure_sandbox_image(daemon)
+    except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+        if data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        engine_unavailable(f"{engine} unavailable: {exc}")
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+        if data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def containerd17(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """containerd 1.7 (Debian trixie), CRI enabled, running for the whole session."""
+    yield from _session_daemon("containerd-1.7", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def containerd16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """containerd 1.6 (Debian bookworm), CRI enabled, running for the whole session."""
+    yield from _session_daemon("containerd-1.6", tmp_path_factory)
+
+
+def reset_k8s_io(daemon: ContainerdDaemon) -> ContainerdDaemon:
+    """Empty ``k8s.io`` and re-import a pristine sandbox image (as CRI just adopted it)."""
+    daemon.clear_images(cri.NAMESPACE)
+    images.ensure_sandbox_image(daemon)
+    return daemon
+
+
+@pytest.fixture
+def clean_k8s_io() -> Callable[[ContainerdDaemon], ContainerdDaemon]:
+    """Factory: ``clean_k8s_io(daemon)`` leaves only the sandbox image in ``k8s.io``."""
+    return reset_k8s_io
+
+
+@pytest.fixture(params=list(ENGINE_IDS), ids=list(ENGINE_IDS.values()))
+def containerd(request: pytest.FixtureRequest) -> ContainerdDaemon:
+    """Each engine in turn, with ``k8s.io`` holding only the sandbox image."""
+    fixture = {"containerd-1.7": "containerd17", "containerd-1.6": "containerd16"}[request.param]
+    daemon: ContainerdDaemon = request.getfixturevalue(fixture)
+    return reset_k8s_io(daemon)
+
+
+@pytest.fixture
+def fresh_namespace() -> Iterator[Callable[[ContainerdDaemon], str]]:
+    """Factory: a new, empty, uniquely named namespace on a daemon; removed after the test."""
+    created: list[tuple[ContainerdDaemon, str]] = []
+
+    def make(daemon: ContainerdDaemon) -> str:
+        name = f"pinctl-test-{os.getpid()}-{next(_namespace_counter)}"
+        daemon.ctr("namespaces", "create", name, namespace=name)
+        created.append((daemon, name))
+        return name
+
+    yield make
+    for daemon, name in created:
+        if daemon.is_alive():
+            daemon.clear_images(name)
+            # Content may still be awaiting GC, which blocks removal; that is harmless.
+            daemon.ctr("namespaces", "rm", name, namespace=name, check=False)
+
+
+@pytest.fixture
+def load_images(tmp_path: pathlib.Path) -> Callable[..., list[images.ImageInfo]]:
+    """Factory: ``load_images(daemon, recipes, namespace="k8s.io")`` builds and imports.
+
+    In ``k8s.io`` it returns once the CRI lists every ref.
+    """
+
+    def load(
+        daemon: ContainerdDaemon,
+        recipes: Iterable[images.ImageRecipe],
+        namespace: str = cri.NAMESPACE,
+        *,
+        unpack: bool = False,
+    ) -> list[images.ImageInfo]:
+        return images.load_images(daemon, tmp_path / "archives", recipes, namespace, unpack=unpack)
+
+    return load

@@ -1,0 +1,367 @@
+"""Private containerd daemons for integration tests and the sandbox.
+
+Each daemon gets its own root, state, sockets and config, so several can run
+side by side and none touches the host's /var/lib/containerd or /run/containerd.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+
+from tests.harness import cri, debs
+
+DEFAULT_SANDBOX_IMAGE = "example.test/pause:3.9"
+CRI_NAMESPACE = cri.NAMESPACE
+READY_TIMEOUT_S = 15.0
+STOP_GRACE_S = 5.0
+CTR_TIMEOUT_S = 120.0
+# sun_path is 108 bytes on Linux; stay well below so ".ttrpc" suffixes fit too.
+MAX_SOCKET_PATH = 100
+PR_SET_PDEATHSIG = 1
+
+# Plugins that only log errors or warnings when their backend is absent.
+# Names unknown to one version are ignored by containerd.
+NOISY_PLUGINS = (
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.blockfile",
+    "io.containerd.tracing.processor.v1.otlp",
+    "io.containerd.internal.v1.tracing",
+)
+
+
+CNI_CONFLIST = json.dumps(
+    {"cniVersion": "0.4.0", "name": "pinctl-test", "plugins": [{"type": "loopback"}]}
+)
+
+
+class DaemonError(RuntimeError):
+    """A private containerd failed to start, answer or stop."""
+
+
+_RUNNING: dict[int, ContainerdDaemon] = {}
+
+
+def _stop_all() -> None:
+    for daemon in list(_RUNNING.values()):
+        daemon.stop()
+
+
+atexit.register(_stop_all)
+
+
+class ContainerdDaemon:
+    """One containerd process with private paths under ``base_dir``."""
+
+    def __init__(
+        self,
+        engine: str,
+        base_dir: pathlib.Path,
+        sandbox_image: str = DEFAULT_SANDBOX_IMAGE,
+        *,
+        detached: bool = False,
+        data_dir: pathlib.Path | None = None,
+    ) -> None:
+        self.engine = engine
+        self.base_dir = pathlib.Path(base_dir).resolve()
+        # root/state may live elsewhere (tmpfs): bolt fsyncs dominate big imports.
+        self.data_dir = pathlib.Path(data_dir).resolve() if data_dir else self.base_dir
+        self.sandbox_image = sandbox_image
+        # A detached daemon outlives this process (the sandbox); never reap it at exit.
+        self.detached = detached
+        self.bin_dir = debs.engine_dir(engine) / "usr" / "bin"
+        self.socket_dir = _socket_dir(self.base_dir)
+        self.address = str(self.socket_dir / "containerd.sock")
+        # Not "config.toml": the sandbox keeps the pinctl policy under that name.
+        self.config_path = self.base_dir / "containerd.toml"
+        self.log_path = self.base_dir / "containerd.log"
+        self.pid: int | None = None
+        self.version = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ContainerdDaemon:
+        """Write the config, launch containerd and wait until it answers."""
+        if self.pid is not None and self.is_alive():
+            return self
+        self.write_config()
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [str(self.bin_dir / "containerd"), "--config", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.detached,
+                preexec_fn=None if self.detached else _die_with_parent,
+            )
+        self.pid = self._proc.pid
+        if not self.detached:
+            _RUNNING[self.pid] = self
+        self._wait_ready()
+        return self
+
+    def adopt(self, pid: int) -> ContainerdDaemon:
+        """Take over an already running daemon of this config (the sandbox re-uses one)."""
+        if not _is_our_process(pid, self.config_path):
+            raise DaemonError(f"pid {pid} is not containerd with config {self.config_path}")
+        self.pid = pid
+        self._wait_ready()
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period; safe to call repeatedly."""
+        pid, self.pid = self.pid, None
+        if pid is None:
+            return
+        _RUNNING.pop(pid, None)
+        if self._proc is None and not _is_our_process(pid, self.config_path):
+            return
+        _signal(pid, signal.SIGTERM)
+        if not self._wait_exit(pid, STOP_GRACE_S):
+            _signal(pid, signal.SIGKILL)
+            self._wait_exit(pid, STOP_GRACE_S)
+        self._proc = None
+
+    def restart(self) -> ContainerdDaemon:
+        self.stop()
+        return self.start()
+
+    def is_alive(self) -> bool:
+        if self.pid is None:
+            return False
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return _is_our_process(self.pid, self.config_path)
+
+    def ctr(
+        self, *args: str, namespace: str = CRI_NAMESPACE, check: bool = True, timeout: float = CTR_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]:
+        """Run this engine's own ``ctr`` against this daemon."""
+        argv = [str(self.bin_dir / "ctr"), "-a", self.address, "-n", namespace, *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise DaemonError(f"{' '.join(argv[3:])} failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc
+
+    def images(self, namespace: str = CRI_NAMESPACE) -> list[CtrImage]:
+        """``ctr images ls`` parsed into records."""
+        lines = self.ctr("images", "ls", namespace=namespace).stdout.splitlines()
+        return [_parse_image_line(line) for line in lines[1:] if line.strip()]
+
+    def remove_images(self, refs: list[str], namespace: str = CRI_NAMESPACE) -> None:
+        # Chunked so thousands of refs never approach ARG_MAX.
+        for start in range(0, len(refs), 500):
+            self.ctr("images", "rm", *refs[start : start + 500], namespace=namespace, check=False)
+
+    def clear_images(self, namespace: str = CRI_NAMESPACE, timeout: float = 30.0) -> None:
+        """Remove every image in ``namespace``; in ``k8s.io`` also wait for the CRI to agree.
+
+        Repeats because the CRI may still be adding ``sha256:<id>`` refs for
+        images it had not finished adopting when the first listing was taken.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            refs = self.ctr("images", "ls", "-q", namespace=namespace).stdout.split()
+            self.remove_images(refs, namespace)
+            if namespace != CRI_NAMESPACE:
+                return
+            try:
+                cri.wait_for(self.address, lambda listed: not listed, timeout=2.0)
+            except cri.CriError:
+                continue
+            if not self.ctr("images", "ls", "-q", namespace=namespace).stdout.split():
+                return
+        raise DaemonError(f"could not empty namespace {namespace} in {timeout}s")
+
+    def label_image(self, ref: str, labels: Mapping[str, str], namespace: str = CRI_NAMESPACE) -> None:
+        """``ctr images label``; an empty value removes that label."""
+        pairs = [f"{key}={value}" for key, value in labels.items()]
+        self.ctr("images", "label", ref, *pairs, namespace=namespace)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def write_config(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.render_config())
+        # CRI logs an error at start-up without any network config; a parse-only
+        # loopback list quiets it (no CNI binary is ever run: no pods start here).
+        cni_conf = self.base_dir / "cni" / "conf"
+        cni_conf.mkdir(parents=True, exist_ok=True)
+        (cni_conf / "10-pinctl.conflist").write_text(CNI_CONFLIST)
+
+    def render_config(self) -> str:
+        q = json.dumps  # TOML basic strings accept JSON string escapes.
+        base = self.base_dir
+        cri_table = '[plugins."io.containerd.grpc.v1.cri"]'
+        return "\n".join(
+            [
+                "version = 2",
+                f"root = {q(str(self.data_dir / 'root'))}",
+                f"state = {q(str(self.data_dir / 'state'))}",
+                f"disabled_plugins = {json.dumps(list(NOISY_PLUGINS))}",
+                "",
+                "[grpc]",
+                f"  address = {q(self.address)}",
+                "[ttrpc]",
+                f"  address = {q(self.address + '.ttrpc')}",
+                "[debug]",
+                f"  address = {q(str(self.socket_dir / 'debug.sock'))}",
+                '  level = "info"',
+                "",
+                cri_table,
+                f"  sandbox_image = {q(self.sandbox_image)}",
+                f"{cri_table[:-1]}.containerd]",
+                '  snapshotter = "native"',
+                # Private CNI dirs, so the host's network config is never read.
+                f"{cri_table[:-1]}.cni]",
+                f"  bin_dir = {q(str(base / 'cni' / 'bin'))}",
+                f"  conf_dir = {q(str(base / 'cni' / 'conf'))}",
+                # The opt plugin would otherwise create /opt/containerd on the host.
+                '[plugins."io.containerd.internal.v1.opt"]',
+                f"  path = {q(str(base / 'opt'))}",
+                "",
+            ]
+        )
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                break
+            if os.path.exists(self.address):
+                proc = self.ctr("version", check=False, timeout=5)
+                if proc.returncode == 0:
+                    self.version = _server_version(proc.stdout)
+                    return
+                last = proc.stderr.strip()
+            time.sleep(0.1)
+        alive = self.is_alive()
+        self.stop()
+        state = "not answering" if alive else "exited"
+        raise DaemonError(
+            f"{self.engine} {state} at {self.address} ({last})\n--- log tail ---\n{self.log_tail()}"
+        )
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not _pid_exists(pid):
+                return True
+            time.sleep(0.05)
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class CtrImage:
+    """One row of ``ctr images ls``."""
+
+    ref: str
+    media_type: str
+    digest: str
+    size: str
+    platforms: tuple[str, ...]
+    labels: dict[str, str]
+
+
+def _parse_image_line(line: str) -> CtrImage:
+    # SIZE is two tokens ("836.0 B"); LABELS is last and comma-separated.
+    tokens = line.split()
+    ref, media_type, digest = tokens[:3]
+    platforms = () if tokens[5] == "-" else tuple(tokens[5].split(","))
+    labels_text = " ".join(tokens[6:])
+    labels: dict[str, str] = {}
+    if labels_text not in ("", "-"):
+        for pair in labels_text.split(","):
+            key, _, value = pair.partition("=")
+            labels[key] = value
+    return CtrImage(ref, media_type, digest, f"{tokens[3]} {tokens[4]}", platforms, labels)
+
+
+def _die_with_parent() -> None:
+    """Runs in the child: SIGTERM it when the test process dies.
+
+    atexit never runs when pytest itself is SIGKILLed or SIGTERMed, which
+    would leave orphan daemons; the kernel's parent-death signal covers that.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _socket_dir(base_dir: pathlib.Path) -> pathlib.Path:
+    preferred = base_dir / "s"
+    if len(str(preferred / "containerd.sock.ttrpc")) <= MAX_SOCKET_PATH:
+        return preferred
+    # Deep temp dirs (pytest's) can exceed sun_path; fall back to a short one.
+    return pathlib.Path(tempfile.mkdtemp(prefix="ctd-", dir="/tmp"))
+
+
+def _server_version(ctr_version_output: str) -> str:
+    server = ctr_version_output.split("Server:", 1)[-1]
+    match = re.search(r"Version:\s*v?(\d+\.\d+\.\d+)", server)
+    return match.group(1) if match else ""
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still "exists" for kill(0); treat it as gone.
+    return _proc_state(pid) not in ("Z", "")
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def _is_our_process(pid: int, config_path: pathlib.Path) -> bool:
+    """True when ``pid`` is a live containerd started with ``config_path``.
+
+    Guards kill-by-PID against a recycled PID belonging to something else.
+    """
+    if not _pid_exists(pid):
+        return False
+    try:
+        argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(config_path).encode() in argv

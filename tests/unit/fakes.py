@@ -1,0 +1,68 @@
+"""An in-memory ImageStore for the pure logic of the service layer (no engine behaviour here)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+from pinctl.errors import UnknownNamespace
+from pinctl.model import Descriptor, ResolvedTarget, StoredImage
+
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def digest(seed: str) -> str:
+    return "sha256:" + (seed * 64)[:64]
+
+
+class FakeStore:
+    address = "/fake.sock"
+
+    def __init__(self, sandbox: Optional[str] = None) -> None:
+        self.records: dict[str, dict[str, StoredImage]] = {}
+        self.ids: dict[str, str] = {}
+        self.writes: list[tuple[str, str, Optional[str]]] = []
+        self.fail_names: set[str] = set()
+        self._sandbox = sandbox
+        self.runtime_version = "1.7.24"
+
+    def add(self, namespace: str, name: str, image_seed: str, labels: Optional[dict[str, str]] = None) -> None:
+        target = Descriptor(MANIFEST, digest("m" + image_seed), 500)
+        self.ids[target.digest] = digest(image_seed)
+        self.records.setdefault(namespace, {})[name] = StoredImage(name, dict(labels or {}), target)
+
+    def version(self) -> str:
+        return self.runtime_version
+
+    def namespaces(self) -> list[str]:
+        return sorted(self.records)
+
+    def require_namespaces(self, wanted: Sequence[str]) -> None:
+        for ns in wanted:
+            if ns not in self.records:
+                raise UnknownNamespace(f"namespace {ns} does not exist")
+
+    def list_images(self, namespace: str) -> list[StoredImage]:
+        return list(self.records.get(namespace, {}).values())
+
+    def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
+        return {t: ResolvedTarget(self.ids[t], 1234) for t in targets}
+
+    def set_labels(
+        self, namespace: str, changes: Sequence[tuple[StoredImage, Optional[str]]], key: str
+    ) -> list[Optional[str]]:
+        errors: list[Optional[str]] = []
+        for image, value in changes:
+            if image.name in self.fail_names:
+                errors.append("refused")
+                continue
+            labels = dict(self.records[namespace][image.name].labels)
+            labels.pop(key, None)
+            if value is not None:
+                labels[key] = value
+            self.records[namespace][image.name] = StoredImage(image.name, labels, image.target)
+            self.writes.append((namespace, image.name, value))
+            errors.append(None)
+        return errors
+
+    def sandbox_image(self) -> Optional[str]:
+        return self._sandbox

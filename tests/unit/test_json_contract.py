@@ -1,0 +1,81 @@
+"""The JSON envelope is a public contract (docs/json.md): these tests fail on any change to it."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+from pinctl import output
+from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "json.md"
+ROW = ImageRow(
+    namespace="k8s.io",
+    ref="example.test/app:1",
+    image_id="sha256:" + "a" * 64,
+    target=Descriptor("application/vnd.oci.image.manifest.v1+json", "sha256:" + "b" * 64, 400),
+    size=1234,
+    labels={"io.cri-containerd.pinned": "pinned", "z": "1"},
+    pinned=True,
+    reasons=[Reason("label", "example.test/app:1")],
+)
+
+
+def render_ls() -> dict:
+    buf = io.StringIO()
+    output.print_images([ROW], [{"namespace": "k8s.io", "ref": "x", "message": "m"}], "json", False, out=buf)
+    return json.loads(buf.getvalue())
+
+
+def test_ls_envelope_keys_and_types() -> None:
+    doc = render_ls()
+    assert sorted(doc) == ["errors", "images", "pinctl_result_version"]
+    assert doc["pinctl_result_version"] == 1
+    [image] = doc["images"]
+    assert sorted(image) == ["digest", "id", "labels", "namespace", "pinned", "reasons", "ref", "size"]
+    assert isinstance(image["size"], int) and isinstance(image["pinned"], bool)
+    assert image["reasons"] == [{"detail": "example.test/app:1", "kind": "label"}]
+    assert doc["errors"] == [{"message": "m", "namespace": "k8s.io", "ref": "x"}]
+
+
+def test_change_envelope_keys_and_types() -> None:
+    buf = io.StringIO()
+    results = [ItemResult("k8s.io", "example.test/app:1", "pinned"), ItemResult("", "x", "failed", "no image x")]
+    output.print_results("pin", results, "partial", False, "json", False, out=buf)
+    doc = json.loads(buf.getvalue())
+    assert sorted(doc) == ["command", "dry_run", "pinctl_result_version", "results", "status"]
+    assert doc["command"] == "pin" and doc["dry_run"] is False and doc["status"] == "partial"
+    assert doc["results"][1] == {"action": "failed", "error": "no image x", "namespace": "", "ref": "x"}
+
+
+def test_output_is_sorted_and_stable() -> None:
+    buf = io.StringIO()
+    output.print_images([ROW], [], "json", False, out=buf)
+    text = buf.getvalue()
+    assert text == json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n"
+
+
+def render_pin() -> dict:
+    buf = io.StringIO()
+    output.print_results("unpin", [ItemResult("k8s.io", "r", "unpinned")], "success", True, "json", False, out=buf)
+    return json.loads(buf.getvalue())
+
+
+def keys_of(value: object) -> set[str]:
+    """Every key in a document, except inside `labels`, whose keys are the engine's data."""
+    if isinstance(value, list):
+        return set().union(*map(keys_of, value)) if value else set()
+    if not isinstance(value, dict):
+        return set()
+    found = set(value)
+    for key, child in value.items():
+        if key != "labels":
+            found |= keys_of(child)
+    return found
+
+
+def test_every_emitted_key_is_documented_and_back() -> None:
+    documented = set(re.findall(r"^\| `([a-z_]+)`", DOC.read_text(), flags=re.M))
+    assert keys_of(render_ls()) | keys_of(render_pin()) == documented

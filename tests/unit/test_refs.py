@@ -1,0 +1,55 @@
+import pytest
+
+from pinctl import refs
+from pinctl.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("alpine", "docker.io/library/alpine:latest"),
+        ("alpine:3.19", "docker.io/library/alpine:3.19"),
+        ("team/app", "docker.io/team/app:latest"),
+        ("registry.example:5000/team/app:1.0", "registry.example:5000/team/app:1.0"),
+        ("localhost/app", "localhost/app:latest"),
+        ("example.test/a/b/c:v1.2-rc_3", "example.test/a/b/c:v1.2-rc_3"),
+        ("app@sha256:" + "a" * 64, "docker.io/library/app@sha256:" + "a" * 64),
+        ("app:1@sha256:" + "b" * 64, "docker.io/library/app:1@sha256:" + "b" * 64),
+    ],
+)
+def test_normalize(given: str, expected: str) -> None:
+    assert refs.normalize(given) == expected
+
+
+@pytest.mark.parametrize("bad", ["Alpine", "app:", "app:bad tag", "a//b", "app@sha256:zz", "-app", "app:" + "x" * 200])
+def test_normalize_rejects_malformed(bad: str) -> None:
+    with pytest.raises(UsageError) as info:
+        refs.normalize(bad)
+    assert repr(bad) in str(info.value)
+
+
+def test_selector_full_id_is_both_ref_and_prefix() -> None:
+    text = "sha256:" + "c" * 64
+    selector = refs.parse_selector(text)
+    assert selector.ref == text and selector.id_prefix == "c" * 64
+
+
+def test_selector_short_hex_is_name_and_prefix() -> None:
+    selector = refs.parse_selector("abcdef12")
+    assert selector.ref == "docker.io/library/abcdef12:latest"
+    assert selector.id_prefix == "abcdef12"
+
+
+def test_selector_too_short_for_an_id() -> None:
+    assert refs.parse_selector("abc").id_prefix is None
+
+
+@pytest.mark.parametrize("bad", ["", " alpine", "sha256:XYZ", "UPPER"])
+def test_selector_rejects(bad: str) -> None:
+    with pytest.raises(UsageError):
+        refs.parse_selector(bad)
+
+
+def test_short_id() -> None:
+    assert refs.short_id("sha256:" + "0123456789ab" + "f" * 52) == "0123456789ab"
+    assert refs.short_id(None) == "<none>"

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import pytest
+
+from pinctl.errors import UnknownNamespace, UsageError
+from pinctl.model import PIN_LABEL
+from pinctl.service import listing, namespaces, pinning
+
+from .fakes import FakeStore
+
+PIN = {PIN_LABEL: "pinned"}
+
+
+def rows_by_ref(store: FakeStore, ns: str = "k8s.io") -> dict[str, object]:
+    return {row.ref: row for row in listing.list_images(store, [ns]).rows}
+
+
+def test_one_labelled_ref_pins_every_ref_of_the_image() -> None:
+    store = FakeStore()
+    store.add("k8s.io", "example.test/app:1", "a", PIN)
+    store.add("k8s.io", "example.test/app:latest", "a")
+    store.add("k8s.io", "example.test/other:1", "b")
+    rows = rows_by_ref(store)
+    assert rows["example.test/app:latest"].pinned  # type: ignore[attr-defined]
+    assert [r.as_dict() for r in rows["example.test/app:latest"].reasons] == [  # type: ignore[attr-defined]
+        {"kind": "label", "detail": "example.test/app:1"}
+    ]
+    assert not rows["example.test/other:1"].pinned  # type: ignore[attr-defined]
+
+
+def test_ineffective_label_does_not_pin_and_says_why() -> None:
+    store = FakeStore()
+    store.add("k8s.io", "example.test/app:1", "a", {PIN_LABEL: "true"})
+    row = rows_by_ref(store)["example.test/app:1"]
+    assert not row.pinned  # type: ignore[attr-defined]
+    assert row.reasons[0].kind == "ineffective-label"  # type: ignore[attr-defined]
+
+
+def test_sandbox_counts_only_in_the_cri_namespace() -> None:
+    store = FakeStore(sandbox="example.test/pause:3.9")
+    store.add("k8s.io", "example.test/pause:3.9", "p")
+    store.add("moby", "example.test/pause:3.9", "p")
+    assert rows_by_ref(store, "k8s.io")["example.test/pause:3.9"].pinned  # type: ignore[attr-defined]
+    assert not rows_by_ref(store, "moby")["example.test/pause:3.9"].pinned  # type: ignore[attr-defined]
+
+
+def test_default_namespaces_are_the_present_ones() -> None:
+    store = FakeStore()
+    store.add("moby", "example.test/a:1", "a")
+    store.add("default", "example.test/a:1", "a")
+    assert namespaces.select_namespaces(store, []) == ["moby"]
+    assert namespaces.select_namespaces(store, ["all"]) == ["default", "moby"]
+    with pytest.raises(UnknownNamespace):
+        namespaces.select_namespaces(store, ["nope"])
+
+
+def test_filter_by_glob_id_prefix_and_pinned() -> None:
+    store = FakeStore()
+    store.add("k8s.io", "example.test/app:1", "a", PIN)
+    store.add("k8s.io", "example.test/bee:1", "b")
+    rows = listing.list_images(store, ["k8s.io"]).rows
+    assert [r.ref for r in listing.filter_rows(rows, ["example.test/b*"], None)] == ["example.test/bee:1"]
+    assert [r.ref for r in listing.filter_rows(rows, ["bbbbbb"], None)] == ["example.test/bee:1"]
+    assert [r.ref for r in listing.filter_rows(rows, [], True)] == ["example.test/app:1"]
+
+
+def make_store() -> FakeStore:
+    store = FakeStore()
+    store.add("k8s.io", "example.test/app:1", "a")
+    store.add("k8s.io", "example.test/app:2", "a", PIN)
+    store.add("k8s.io", "example.test/bee:1", "b")
+    store.add("k8s.io", "example.test/bad:1", "c")
+    return store
+
+
+def run(store: FakeStore, command: str, args: list[str], dry_run: bool = False) -> dict[str, str]:
+    plan = pinning.make_plan(store, ["k8s.io"], command, args)
+    return {r.ref: r.action for r in pinning.apply_plan(store, plan, dry_run)}
+
+
+def test_pin_reports_changed_skipped_and_failed_and_goes_on() -> None:
+    store = make_store()
+    store.fail_names.add("example.test/bad:1")
+    actions = run(store, "pin", ["example.test/app:1", "example.test/app:2", "example.test/bad:1", "example.test/gone:1"])
+    assert actions == {
+        "example.test/app:1": "pinned",
+        "example.test/app:2": "already-pinned",
+        "example.test/bad:1": "failed",
+        "example.test/gone:1": "failed",
+    }
+    assert store.writes == [("k8s.io", "example.test/app:1", "pinned")]
+
+
+def test_unpin_clears_every_ref_of_the_image() -> None:
+    store = make_store()
+    store.add("k8s.io", "example.test/app:1", "a", PIN)
+    actions = run(store, "unpin", ["example.test/app:1"])
+    assert actions == {"example.test/app:1": "unpinned", "example.test/app:2": "unpinned"}
+    assert not any(PIN_LABEL in r.labels for r in store.list_images("k8s.io"))
+
+
+def test_id_selects_every_ref_and_ambiguity_fails_the_item() -> None:
+    store = make_store()
+    assert run(store, "pin", ["aaaaaaaa"]) == {"example.test/app:1": "pinned", "example.test/app:2": "already-pinned"}
+    store.add("k8s.io", "example.test/abc:1", "ab")
+    plan = pinning.make_plan(store, ["k8s.io"], "pin", ["sha256:a"])
+    [failure] = plan.settled
+    assert failure.action == "failed" and "matches 2 images" in (failure.error or "")
+
+
+def test_dry_run_writes_nothing() -> None:
+    store = make_store()
+    assert run(store, "pin", ["example.test/bee:1"], dry_run=True) == {"example.test/bee:1": "pinned"}
+    assert store.writes == []
+
+
+def test_malformed_argument_stops_before_any_change() -> None:
+    store = make_store()
+    with pytest.raises(UsageError):
+        pinning.make_plan(store, ["k8s.io"], "pin", ["example.test/bee:1", "Bad Ref"])
+    assert store.writes == []
+
+
+@pytest.mark.parametrize(
+    "actions, status", [(["pinned"], "success"), (["pinned", "failed"], "partial"), (["failed"], "error")]
+)
+def test_status(actions: list[str], status: str) -> None:
+    from pinctl.model import ItemResult
+
+    assert pinning.status_of([ItemResult("k8s.io", str(i), a) for i, a in enumerate(actions)]) == status
+
+
+def test_an_old_containerd_pins_nothing_and_says_why() -> None:
+    store = FakeStore(sandbox="example.test/pause:3.9")
+    store.runtime_version = "1.6.20~ds1"
+    store.add("k8s.io", "example.test/app:1", "a", PIN)
+    store.add("k8s.io", "example.test/pause:3.9", "p")
+    store.add("moby", "example.test/app:1", "a", PIN)
+    rows = {(r.namespace, r.ref): r for r in listing.list_images(store, ["k8s.io", "moby"]).rows}
+    for key in (("k8s.io", "example.test/app:1"), ("k8s.io", "example.test/pause:3.9")):
+        assert not rows[key].pinned
+        assert "1.6.20~ds1" in rows[key].reasons[-1].detail and rows[key].reasons[-1].kind == "ignored"
+    assert rows[("moby", "example.test/app:1")].pinned
