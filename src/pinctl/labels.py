@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Optional
 
 from pinctl.model import PIN_LABEL, PIN_VALUE
@@ -56,9 +57,13 @@ def _ineffective(key: str, value: str) -> Optional[str]:
     return None
 
 
+@lru_cache(maxsize=1024)
 def _looks_like_pin_key(key: str) -> bool:
-    squashed = _SQUASH.sub("", key.lower())
-    return squashed == _SQUASHED_KEY or _edit_distance(key.lower(), PIN_LABEL) <= 3
+    # Cached: a node has thousands of records but only a handful of distinct label keys.
+    lowered = key.lower()
+    if _SQUASH.sub("", lowered) == _SQUASHED_KEY:
+        return True
+    return abs(len(lowered) - len(PIN_LABEL)) <= 3 and _edit_distance(lowered, PIN_LABEL) <= 3
 
 
 def _edit_distance(a: str, b: str) -> int:

@@ -11,7 +11,7 @@ from pinctl import labels as pin_labels
 from pinctl import refs
 from pinctl.backends import ImageStore
 from pinctl.errors import UsageError
-from pinctl.model import ImageRow, Reason
+from pinctl.model import ImageRow, Reason, StoredImage
 
 # Only this namespace is read by containerd's CRI plugin, so only there does the sandbox image count.
 CRI_NAMESPACE = "k8s.io"
@@ -26,7 +26,14 @@ class Listing:
 def list_namespace(
     store: ImageStore, namespace: str, sandbox: Optional[str], runtime_version: Optional[str] = None
 ) -> Listing:
-    images = store.list_images(namespace)
+    listing = build_rows(store, namespace, store.list_images(namespace))
+    in_cri = namespace == CRI_NAMESPACE
+    annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None)
+    return listing
+
+
+def build_rows(store: ImageStore, namespace: str, images: Sequence[StoredImage]) -> Listing:
+    """Rows with image IDs and sizes read from the manifests; pins not yet worked out."""
     resolved = store.resolve_targets(namespace, (img.target.digest for img in images))
     listing = Listing()
     for img in images:
@@ -43,8 +50,6 @@ def list_namespace(
         )
         if target.error:
             listing.errors.append({"namespace": namespace, "ref": img.name, "message": target.error})
-    in_cri = namespace == CRI_NAMESPACE
-    annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None)
     return listing
 
 

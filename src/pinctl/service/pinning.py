@@ -10,7 +10,7 @@ from pinctl import refs
 from pinctl.backends import ImageStore
 from pinctl.errors import AmbiguousRef, ImageNotFound, PinctlError
 from pinctl.model import PIN_LABEL, PIN_VALUE, ImageRow, ItemResult, StoredImage
-from pinctl.service.listing import group_by_image, id_matches, list_namespace
+from pinctl.service.listing import build_rows, group_by_image, id_matches
 
 PIN = "pin"
 UNPIN = "unpin"
@@ -33,76 +33,106 @@ class Plan:
     settled: list[ItemResult] = field(default_factory=list)
 
 
+class NamespaceView:
+    """One namespace's records, indexed by name; image IDs are read only when an argument needs them."""
+
+    def __init__(self, store: ImageStore, namespace: str) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.by_name = {img.name: img for img in store.list_images(namespace)}
+        self._images: Optional[dict[str, list[ImageRow]]] = None
+        self._image_key: dict[str, str] = {}
+
+    @property
+    def images(self) -> dict[str, list[ImageRow]]:
+        """Rows grouped by image (ID, else target digest): reading manifests, once."""
+        if self._images is None:
+            rows = build_rows(self.store, self.namespace, list(self.by_name.values())).rows
+            self._images = {key: group for (_, key), group in group_by_image(rows).items()}
+            self._image_key = {row.ref: row.group_key for row in rows}
+        return self._images
+
+    def named(self, selector: refs.Selector) -> list[StoredImage]:
+        return [self.by_name[n] for n in dict.fromkeys((selector.text, selector.ref)) if n in self.by_name]
+
+    def by_id(self, selector: refs.Selector) -> list[ImageRow]:
+        """Every ref of the one image an ID (prefix) names; AmbiguousRef when it names several."""
+        prefix = selector.id_prefix or ""
+        exact = self.images.get(f"sha256:{prefix}")
+        if exact:
+            return exact
+        hits = [group for group in self.images.values() if id_matches(group[0], prefix)]
+        if len(hits) > 1:
+            ids = sorted(refs.short_id(group[0].group_key) for group in hits)
+            raise AmbiguousRef(
+                f"image ID prefix {selector.text} matches {len(hits)} images ({', '.join(ids)})",
+                "give more digits of the ID",
+            )
+        return hits[0] if hits else []
+
+    def image_of(self, image: StoredImage) -> list[StoredImage]:
+        """Every record of the image this record belongs to, itself first."""
+        group = self.images[self._image_key[image.name]]
+        return [image, *(self.by_name[row.ref] for row in group if row.ref != image.name)]
+
+
 def make_plan(store: ImageStore, namespaces: Sequence[str], command: str, args: Sequence[str]) -> Plan:
     """Every argument is parsed first, so a malformed one changes nothing (UsageError)."""
     selectors = [refs.parse_selector(arg) for arg in args]
     plan = Plan(command)
-    listings = {ns: list_namespace(store, ns, None).rows for ns in namespaces}
+    views = [NamespaceView(store, ns) for ns in namespaces]
     seen: set[tuple[str, str]] = set()
     for selector in selectors:
-        _plan_selector(plan, selector, listings, seen)
+        _plan_selector(plan, selector, views, seen)
     return plan
 
 
-def _plan_selector(
-    plan: Plan, selector: refs.Selector, listings: dict[str, list[ImageRow]], seen: set[tuple[str, str]]
-) -> None:
+def _plan_selector(plan: Plan, selector: refs.Selector, views: Sequence[NamespaceView], seen: set[tuple[str, str]]) -> None:
     found = False
-    for namespace, rows in listings.items():
+    for view in views:
         try:
-            targets = resolve(selector, rows)
+            targets = _targets(view, selector, plan.command)
         except PinctlError as err:
-            plan.settled.append(ItemResult(namespace, selector.text, "failed", str(err)))
+            plan.settled.append(ItemResult(view.namespace, selector.text, "failed", str(err)))
             found = True
             continue
-        if plan.command == UNPIN:
-            targets = _whole_images(targets, rows)
-        for row in targets:
-            if (namespace, row.ref) not in seen:
-                seen.add((namespace, row.ref))
-                _plan_row(plan, row)
+        for image in targets:
+            if (view.namespace, image.name) not in seen:
+                seen.add((view.namespace, image.name))
+                _plan_image(plan, view.namespace, image)
         found = found or bool(targets)
     if not found:
-        where = ", ".join(listings) or "no namespace"
+        where = ", ".join(v.namespace for v in views) or "no namespace"
         error = ImageNotFound(f"no image {selector.text} in {where}", "check the name with pinctl ls, or pick the namespace with -n")
         plan.settled.append(ItemResult("", selector.text, "failed", str(error)))
 
 
-def resolve(selector: refs.Selector, rows: Sequence[ImageRow]) -> list[ImageRow]:
-    """The rows an argument names: one ref by name, or every ref of the image an ID picks."""
-    by_name = [row for row in rows if row.ref in (selector.text, selector.ref)]
-    if by_name and not (selector.text.startswith("sha256:")):
-        return by_name
+def _targets(view: NamespaceView, selector: refs.Selector, command: str) -> list[StoredImage]:
+    """A name picks that record; an ID (or a sha256: name) picks every record of the image.
+
+    unpin widens a name to the whole image, since a label left on any sibling keeps it pinned.
+    """
+    named = view.named(selector)
+    if named and not selector.text.startswith("sha256:"):
+        if command != UNPIN:
+            return named
+        return [img for hit in named for img in view.image_of(hit)]
     if selector.id_prefix is None:
-        return by_name
-    images = group_by_image(row for row in rows if id_matches(row, selector.id_prefix))
-    if len(images) > 1:
-        ids = sorted({refs.short_id(group[0].image_id or group[0].digest) for group in images.values()})
-        raise AmbiguousRef(
-            f"image ID prefix {selector.text} matches {len(images)} images ({', '.join(ids)})",
-            "give more digits of the ID",
-        )
-    return next(iter(images.values()), by_name)
+        return named
+    rows = view.by_id(selector)
+    return [view.by_name[row.ref] for row in rows] or named
 
 
-def _whole_images(targets: Sequence[ImageRow], rows: Sequence[ImageRow]) -> list[ImageRow]:
-    """Every ref of the images hit: a label left on any sibling would keep the image pinned."""
-    keys = {row.group_key for row in targets}
-    siblings = [row for row in rows if row.group_key in keys and row not in targets]
-    return list(targets) + siblings
-
-
-def _plan_row(plan: Plan, row: ImageRow) -> None:
-    image = StoredImage(row.ref, row.labels, row.target)
+def _plan_image(plan: Plan, namespace: str, image: StoredImage) -> None:
     if plan.command == PIN:
-        if pin_labels.carries_pin(row.labels):
-            plan.settled.append(ItemResult(row.namespace, row.ref, "already-pinned"))
+        if pin_labels.carries_pin(image.labels):
+            plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
         else:
-            plan.changes.append(Change(row.namespace, image, PIN_VALUE, "pinned"))
-    elif PIN_LABEL in row.labels:
-        plan.changes.append(Change(row.namespace, image, None, "unpinned"))
+            plan.changes.append(Change(namespace, image, PIN_VALUE, "pinned"))
+    elif PIN_LABEL in image.labels:
+        plan.changes.append(Change(namespace, image, None, "unpinned"))
     else:
-        plan.settled.append(ItemResult(row.namespace, row.ref, "already-unpinned"))
+        plan.settled.append(ItemResult(namespace, image.name, "already-unpinned"))
 
 
 def apply_plan(store: ImageStore, plan: Plan, dry_run: bool) -> list[ItemResult]:
