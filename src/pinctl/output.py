@@ -154,11 +154,14 @@ def print_table(
 
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for header in headers:
-        table.add_column(header, no_wrap=header in ("REF", "IMAGE ID", "DIGEST"), overflow="fold")
+        table.add_column(header, no_wrap=True)
     styles = highlight or {}
     for cells in rows:
         table.add_row(*[_styled(h, c, styles) for h, c in zip(headers, cells)])
-    Console(file=out).print(table)
+    # Never shrink a column to the terminal: a cut reference or ID is worse than a long line.
+    console = Console(file=out)
+    console.width = max(console.width, _natural_width(headers, rows))
+    console.print(table)
 
 
 def _styled(header: str, cell: str, styles: dict[str, dict[str, str]]) -> Any:
@@ -166,6 +169,11 @@ def _styled(header: str, cell: str, styles: dict[str, dict[str, str]]) -> Any:
 
     style = styles.get(header, {}).get(cell)
     return Text(cell, style=style or "")
+
+
+def _natural_width(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    return sum(widths) + 2 * (len(widths) - 1)
 
 
 def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:

@@ -103,7 +103,8 @@ def _plan_selector(plan: Plan, selector: refs.Selector, views: Sequence[Namespac
         found = found or bool(targets)
     if not found:
         where = ", ".join(v.namespace for v in views) or "no namespace"
-        error = ImageNotFound(f"no image {selector.text} in {where}", "check the name with pinctl ls, or pick the namespace with -n")
+        name = selector.text if selector.ref in (None, selector.text) else f"{selector.text} ({selector.ref})"
+        error = ImageNotFound(f"no image {name} in {where}", "check the name with pinctl ls, or pick the namespace with -n")
         plan.settled.append(ItemResult("", selector.text, "failed", str(error)))
 
 
