@@ -1,17 +1,14 @@
-"""A tiny, dependency-free CRI client: just enough to ask what the kubelet sees.
+"""A tiny CRI client for checking results: just enough to ask what the kubelet sees.
 
-Debian ships no crictl and the test environment has no grpcio, so this speaks
-gRPC's wire format directly: HTTP/2 with prior knowledge over the unix socket,
-one unary call per connection, hand-decoded protobuf. It only needs to read
-``ListImages`` (id, tags, digests, size, pinned), the field the kubelet's image
-GC honours.
+Debian ships no crictl. grpcio carries the call; the reply is decoded here by field number,
+independently of pinctl's own .proto files, so a wrong field number there cannot hide in a
+test that reads through the same definitions. It reads ``ListImages`` (id, tags, digests,
+size, and ``pinned``, the field the kubelet's image GC honours).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import socket
-import struct
 import time
 from collections.abc import Callable, Iterable
 
@@ -19,13 +16,6 @@ from collections.abc import Callable, Iterable
 NAMESPACE = "k8s.io"
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
 CALL_TIMEOUT_S = 30.0
-
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PING, _GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
-_END_STREAM, _ACK, _END_HEADERS, _PADDED = 0x1, 0x1, 0x4, 0x8
-_STREAM = 1
-_MAX_WINDOW = 2**31 - 1
-_DEFAULT_WINDOW = 65535
 
 
 class CriError(RuntimeError):
@@ -79,94 +69,16 @@ def by_tag(listed: Iterable[CriImage]) -> dict[str, CriImage]:
 
 
 def unary_call(address: str, method: str, request: bytes) -> bytes:
-    """Send one gRPC request; return the response message bytes."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(CALL_TIMEOUT_S)
-        sock.connect(address)
-        sock.sendall(_request_bytes(method, request))
-        body = _read_response(sock)
-    if len(body) < 5:
-        # grpc-status sits in HPACK-compressed trailers we do not decode.
-        raise CriError(f"{method}: no response message (call failed on the server)")
-    compressed, length = struct.unpack(">BI", body[:5])
-    if compressed:
-        raise CriError(f"{method}: compressed responses are not supported")
-    return body[5 : 5 + length]
+    """Send one gRPC request with raw bytes; return the raw response message."""
+    import grpc
 
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, flags, stream) + payload
-
-
-def _hpack_literal(name: str, value: str) -> bytes:
-    # "Literal without indexing, new name", no Huffman: lengths must fit 7 bits.
-    n, v = name.encode(), value.encode()
-    if len(n) > 126 or len(v) > 126:
-        raise CriError(f"header too long for this encoder: {name}")
-    return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
-
-
-def _request_bytes(method: str, request: bytes) -> bytes:
-    headers = [
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", method),
-        (":authority", "localhost"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]
-    block = b"".join(_hpack_literal(n, v) for n, v in headers)
-    # A huge window up front means we never have to send WINDOW_UPDATEs.
-    settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, _MAX_WINDOW)
-    window = struct.pack(">I", _MAX_WINDOW - _DEFAULT_WINDOW)
-    message = struct.pack(">BI", 0, len(request)) + request
-    return b"".join(
-        [
-            _PREFACE,
-            _frame(_SETTINGS, 0, 0, settings),
-            _frame(0x8, 0, 0, window),
-            _frame(_HEADERS, _END_HEADERS, _STREAM, block),
-            _frame(_DATA, _END_STREAM, _STREAM, message),
-        ]
-    )
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise CriError("connection closed mid-response")
-        chunks += chunk
-    return bytes(chunks)
-
-
-def _read_response(sock: socket.socket) -> bytes:
-    """Collect stream 1's DATA until END_STREAM, answering SETTINGS and PING."""
-    body = bytearray()
-    while True:
-        header = _recv_exact(sock, 9)
-        length = int.from_bytes(header[:3], "big")
-        kind, flags, stream = struct.unpack(">BBI", header[3:])
-        payload = _recv_exact(sock, length)
-        stream &= 0x7FFFFFFF
-        if kind == _SETTINGS and not flags & _ACK:
-            sock.sendall(_frame(_SETTINGS, _ACK, 0, b""))
-        elif kind == _PING and not flags & _ACK:
-            sock.sendall(_frame(_PING, _ACK, 0, payload))
-        elif kind in (_RST_STREAM, _GOAWAY) and stream in (0, _STREAM):
-            raise CriError(f"server ended the call (frame type {kind}, payload {payload.hex()})")
-        elif kind == _DATA and stream == _STREAM:
-            body += _strip_padding(payload, flags)
-        if stream == _STREAM and kind in (_DATA, _HEADERS) and flags & _END_STREAM:
-            return bytes(body)
-
-
-def _strip_padding(payload: bytes, flags: int) -> bytes:
-    if not flags & _PADDED:
-        return payload
-    pad = payload[0]
-    return payload[1 : len(payload) - pad]
+    with grpc.insecure_channel(f"unix://{address}") as channel:
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        try:
+            reply: bytes = call(request, timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as err:
+            raise CriError(f"{method}: {err.code().name}: {err.details()}") from None
+    return reply
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
