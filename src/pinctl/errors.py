@@ -52,3 +52,7 @@ class ImageNotFound(PinctlError):
 
 class AmbiguousRef(PinctlError):
     """An ID prefix matches more than one image."""
+
+
+class PatternError(ConfigError):
+    """A pinned-image pattern that cannot be used."""
