@@ -7,6 +7,11 @@ from typing import Optional
 
 PIN_LABEL = "io.cri-containerd.pinned"
 PIN_VALUE = "pinned"
+# Marks a pin that `pinctl sync` added, so `sync --prune` never removes a pin someone else set.
+MANAGED_LABEL = "io.pinctl.managed"
+MANAGED_VALUE = "true"
+
+LabelChange = dict[str, Optional[str]]
 
 
 @dataclass(frozen=True)
@@ -43,9 +48,13 @@ class ResolvedTarget:
 class Reason:
     kind: str
     detail: str
+    source: Optional[str] = None
 
     def as_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "detail": self.detail}
+        found = {"kind": self.kind, "detail": self.detail}
+        if self.source is not None:
+            found["source"] = self.source
+        return found
 
 
 @dataclass
@@ -60,6 +69,7 @@ class ImageRow:
     labels: dict[str, str]
     pinned: bool = False
     reasons: list[Reason] = field(default_factory=list)
+    drift: Optional[str] = None
 
     @property
     def digest(self) -> str:

@@ -31,6 +31,7 @@ def image_dict(row: ImageRow) -> dict[str, Any]:
         "pinned": row.pinned,
         "reasons": [reason.as_dict() for reason in row.reasons],
         "labels": dict(row.labels),
+        "drift": row.drift,
     }
 
 
@@ -73,6 +74,8 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
         return "sandbox"
     if reason.kind == "ignored":
         return f"but {reason.detail}"
+    if reason.kind == "pattern":
+        return f"pattern {reason.detail} ({reason.source})"
     if reason.kind == "ineffective-label":
         own = f"{row.ref}: "
         detail = reason.detail[len(own) :] if reason.detail.startswith(own) else f"on {reason.detail}"
@@ -81,24 +84,35 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
 
 
 def print_images(
-    rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: TextIO = sys.stdout
+    rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: TextIO = sys.stdout,
+    show_drift: bool = False,
 ) -> None:
     if quiet:
         out.write("".join(f"{row.ref}\n" for row in rows))
     elif fmt == "json":
         out.write(envelope(images=[image_dict(r) for r in rows], errors=list(errors)) + "\n")
     else:
-        _print_image_table(rows, wide=fmt == "wide", out=out)
+        _print_image_table(rows, wide=fmt == "wide", out=out, show_drift=show_drift)
     if fmt != "json":
         for error in errors:
             warn(f"{error['namespace']}/{error['ref']}: {error['message']}")
 
 
-def _print_image_table(rows: Sequence[ImageRow], wide: bool, out: TextIO) -> None:
+DRIFT_TEXT = {
+    "unlabelled": "covered by a pattern, not labelled (pinctl sync)",
+    "uncovered": "labelled, no pattern covers it",
+}
+
+
+def _print_image_table(rows: Sequence[ImageRow], wide: bool, out: TextIO, show_drift: bool = False) -> None:
     headers = ["NAMESPACE", "REF", "IMAGE ID", "SIZE", "PINNED", "WHY"]
     if wide:
         headers = ["NAMESPACE", "REF", "IMAGE ID", "DIGEST", "SIZE", "PINNED", "WHY", "LABELS"]
     table_rows = [_image_cells(row, wide) for row in rows]
+    if show_drift:
+        headers.insert(headers.index("WHY"), "DRIFT")
+        for row, cells in zip(rows, table_rows):
+            cells.insert(headers.index("DRIFT"), DRIFT_TEXT.get(row.drift or "", "-"))
     print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}})
 
 
@@ -119,7 +133,7 @@ def print_results(
         out.write(envelope(command=command, dry_run=dry_run, status=status, results=body) + "\n")
         return
     if quiet:
-        out.write("".join(f"{r.ref}\n" for r in results if r.action in ("pinned", "unpinned")))
+        out.write("".join(f"{r.ref}\n" for r in results if r.action in CHANGED))
     else:
         headers = ["ACTION", "NAMESPACE", "REF", "ERROR"]
         cells = [[_action_text(r.action, dry_run), r.namespace or "-", r.ref, r.error or ""] for r in results]
@@ -130,8 +144,11 @@ def print_results(
     warn(summary(command, results, dry_run))
 
 
+CHANGED = ("pinned", "unpinned", "pruned")
+
+
 def _action_text(action: str, dry_run: bool) -> str:
-    return f"would be {action}" if dry_run and action in ("pinned", "unpinned") else action
+    return f"would be {action}" if dry_run and action in CHANGED else action
 
 
 def summary(command: str, results: Sequence[ItemResult], dry_run: bool) -> str:
@@ -182,6 +199,39 @@ def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: Tex
     for line in [list(headers), *map(list, rows)]:
         padded = [cell.ljust(width) for cell, width in zip(line, widths)]
         out.write("   ".join(padded).rstrip() + "\n")
+
+
+def print_config(cfg: Any, fmt: str, out: TextIO = sys.stdout) -> None:
+    """The effective configuration: every key with its value and source, then every pattern."""
+    values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.values.items())}
+    patterns = [{"pattern": p.text, "dialect": p.dialect, "source": p.source} for p in cfg.patterns]
+    if fmt == "json":
+        out.write(envelope(config=values, pinned_images=patterns, files=list(cfg.files)) + "\n")
+        return
+    rows = [[key, _config_text(item["value"]), item["source"]] for key, item in values.items()]
+    rows += [["pinned_images", f"{p['pattern']} ({p['dialect']})", p["source"]] for p in patterns]
+    if not patterns:
+        rows.append(["pinned_images", "(none)", "default"])
+    print_table(["KEY", "VALUE", "SOURCE"], rows, out)
+
+
+def _config_text(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "(none)"
+    return str(value)
+
+
+def print_problems(problems: Sequence[Any], fmt: str, out: TextIO = sys.stdout) -> None:
+    if fmt == "json":
+        out.write(envelope(problems=[p.as_dict() for p in problems]) + "\n")
+        return
+    for p in problems:
+        where = f"{p.source}: " if p.source else ""
+        out.write(f"{where}{p.kind}: {p.message}\n")
+    count = len(problems)
+    warn(f"config lint: {count} problem{'s' if count != 1 else ''}" if count else "config lint: no problems")
 
 
 def warn(message: str) -> None:

@@ -47,20 +47,19 @@ class FakeStore:
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
         return {t: ResolvedTarget(self.ids[t], 1234) for t in targets}
 
-    def set_labels(
-        self, namespace: str, changes: Sequence[tuple[StoredImage, Optional[str]]], key: str
-    ) -> list[Optional[str]]:
+    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, dict[str, Optional[str]]]]) -> list[Optional[str]]:
         errors: list[Optional[str]] = []
-        for image, value in changes:
+        for image, change in changes:
             if image.name in self.fail_names:
                 errors.append("refused")
                 continue
             labels = dict(self.records[namespace][image.name].labels)
-            labels.pop(key, None)
-            if value is not None:
-                labels[key] = value
+            for key, value in change.items():
+                labels.pop(key, None)
+                if value is not None:
+                    labels[key] = value
             self.records[namespace][image.name] = StoredImage(image.name, labels, image.target)
-            self.writes.append((namespace, image.name, value))
+            self.writes.append((namespace, image.name, change.get("io.cri-containerd.pinned")))
             errors.append(None)
         return errors
 

@@ -19,7 +19,8 @@ ROW = ImageRow(
     size=1234,
     labels={"io.cri-containerd.pinned": "pinned", "z": "1"},
     pinned=True,
-    reasons=[Reason("label", "example.test/app:1")],
+    reasons=[Reason("label", "example.test/app:1"), Reason("pattern", "example.test/*", "/etc/pinctl/config.toml:1")],
+    drift="uncovered",
 )
 
 
@@ -34,9 +35,13 @@ def test_ls_envelope_keys_and_types() -> None:
     assert sorted(doc) == ["errors", "images", "pinctl_result_version"]
     assert doc["pinctl_result_version"] == 1
     [image] = doc["images"]
-    assert sorted(image) == ["digest", "id", "labels", "namespace", "pinned", "reasons", "ref", "size"]
+    assert sorted(image) == ["digest", "drift", "id", "labels", "namespace", "pinned", "reasons", "ref", "size"]
     assert isinstance(image["size"], int) and isinstance(image["pinned"], bool)
-    assert image["reasons"] == [{"detail": "example.test/app:1", "kind": "label"}]
+    assert image["reasons"] == [
+        {"detail": "example.test/app:1", "kind": "label"},
+        {"detail": "example.test/*", "kind": "pattern", "source": "/etc/pinctl/config.toml:1"},
+    ]
+    assert image["drift"] == "uncovered"
     assert doc["errors"] == [{"message": "m", "namespace": "k8s.io", "ref": "x"}]
 
 
@@ -63,6 +68,34 @@ def render_pin() -> dict:
     return json.loads(buf.getvalue())
 
 
+def render_config() -> dict:
+    from pinctl.config import Config, PatternEntry, Value
+
+    cfg = Config(
+        values={"timeout": Value(2.0, "default")},
+        patterns=[PatternEntry("example.test/*", "/etc/pinctl/config.toml:1", "pinctl")],
+        files=["/etc/pinctl/config.toml"],
+    )
+    buf = io.StringIO()
+    output.print_config(cfg, "json", out=buf)
+    return json.loads(buf.getvalue())
+
+
+def render_lint() -> dict:
+    from pinctl.service.lint import Problem
+
+    buf = io.StringIO()
+    output.print_problems([Problem("unmatched", "x.example/*", "f:1", "matches nothing")], "json", out=buf)
+    return json.loads(buf.getvalue())
+
+
+def test_config_and_lint_envelopes() -> None:
+    config = render_config()
+    assert config["config"] == {"timeout": {"source": "default", "value": 2.0}}
+    assert config["pinned_images"] == [{"dialect": "pinctl", "pattern": "example.test/*", "source": "/etc/pinctl/config.toml:1"}]
+    assert render_lint()["problems"] == [{"kind": "unmatched", "message": "matches nothing", "pattern": "x.example/*", "source": "f:1"}]
+
+
 def keys_of(value: object) -> set[str]:
     """Every key in a document, except inside `labels`, whose keys are the engine's data."""
     if isinstance(value, list):
@@ -78,4 +111,8 @@ def keys_of(value: object) -> set[str]:
 
 def test_every_emitted_key_is_documented_and_back() -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)`", DOC.read_text(), flags=re.M))
-    assert keys_of(render_ls()) | keys_of(render_pin()) == documented
+    # `config` maps key names to their values: those names are the config keys, not contract keys.
+    config_keys = {key for entry in render_config()["config"].values() for key in entry} | {"config"}
+    emitted = keys_of(render_ls()) | keys_of(render_pin()) | keys_of(render_lint()) | config_keys
+    emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
+    assert emitted == documented

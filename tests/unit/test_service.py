@@ -141,3 +141,16 @@ def test_an_old_containerd_pins_nothing_and_says_why() -> None:
         assert not rows[key].pinned
         assert "1.6.20~ds1" in rows[key].reasons[-1].detail and rows[key].reasons[-1].kind == "ignored"
     assert rows[("moby", "example.test/app:1")].pinned
+
+
+def test_drift_ignores_the_sandbox_image() -> None:
+    from pinctl.config import PatternEntry
+    from pinctl.service.policy import compile_policy
+
+    store = FakeStore(sandbox="example.test/pause:3.9")
+    store.add("k8s.io", "example.test/pause:3.9", "p", PIN)
+    store.add("k8s.io", "example.test/hand:1", "h", PIN)
+    store.add("k8s.io", "example.test/app:1", "a")
+    policy = compile_policy([PatternEntry("example.test/app:*", "test", "pinctl")])
+    drift = {r.ref: r.drift for r in listing.list_images(store, ["k8s.io"], policy).rows}
+    assert drift == {"example.test/pause:3.9": None, "example.test/hand:1": "uncovered", "example.test/app:1": "unlabelled"}

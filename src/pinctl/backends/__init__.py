@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Protocol, Sequence
 
-from pinctl.model import ResolvedTarget, StoredImage
+from pinctl.model import LabelChange, ResolvedTarget, StoredImage
 
 
 class ImageStore(Protocol):
@@ -28,10 +28,11 @@ class ImageStore(Protocol):
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
         """Image ID and size for each target digest, read from the manifests."""
 
-    def set_labels(
-        self, namespace: str, changes: Sequence[tuple[StoredImage, Optional[str]]], key: str
-    ) -> list[Optional[str]]:
-        """Set (value) or remove (None) one label on many images; one error text or None each."""
+    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[Optional[str]]:
+        """Set (value) or remove (None) the named labels on many images, touching no other label.
+
+        Returns one error text, or None, per change.
+        """
 
     def sandbox_image(self) -> Optional[str]:
         """The image the runtime keeps for pod sandboxes, when its config can be read."""

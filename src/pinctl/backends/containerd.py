@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from pinctl.backends import _grpc, oci
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
-from pinctl.model import Descriptor, ResolvedTarget, StoredImage
+from pinctl.model import Descriptor, LabelChange, ResolvedTarget, StoredImage
 
 if TYPE_CHECKING:
     import grpc
@@ -143,9 +143,7 @@ class ContainerdStore:
                 out[digest] = f"unreadable manifest: {err}"
         return out
 
-    def set_labels(
-        self, namespace: str, changes: Sequence[tuple[StoredImage, Optional[str]]], key: str
-    ) -> list[Optional[str]]:
+    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[Optional[str]]:
         import grpc
 
         stub = self._stub("images")
@@ -154,8 +152,8 @@ class ContainerdStore:
         for start in range(0, len(changes), UPDATE_WINDOW):
             window = changes[start : start + UPDATE_WINDOW]
             futures = [
-                stub.Update.future(_label_update(image, key, value), metadata=metadata, timeout=self.timeout)
-                for image, value in window
+                stub.Update.future(_label_update(image, change), metadata=metadata, timeout=self.timeout)
+                for image, change in window
             ]
             for future in futures:
                 try:
@@ -179,7 +177,7 @@ def _stored_image(img: Any) -> StoredImage:
     return StoredImage(name=img.name, labels=dict(img.labels), target=target)
 
 
-def _label_update(image: StoredImage, key: str, value: Optional[str]) -> Any:
+def _label_update(image: StoredImage, change: LabelChange) -> Any:
     from google.protobuf import field_mask_pb2
 
     from pinctl.proto import descriptor_pb2, images_pb2
@@ -189,9 +187,10 @@ def _label_update(image: StoredImage, key: str, value: Optional[str]) -> Any:
     target = descriptor_pb2.Descriptor(
         media_type=image.target.media_type, digest=image.target.digest, size=image.target.size
     )
-    labels = {key: value} if value is not None else {}
+    # A masked path whose key is absent from the labels removes that label.
+    labels = {key: value for key, value in change.items() if value is not None}
     record = images_pb2.Image(name=image.name, labels=labels, target=target)
-    mask = field_mask_pb2.FieldMask(paths=[f"labels.{key}"])
+    mask = field_mask_pb2.FieldMask(paths=[f"labels.{key}" for key in sorted(change)])
     return images_pb2.UpdateImageRequest(image=record, update_mask=mask)
 
 

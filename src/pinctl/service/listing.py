@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
@@ -12,6 +11,7 @@ from pinctl import refs
 from pinctl.backends import ImageStore
 from pinctl.errors import UsageError
 from pinctl.model import ImageRow, Reason, StoredImage
+from pinctl.service.policy import Policy, coverage
 
 # Only this namespace is read by containerd's CRI plugin, so only there does the sandbox image count.
 CRI_NAMESPACE = "k8s.io"
@@ -24,11 +24,16 @@ class Listing:
 
 
 def list_namespace(
-    store: ImageStore, namespace: str, sandbox: Optional[str], runtime_version: Optional[str] = None
+    store: ImageStore,
+    namespace: str,
+    sandbox: Optional[str],
+    runtime_version: Optional[str] = None,
+    policy: Optional[Policy] = None,
 ) -> Listing:
     listing = build_rows(store, namespace, store.list_images(namespace))
     in_cri = namespace == CRI_NAMESPACE
     annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None)
+    annotate_policy(listing.rows, policy or Policy())
     return listing
 
 
@@ -53,12 +58,12 @@ def build_rows(store: ImageStore, namespace: str, images: Sequence[StoredImage])
     return listing
 
 
-def list_images(store: ImageStore, namespaces: Sequence[str]) -> Listing:
+def list_images(store: ImageStore, namespaces: Sequence[str], policy: Optional[Policy] = None) -> Listing:
     sandbox = store.sandbox_image()
     runtime_version = store.version() if CRI_NAMESPACE in namespaces else None
     listing = Listing()
     for namespace in namespaces:
-        part = list_namespace(store, namespace, sandbox, runtime_version)
+        part = list_namespace(store, namespace, sandbox, runtime_version, policy)
         listing.rows.extend(part.rows)
         listing.errors.extend(part.errors)
     listing.rows.sort(key=lambda row: (row.namespace, row.ref))
@@ -91,6 +96,27 @@ def annotate_pins(rows: Sequence[ImageRow], sandbox: Optional[str], runtime_vers
             row.reasons = list(reasons)
 
 
+def annotate_policy(rows: Sequence[ImageRow], policy: Policy) -> None:
+    """Add every pattern that covers an image, and where pins and policy disagree (drift)."""
+    cover = coverage(policy, rows)
+    for row in rows:
+        hits = cover.by_image.get(row.group_key, [])
+        row.reasons.extend(Reason("pattern", policy.patterns[i].text, policy.patterns[i].source) for i in hits)
+        row.drift = _drift(row, bool(hits))
+
+
+def _drift(row: ImageRow, covered: bool) -> Optional[str]:
+    # The runtime keeps (and labels) its sandbox image itself: neither direction is drift.
+    if any(r.kind == "sandbox" for r in row.reasons):
+        return None
+    labelled = any(r.kind == "label" for r in row.reasons)
+    if covered and not labelled:
+        return "unlabelled"
+    if labelled and not covered:
+        return "uncovered"
+    return None
+
+
 def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str]) -> list[Reason]:
     reasons = [Reason("label", row.ref) for row in group if pin_labels.carries_pin(row.labels)]
     if sandbox_ref and any(_normalized_or_none(row.ref) == sandbox_ref for row in group):
@@ -109,18 +135,27 @@ def _normalized_or_none(name: Optional[str]) -> Optional[str]:
         return name
 
 
-def filter_rows(rows: Sequence[ImageRow], terms: Sequence[str], pinned: Optional[bool]) -> list[ImageRow]:
-    """Rows matching any term (a ref, an image ID prefix or a `*` glob) and the pinned filter."""
-    kept = [row for row in rows if pinned is None or row.pinned == pinned]
+def filter_rows(
+    rows: Sequence[ImageRow],
+    terms: Sequence[str],
+    pinned: Optional[bool],
+    drift_only: bool = False,
+    dialect: str = "pinctl",
+) -> list[ImageRow]:
+    """Rows matching any term (a ref, an image ID prefix or a pattern) and the pinned and drift filters."""
+    kept = [row for row in rows if (pinned is None or row.pinned == pinned) and (row.drift or not drift_only)]
     if not terms:
         return kept
-    matchers = [_matcher(term) for term in terms]
+    matchers = [_matcher(term, dialect) for term in terms]
     return [row for row in kept if any(match(row) for match in matchers)]
 
 
-def _matcher(term: str) -> Callable[[ImageRow], bool]:
-    if "*" in term or "?" in term:
-        return lambda row: fnmatch.fnmatchcase(row.ref, term)
+def _matcher(term: str, dialect: str) -> Callable[[ImageRow], bool]:
+    from pinctl import patterns
+
+    if patterns.is_pattern(term):
+        pattern = patterns.parse_pattern(term, dialect, "command line")
+        return lambda row: patterns.matches(pattern, row.ref)
     selector = refs.parse_selector(term)
 
     def match(row: ImageRow) -> bool:

@@ -1,4 +1,4 @@
-"""pin and unpin: resolve arguments to references, plan label changes, apply them."""
+"""pin, unpin and sync: resolve arguments or the policy to references, plan label changes, apply them."""
 
 from __future__ import annotations
 
@@ -9,20 +9,31 @@ from pinctl import labels as pin_labels
 from pinctl import refs
 from pinctl.backends import ImageStore
 from pinctl.errors import AmbiguousRef, ImageNotFound, PinctlError
-from pinctl.model import PIN_LABEL, PIN_VALUE, ImageRow, ItemResult, StoredImage
+from pinctl.model import (
+    MANAGED_LABEL,
+    MANAGED_VALUE,
+    PIN_LABEL,
+    PIN_VALUE,
+    ImageRow,
+    ItemResult,
+    LabelChange,
+    StoredImage,
+)
 from pinctl.service.listing import build_rows, group_by_image, id_matches
+from pinctl.service.policy import Policy, coverage, sync_targets
 
 PIN = "pin"
 UNPIN = "unpin"
+SYNC = "sync"
 
 
 @dataclass(frozen=True)
 class Change:
-    """One label write: set the pin label (value) or remove it (None) on one record."""
+    """One label write on one record: each named label set to a value or removed (None)."""
 
     namespace: str
     image: StoredImage
-    value: Optional[str]
+    labels: LabelChange
     action: str
 
 
@@ -34,22 +45,29 @@ class Plan:
 
 
 class NamespaceView:
-    """One namespace's records, indexed by name; image IDs are read only when an argument needs them."""
+    """One namespace's records, indexed by name; image IDs are read only when something needs them."""
 
     def __init__(self, store: ImageStore, namespace: str) -> None:
         self.store = store
         self.namespace = namespace
         self.by_name = {img.name: img for img in store.list_images(namespace)}
-        self._images: Optional[dict[str, list[ImageRow]]] = None
+        self._rows: Optional[list[ImageRow]] = None
+        self._images: dict[str, list[ImageRow]] = {}
         self._image_key: dict[str, str] = {}
 
     @property
+    def rows(self) -> list[ImageRow]:
+        """Every record with its image ID, reading the manifests once."""
+        if self._rows is None:
+            self._rows = build_rows(self.store, self.namespace, list(self.by_name.values())).rows
+            self._images = {key: group for (_, key), group in group_by_image(self._rows).items()}
+            self._image_key = {row.ref: row.group_key for row in self._rows}
+        return self._rows
+
+    @property
     def images(self) -> dict[str, list[ImageRow]]:
-        """Rows grouped by image (ID, else target digest): reading manifests, once."""
-        if self._images is None:
-            rows = build_rows(self.store, self.namespace, list(self.by_name.values())).rows
-            self._images = {key: group for (_, key), group in group_by_image(rows).items()}
-            self._image_key = {row.ref: row.group_key for row in rows}
+        """Rows grouped by image (ID, else target digest)."""
+        self.rows  # noqa: B018 - reading rows fills the index
         return self._images
 
     def named(self, selector: refs.Selector) -> list[StoredImage]:
@@ -72,28 +90,39 @@ class NamespaceView:
 
     def image_of(self, image: StoredImage) -> list[StoredImage]:
         """Every record of the image this record belongs to, itself first."""
-        group = self.images[self._image_key[image.name]]
+        self.rows  # noqa: B018
+        group = self._images[self._image_key[image.name]]
         return [image, *(self.by_name[row.ref] for row in group if row.ref != image.name)]
 
+    def records(self, rows: Sequence[ImageRow]) -> list[StoredImage]:
+        return [self.by_name[row.ref] for row in rows]
 
-def make_plan(store: ImageStore, namespaces: Sequence[str], command: str, args: Sequence[str]) -> Plan:
+
+def make_plan(
+    store: ImageStore, namespaces: Sequence[str], command: str, args: Sequence[str], dialect: str = "pinctl"
+) -> Plan:
     """Every argument is parsed first, so a malformed one changes nothing (UsageError)."""
-    selectors = [refs.parse_selector(arg) for arg in args]
+    from pinctl import patterns
+
+    parsed = [
+        patterns.parse_pattern(arg, dialect, "command line") if patterns.is_pattern(arg) else refs.parse_selector(arg)
+        for arg in args
+    ]
     plan = Plan(command)
     views = [NamespaceView(store, ns) for ns in namespaces]
     seen: set[tuple[str, str]] = set()
-    for selector in selectors:
-        _plan_selector(plan, selector, views, seen)
+    for arg, what in zip(args, parsed):
+        _plan_argument(plan, arg, what, views, seen)
     return plan
 
 
-def _plan_selector(plan: Plan, selector: refs.Selector, views: Sequence[NamespaceView], seen: set[tuple[str, str]]) -> None:
+def _plan_argument(plan: Plan, arg: str, what: object, views: Sequence[NamespaceView], seen: set[tuple[str, str]]) -> None:
     found = False
     for view in views:
         try:
-            targets = _targets(view, selector, plan.command)
+            targets = _targets(view, what, plan.command)
         except PinctlError as err:
-            plan.settled.append(ItemResult(view.namespace, selector.text, "failed", str(err)))
+            plan.settled.append(ItemResult(view.namespace, arg, "failed", str(err)))
             found = True
             continue
         for image in targets:
@@ -102,38 +131,78 @@ def _plan_selector(plan: Plan, selector: refs.Selector, views: Sequence[Namespac
                 _plan_image(plan, view.namespace, image)
         found = found or bool(targets)
     if not found:
-        where = ", ".join(v.namespace for v in views) or "no namespace"
-        name = selector.text if selector.ref in (None, selector.text) else f"{selector.text} ({selector.ref})"
-        error = ImageNotFound(f"no image {name} in {where}", "check the name with pinctl ls, or pick the namespace with -n")
-        plan.settled.append(ItemResult("", selector.text, "failed", str(error)))
+        plan.settled.append(ItemResult("", arg, "failed", str(_not_found(arg, what, views))))
 
 
-def _targets(view: NamespaceView, selector: refs.Selector, command: str) -> list[StoredImage]:
-    """A name picks that record; an ID (or a sha256: name) picks every record of the image.
+def _not_found(arg: str, what: object, views: Sequence[NamespaceView]) -> ImageNotFound:
+    where = ", ".join(v.namespace for v in views) or "no namespace"
+    if isinstance(what, refs.Selector) and what.ref not in (None, arg):
+        arg = f"{arg} ({what.ref})"
+    kind = "image" if isinstance(what, refs.Selector) else "image matches"
+    return ImageNotFound(f"no {kind} {arg} in {where}", "check the name with pinctl ls, or pick the namespace with -n")
 
-    unpin widens a name to the whole image, since a label left on any sibling keeps it pinned.
-    """
+
+def _targets(view: NamespaceView, what: object, command: str) -> list[StoredImage]:
+    """A name picks that record; an ID (or a sha256: name) picks every record of the image;
+    a pattern picks what it matches. unpin widens everything to whole images, since a label
+    left on any sibling keeps the image pinned."""
+    if isinstance(what, refs.Selector):
+        picked = _selected(view, what)
+    else:
+        policy = Policy([what])  # type: ignore[list-item]
+        picked = view.records(sync_targets(view.rows, coverage(policy, view.rows)))
+    if command == UNPIN:
+        return list({img.name: img for hit in picked for img in view.image_of(hit)}.values())
+    return picked
+
+
+def _selected(view: NamespaceView, selector: refs.Selector) -> list[StoredImage]:
     named = view.named(selector)
     if named and not selector.text.startswith("sha256:"):
-        if command != UNPIN:
-            return named
-        return [img for hit in named for img in view.image_of(hit)]
+        return named
     if selector.id_prefix is None:
         return named
-    rows = view.by_id(selector)
-    return [view.by_name[row.ref] for row in rows] or named
+    return view.records(view.by_id(selector)) or named
 
 
 def _plan_image(plan: Plan, namespace: str, image: StoredImage) -> None:
-    if plan.command == PIN:
-        if pin_labels.carries_pin(image.labels):
-            plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
+    if plan.command == UNPIN:
+        if PIN_LABEL in image.labels or MANAGED_LABEL in image.labels:
+            plan.changes.append(Change(namespace, image, _removal(image), "unpinned"))
         else:
-            plan.changes.append(Change(namespace, image, PIN_VALUE, "pinned"))
-    elif PIN_LABEL in image.labels:
-        plan.changes.append(Change(namespace, image, None, "unpinned"))
+            plan.settled.append(ItemResult(namespace, image.name, "already-unpinned"))
+    elif pin_labels.carries_pin(image.labels):
+        plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
     else:
-        plan.settled.append(ItemResult(namespace, image.name, "already-unpinned"))
+        plan.changes.append(Change(namespace, image, {PIN_LABEL: PIN_VALUE}, "pinned"))
+
+
+def _removal(image: StoredImage) -> LabelChange:
+    """Remove the pin and, when sync put it there, the mark saying so; nothing else."""
+    return {key: None for key in (PIN_LABEL, MANAGED_LABEL) if key in image.labels}
+
+
+def make_sync_plan(store: ImageStore, namespaces: Sequence[str], policy: Policy, prune: bool) -> Plan:
+    """Label every ref the policy covers; with prune, unlabel refs sync labelled that it no longer covers."""
+    plan = Plan(SYNC)
+    for namespace in namespaces:
+        view = NamespaceView(store, namespace)
+        wanted = {row.ref for row in sync_targets(view.rows, coverage(policy, view.rows))}
+        for image in sorted(view.by_name.values(), key=lambda img: img.name):
+            _plan_sync_image(plan, namespace, image, image.name in wanted, prune)
+    return plan
+
+
+def _plan_sync_image(plan: Plan, namespace: str, image: StoredImage, wanted: bool, prune: bool) -> None:
+    managed = image.labels.get(MANAGED_LABEL) == MANAGED_VALUE
+    if wanted and pin_labels.carries_pin(image.labels):
+        plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
+    elif wanted:
+        # An ineffective value is ours to correct; the mark records that sync owns this pin.
+        change = {PIN_LABEL: PIN_VALUE, MANAGED_LABEL: MANAGED_VALUE}
+        plan.changes.append(Change(namespace, image, change, "pinned"))
+    elif prune and managed:
+        plan.changes.append(Change(namespace, image, _removal(image), "pruned"))
 
 
 def apply_plan(store: ImageStore, plan: Plan, dry_run: bool) -> list[ItemResult]:
@@ -145,7 +214,7 @@ def apply_plan(store: ImageStore, plan: Plan, dry_run: bool) -> list[ItemResult]
         if dry_run:
             errors: list[Optional[str]] = [None] * len(changes)
         else:
-            errors = store.set_labels(namespace, [(c.image, c.value) for c in changes], PIN_LABEL)
+            errors = store.set_labels(namespace, [(c.image, c.labels) for c in changes])
         for change, error in zip(changes, errors):
             action = "failed" if error else change.action
             results.append(ItemResult(namespace, change.image.name, action, error))

@@ -1,0 +1,96 @@
+"""config lint: what is wrong with the pin policy, one problem per finding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from pinctl.errors import PinctlError
+from pinctl.service.policy import Policy, compile_collecting
+
+if TYPE_CHECKING:
+    from pinctl.backends import ImageStore
+    from pinctl.config import Config
+    from pinctl.patterns import Pattern
+
+# Names a problem's message quotes at most, so one line stays one line.
+EXAMPLES = 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    pattern: str
+    source: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "pattern": self.pattern, "source": self.source, "message": self.message}
+
+
+def lint(cfg: Config, store: Optional[ImageStore], namespaces: Optional[Callable[[], list[str]]]) -> list[Problem]:
+    policy, invalid = compile_collecting(cfg.patterns)
+    problems = [Problem("invalid", entry.text, entry.source, str(err)) for entry, err in invalid]
+    problems += shadowed(policy.patterns)
+    if store is not None and namespaces is not None:
+        problems += _against_images(policy, store, namespaces)
+    return problems
+
+
+def shadowed(patterns: Sequence[Pattern]) -> list[Problem]:
+    """Each pattern that another one already covers; of two identical ones, the later."""
+    from pinctl.patterns import shadowed_by
+
+    problems: list[Problem] = []
+    for i, narrow in enumerate(patterns):
+        for j, broad in enumerate(patterns):
+            if i == j or not shadowed_by(narrow, broad):
+                continue
+            if shadowed_by(broad, narrow) and j > i:
+                continue  # equivalent: report the later one only
+            what = "duplicates" if shadowed_by(broad, narrow) else "is shadowed by"
+            problems.append(Problem("shadowed", narrow.text, narrow.source,
+                                    f"{narrow.text!r} {what} {broad.text!r} ({broad.source})"))
+            break
+    return problems
+
+
+def _against_images(policy: Policy, store: ImageStore, namespaces: Callable[[], list[str]]) -> list[Problem]:
+    from pinctl.service.listing import build_rows
+
+    try:
+        names: set[str] = set()
+        for namespace in namespaces():
+            for row in build_rows(store, namespace, store.list_images(namespace)).rows:
+                names.update(n for n in (row.ref, row.image_id) if n)
+    except PinctlError as err:
+        return [Problem("engine", "", "", f"cannot check the patterns against images: {err}")]
+    ordered = sorted(names)
+    return unmatched(policy, ordered) + crio_differences(policy, ordered)
+
+
+def unmatched(policy: Policy, names: Sequence[str]) -> list[Problem]:
+    hits = policy.matcher.match(names)
+    used = {i for per_name in hits for i in per_name}
+    return [
+        Problem("unmatched", p.text, p.source, f"{p.text!r} matches no image present")
+        for i, p in enumerate(policy.patterns)
+        if i not in used
+    ]
+
+
+def crio_differences(policy: Policy, names: Sequence[str]) -> list[Problem]:
+    """pinctl anchors globs at the start of a name; CRI-O does not. Show where that matters now."""
+    from pinctl.patterns import crio_equivalent, matches
+
+    problems: list[Problem] = []
+    for p in policy.patterns:
+        if p.kind != "glob" or p.dialect != "pinctl":
+            continue
+        crio = crio_equivalent(p)
+        extra = [n for n in names if matches(crio, n) and not matches(p, n)]
+        if extra:
+            problems.append(Problem("crio-differs", p.text, p.source,
+                                    f"{p.text!r} would also match {len(extra)} more under CRI-O, "
+                                    f"e.g. {', '.join(extra[:EXAMPLES])}"))
+    return problems

@@ -1,0 +1,89 @@
+"""The pin policy: patterns from the config, compiled once, matched against images."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from pinctl.errors import PatternError
+from pinctl.model import ImageRow
+
+if TYPE_CHECKING:
+    from pinctl.config import PatternEntry
+    from pinctl.patterns import Matcher, Pattern
+
+
+@dataclass
+class Policy:
+    patterns: list[Pattern] = field(default_factory=list)
+    _matcher: Optional[Matcher] = None
+
+    @property
+    def matcher(self) -> Matcher:
+        if self._matcher is None:
+            from pinctl.patterns import Matcher
+
+            self._matcher = Matcher(self.patterns)
+        return self._matcher
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+
+def compile_policy(entries: Sequence[PatternEntry]) -> Policy:
+    """Every pattern parsed; the first invalid one raises PatternError naming its source."""
+    policy, invalid = compile_collecting(entries)
+    if invalid:
+        raise invalid[0][1]
+    return policy
+
+
+def compile_collecting(entries: Sequence[PatternEntry]) -> tuple[Policy, list[tuple[PatternEntry, PatternError]]]:
+    """Parse what can be parsed and return every invalid pattern with its error, for lint."""
+    from pinctl.patterns import parse_pattern
+
+    policy = Policy()
+    invalid: list[tuple[PatternEntry, PatternError]] = []
+    for entry in entries:
+        try:
+            policy.patterns.append(parse_pattern(entry.text, entry.dialect, entry.source))
+        except PatternError as err:
+            invalid.append((entry, err))
+    return policy, invalid
+
+
+@dataclass
+class Coverage:
+    """Which patterns match each reference by name, and each image by any of its names."""
+
+    by_ref: dict[str, list[int]] = field(default_factory=dict)
+    by_image: dict[str, list[int]] = field(default_factory=dict)
+
+
+def coverage(policy: Policy, rows: Sequence[ImageRow]) -> Coverage:
+    """Match every name of every image once: each ref and each image ID."""
+    result = Coverage()
+    if not policy:
+        return result
+    ids = sorted({row.image_id for row in rows if row.image_id})
+    names = [row.ref for row in rows] + ids
+    hits = policy.matcher.match(names)
+    by_id = dict(zip(ids, hits[len(rows) :]))
+    for row, ref_hits in zip(rows, hits):
+        result.by_ref[row.ref] = ref_hits
+        merged = set(result.by_image.get(row.group_key, [])) | set(ref_hits) | set(by_id.get(row.image_id or "", []))
+        result.by_image[row.group_key] = sorted(merged)
+    return result
+
+
+def sync_targets(rows: Sequence[ImageRow], cover: Coverage) -> list[ImageRow]:
+    """The refs the policy wants labelled: those a pattern names, or every ref of an image
+    that a pattern names only by its ID."""
+    targets: list[ImageRow] = []
+    named_images = {row.group_key for row in rows if cover.by_ref.get(row.ref)}
+    for row in rows:
+        if cover.by_ref.get(row.ref):
+            targets.append(row)
+        elif cover.by_image.get(row.group_key) and row.group_key not in named_images:
+            targets.append(row)
+    return targets
