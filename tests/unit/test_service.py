@@ -154,3 +154,43 @@ def test_drift_ignores_the_sandbox_image() -> None:
     policy = compile_policy([PatternEntry("example.test/app:*", "test", "pinctl")])
     drift = {r.ref: r.drift for r in listing.list_images(store, ["k8s.io"], policy).rows}
     assert drift == {"example.test/pause:3.9": None, "example.test/hand:1": "uncovered", "example.test/app:1": "unlabelled"}
+
+
+@pytest.mark.parametrize(
+    "text, could",
+    [
+        ("sha256:" + "a" * 64, True), ("sha256:ab*", True), ("sha*", True), ("*256:ab*", True), ("*abc1*", True),
+        ("*:*", True), ("registry.example/*", False), ("*beta*", False), ("example.test/app:1", False),
+        ("*sha256:xyz*", False), ("sha256:abz*", False), ("*6:f*", True),
+    ],
+)
+def test_which_patterns_could_match_an_image_id(text: str, could: bool) -> None:
+    from pinctl.patterns import parse_pattern
+    from pinctl.service.policy import could_match_an_id
+
+    assert could_match_an_id(parse_pattern(text)) is could
+
+
+def test_could_match_an_id_never_says_no_wrongly() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pinctl.errors import PatternError
+    from pinctl.patterns import matches, parse_pattern
+    from pinctl.service.policy import could_match_an_id
+
+    ids = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda h: "sha256:" + h)
+
+    @settings(max_examples=300, deadline=None)
+    @given(ids, st.integers(0, 70), st.integers(1, 12), st.sampled_from(["exact", "glob", "keyword"]))
+    def check(image_id: str, start: int, length: int, kind: str) -> None:
+        piece = image_id[start : start + length]
+        text = {"exact": image_id, "glob": image_id[:start] + "*", "keyword": f"*{piece}*"}[kind]
+        try:
+            pattern = parse_pattern(text)
+        except PatternError:
+            return
+        if matches(pattern, image_id):
+            assert could_match_an_id(pattern), text
+
+    check()

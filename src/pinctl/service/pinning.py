@@ -20,7 +20,7 @@ from pinctl.model import (
     StoredImage,
 )
 from pinctl.service.listing import build_rows, group_by_image, id_matches
-from pinctl.service.policy import Policy, coverage, sync_targets
+from pinctl.service.policy import Policy, could_match_an_id, coverage, sync_targets
 
 PIN = "pin"
 UNPIN = "unpin"
@@ -97,6 +97,14 @@ class NamespaceView:
     def records(self, rows: Sequence[ImageRow]) -> list[StoredImage]:
         return [self.by_name[row.ref] for row in rows]
 
+    def wanted(self, policy: Policy) -> list[StoredImage]:
+        """The records a policy asks to pin. Manifests are read only when a pattern could
+        match an image ID; otherwise the names alone decide."""
+        if any(could_match_an_id(p) for p in policy.patterns):
+            return self.records(sync_targets(self.rows, coverage(policy, self.rows)))
+        names = sorted(self.by_name)
+        return [self.by_name[n] for n, hits in zip(names, policy.matcher.match(names)) if hits]
+
 
 def make_plan(
     store: ImageStore, namespaces: Sequence[str], command: str, args: Sequence[str], dialect: str = "pinctl"
@@ -149,8 +157,7 @@ def _targets(view: NamespaceView, what: object, command: str) -> list[StoredImag
     if isinstance(what, refs.Selector):
         picked = _selected(view, what)
     else:
-        policy = Policy([what])  # type: ignore[list-item]
-        picked = view.records(sync_targets(view.rows, coverage(policy, view.rows)))
+        picked = view.wanted(Policy([what]))  # type: ignore[list-item]
     if command == UNPIN:
         return list({img.name: img for hit in picked for img in view.image_of(hit)}.values())
     return picked
@@ -187,7 +194,7 @@ def make_sync_plan(store: ImageStore, namespaces: Sequence[str], policy: Policy,
     plan = Plan(SYNC)
     for namespace in namespaces:
         view = NamespaceView(store, namespace)
-        wanted = {row.ref for row in sync_targets(view.rows, coverage(policy, view.rows))}
+        wanted = {image.name for image in view.wanted(policy)}
         for image in sorted(view.by_name.values(), key=lambda img: img.name):
             _plan_sync_image(plan, namespace, image, image.name in wanted, prune)
     return plan

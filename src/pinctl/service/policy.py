@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -28,6 +29,29 @@ class Policy:
 
     def __bool__(self) -> bool:
         return bool(self.patterns)
+
+
+ID_PREFIX = "sha256:"
+_WHOLE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+_HEX = re.compile(r"[0-9a-f]{0,64}")
+
+
+def could_match_an_id(pattern: Pattern) -> bool:
+    """Whether any image ID (sha256:<64 hex>) can match: only then are manifests worth reading.
+
+    Errs towards yes: a needless yes costs a read of the manifests, a wrong no a missed pin.
+    """
+    needle = pattern.needle
+    if pattern.anchored_start and pattern.anchored_end:
+        return _WHOLE_ID.fullmatch(needle) is not None
+    if pattern.anchored_start:
+        if len(needle) <= len(ID_PREFIX):
+            return ID_PREFIX.startswith(needle)
+        return needle.startswith(ID_PREFIX) and _HEX.fullmatch(needle[len(ID_PREFIX) :]) is not None
+    if needle in ID_PREFIX:
+        return True
+    tails = (ID_PREFIX[cut:] for cut in range(len(ID_PREFIX) + 1))
+    return any(needle.startswith(t) and _HEX.fullmatch(needle[len(t) :]) for t in tails)
 
 
 def compile_policy(entries: Sequence[PatternEntry]) -> Policy:
