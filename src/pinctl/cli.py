@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 import click
 
 from pinctl import __version__
+from pinctl.config import CRIO_DEFAULT_PATH
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, PinctlError, UsageError
 
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 EXIT_CODES_HELP = "Exit codes: 0 ok, 1 error, 2 usage or config error, 3 partial (some items failed)."
-CRIO_DEFAULT_PATH = "/etc/crio/crio.conf"
 
 # Options every command takes, before or after its name; the one nearer the command wins.
 COMMON_OPTIONS = [
