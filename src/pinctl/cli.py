@@ -13,9 +13,10 @@ from pinctl.config import CRIO_DEFAULT_PATH
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, PinctlError, UsageError
 
 if TYPE_CHECKING:
-    from pinctl.backends.containerd import ContainerdStore
     from pinctl.config import Config
+    from pinctl.service.pinning import Plan
     from pinctl.service.policy import Policy
+    from pinctl.service.sources import Sources
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,6 +35,9 @@ COMMON_OPTIONS = [
     click.option("--containerd-config", metavar="PATH", type=click.Path(dir_okay=False),
                  help="containerd config to read the CRI sandbox image from. "
                       "Default: $PINCTL_CONTAINERD_CONFIG, else /etc/containerd/config.toml when readable."),
+    click.option("--docker-host", metavar="HOST",
+                 help="Docker daemon, as in DOCKER_HOST. Default: $DOCKER_HOST, else unix:///var/run/docker.sock "
+                      "when it answers."),
     click.option("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
                  help="pinctl config file; drop-ins come from config.d beside it. "
                       "Default: $PINCTL_CONFIG, else /etc/pinctl/config.toml."),
@@ -51,6 +55,7 @@ FLAG_KEYS = {
     "timeout": "timeout",
     "containerd_config": "containerd_config",
     "pattern_dialect": "pattern_dialect",
+    "docker_host": "docker_host",
 }
 
 
@@ -90,27 +95,17 @@ def load_config(ctx: click.Context) -> Config:
     return config.load(flags, os.environ, config_path=pick("config_path"), from_crio=pick("from_crio"))
 
 
-def open_store(cfg: Config) -> ContainerdStore:
-    from pinctl.backends.containerd import ContainerdStore
+def open_sources(cfg: Config) -> Sources:
+    from pinctl import output
+    from pinctl.service.sources import open_sources as open_all
 
-    return ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"), cfg.get("containerd_config"))
+    return open_all(cfg, output.warn)
 
 
 def load_policy(cfg: Config) -> Policy:
     from pinctl.service.policy import compile_policy
 
     return compile_policy(cfg.patterns)
-
-
-def selected_namespaces(store: ContainerdStore, cfg: Config) -> list[str]:
-    from pinctl import output
-    from pinctl.service import namespaces
-
-    requested = cfg.get("namespaces")
-    selected = namespaces.select_namespaces(store, requested)
-    if not selected and not requested:
-        output.warn(f"no k8s.io or moby namespace in containerd at {store.address}; pick one with -n NS or -n all")
-    return selected
 
 
 @click.group(context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES_HELP)
@@ -146,12 +141,11 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     and where it came from, and labels that look like pins but are not.
     """
     from pinctl import output
-    from pinctl.service import listing
+    from pinctl.service import listing, sources
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
-    store = open_store(cfg)
-    result = listing.list_images(store, selected_namespaces(store, cfg), policy)
+    result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
     rows = listing.filter_rows(result.rows, filters, pinned, drift, cfg.get("pattern_dialect"))
     output.print_images(rows, result.errors, fmt, quiet, show_drift=drift)
     return EXIT_OK
@@ -188,19 +182,19 @@ def unpin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: s
 
 
 def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: bool, fmt: str, quiet: bool) -> int:
-    from pinctl.service import pinning
+    from pinctl.service import pinning, sources
 
     cfg = load_config(ctx)
-    store = open_store(cfg)
-    plan = pinning.make_plan(store, selected_namespaces(store, cfg), command, args, cfg.get("pattern_dialect"))
-    return _apply(command, store, plan, dry_run, fmt, quiet)
+    found = open_sources(cfg)
+    plan = pinning.make_plan(sources.views(found), command, args, cfg.get("pattern_dialect"), found.docker)
+    return _apply(command, plan, dry_run, fmt, quiet)
 
 
-def _apply(command: str, store: ContainerdStore, plan: Any, dry_run: bool, fmt: str, quiet: bool) -> int:
+def _apply(command: str, plan: Plan, dry_run: bool, fmt: str, quiet: bool) -> int:
     from pinctl import output
     from pinctl.service import pinning
 
-    results = pinning.apply_plan(store, plan, dry_run)
+    results = pinning.apply_plan(plan, dry_run)
     status = pinning.status_of(results)
     output.print_results(command, results, status, dry_run, fmt, quiet)
     return {"success": EXIT_OK, "partial": EXIT_PARTIAL}.get(status, EXIT_ERROR)
@@ -223,7 +217,7 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     io.pinctl.managed=true to record that sync put it there. --prune removes pins carrying
     that mark when no pattern covers them any more; a pin set by anyone else is never removed.
     """
-    from pinctl.service import pinning
+    from pinctl.service import pinning, sources
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
@@ -231,9 +225,8 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
         read = ", ".join(cfg.files) or "no config file"
         raise UsageError(f"the policy has no pinned_images (read: {read}); --prune would remove every pin sync added",
                          "fix the config, or pass --allow-empty-policy if that is what you want")
-    store = open_store(cfg)
-    plan = pinning.make_sync_plan(store, selected_namespaces(store, cfg), policy, prune)
-    return _apply("sync", store, plan, dry_run, fmt, quiet)
+    plan = pinning.make_sync_plan(sources.views(open_sources(cfg)), policy, prune)
+    return _apply("sync", plan, dry_run, fmt, quiet)
 
 
 @cli.group("config", context_settings=CONTEXT_SETTINGS)
@@ -274,10 +267,40 @@ def config_lint(ctx: click.Context, offline: bool, fmt: str, **_: Any) -> int:
     from pinctl.service import lint
 
     cfg = load_config(ctx)
-    store = None if offline else open_store(cfg)
-    problems = lint.lint(cfg, store, None if store is None else lambda: selected_namespaces(store, cfg))
+    problems = lint.lint(cfg, None if offline else lambda: open_sources(cfg))
     output.print_problems(problems, fmt)
     return EXIT_ERROR if problems else EXIT_OK
+
+
+@config_group.command("export", epilog=EXIT_CODES_HELP)
+@click.option("--for", "target", type=click.Choice(["crio", "containerd", "cri-dockerd"]), required=True,
+              help="The runtime whose configuration to write.")
+@click.option("--offline", is_flag=True,
+              help="Do not ask the engines; patterns a runtime cannot express are then left out.")
+@common_options
+@click.pass_context
+def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> int:
+    """Write the pin policy as a runtime's own configuration, on stdout.
+
+    crio: a crio.conf.d drop-in with [crio.image] pinned_images. containerd: a containerd 2.x
+    pinned_images table (exact references). cri-dockerd: --pinned-images and
+    --pinned-image-labels flags. Patterns a runtime cannot express are expanded to the images
+    present now, and each such compromise is said on stderr.
+    """
+    from pinctl import output
+    from pinctl.service import export, sources
+
+    cfg = load_config(ctx)
+    policy = load_policy(cfg)
+    present: Optional[list[str]] = None
+    if not offline:
+        rows = sources.list_rows(open_sources(cfg), policy, []).rows
+        present = [row.ref for row in rows if not row.ref.startswith("sha256:")]
+    result = export.export(target, policy, present, cfg.get("docker_pinned_image_labels"))
+    click.echo(result.text, nl=False)
+    for note in result.notes:
+        output.warn(note)
+    return EXIT_OK
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

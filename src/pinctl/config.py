@@ -106,6 +106,10 @@ KEYS: dict[str, KeySpec] = {
         KeySpec("timeout", "number", 2.0, "Seconds to wait for each call to the engine.", 5.0, None, "--timeout"),
         KeySpec("docker_host", "optional-str", None, "Docker daemon to talk to, as in DOCKER_HOST.",
                 "unix:///run/docker.sock", "DOCKER_HOST", "--docker-host"),
+        KeySpec("docker_containerd_address", "optional-str", None,
+                "containerd socket of Docker's containerd image store (namespace moby); "
+                "unset: containerd_address, else Docker's own /run/docker/containerd/containerd.sock.",
+                "/run/docker/containerd/containerd.sock"),
         KeySpec("runtime_endpoint", "optional-str", None, "CRI runtime endpoint to talk to.",
                 "unix:///run/containerd/containerd.sock", "CONTAINER_RUNTIME_ENDPOINT", "--runtime-endpoint"),
         KeySpec("docker_pinned_image_labels", "list", [], 'Docker labels ("key=value" or "key") that pin an image.',

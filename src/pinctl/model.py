@@ -59,9 +59,12 @@ class Reason:
 
 @dataclass
 class ImageRow:
-    """One row of `pinctl ls`: a reference in a namespace and whether the runtime will keep it."""
+    """One row of `pinctl ls`: a reference in a namespace and whether the runtime will keep it.
 
-    namespace: str
+    namespace is None for an image in Docker's classic store, which has no namespaces.
+    """
+
+    namespace: Optional[str]
     ref: str
     image_id: Optional[str]
     target: Descriptor
@@ -70,6 +73,8 @@ class ImageRow:
     pinned: bool = False
     reasons: list[Reason] = field(default_factory=list)
     drift: Optional[str] = None
+    source: str = "containerd"
+    config_labels: Optional[dict[str, str]] = None
 
     @property
     def digest(self) -> str:

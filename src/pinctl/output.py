@@ -32,6 +32,8 @@ def image_dict(row: ImageRow) -> dict[str, Any]:
         "reasons": [reason.as_dict() for reason in row.reasons],
         "labels": dict(row.labels),
         "drift": row.drift,
+        "source": row.source,
+        "config_labels": row.config_labels,
     }
 
 
@@ -76,6 +78,8 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
         return f"but {reason.detail}"
     if reason.kind == "pattern":
         return f"pattern {reason.detail} ({reason.source})"
+    if reason.kind == "docker-label":
+        return f"docker label {reason.detail}"
     if reason.kind == "ineffective-label":
         own = f"{row.ref}: "
         detail = reason.detail[len(own) :] if reason.detail.startswith(own) else f"on {reason.detail}"
@@ -118,10 +122,11 @@ def _print_image_table(rows: Sequence[ImageRow], wide: bool, out: TextIO, show_d
 
 def _image_cells(row: ImageRow, wide: bool) -> list[str]:
     pinned = "yes" if row.pinned else "no"
+    where = row.namespace or "docker"
     if not wide:
-        return [row.namespace, row.ref, refs.short_id(row.image_id), human_size(row.size), pinned, why(row)]
-    labels = ",".join(f"{k}={v}" for k, v in sorted(row.labels.items())) or "-"
-    return [row.namespace, row.ref, row.image_id or "<none>", row.digest, human_size(row.size), pinned, why(row), labels]
+        return [where, row.ref, refs.short_id(row.image_id), human_size(row.size), pinned, why(row)]
+    labels = ",".join(f"{k}={v}" for k, v in sorted({**(row.config_labels or {}), **row.labels}.items())) or "-"
+    return [where, row.ref, row.image_id or "<none>", row.digest, human_size(row.size), pinned, why(row), labels]
 
 
 def print_results(

@@ -44,7 +44,7 @@ class EngineSpec:
 ENGINES: dict[str, EngineSpec] = {
     "containerd-1.7": EngineSpec("trixie", ("containerd",)),
     "containerd-1.6": EngineSpec("bookworm", ("containerd",)),
-    "docker-26": EngineSpec("trixie", ("docker.io", "containerd", "runc", "tini")),
+    "docker-26": EngineSpec("trixie", ("docker.io", "docker-cli", "containerd", "runc", "tini")),
 }
 
 

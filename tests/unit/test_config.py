@@ -72,6 +72,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
         "containerd_config": Value(None, "default"),
         "timeout": Value(2.0, "default"),
         "docker_host": Value(None, "default"),
+        "docker_containerd_address": Value(None, "default"),
         "runtime_endpoint": Value(None, "default"),
         "docker_pinned_image_labels": Value([], "default"),
     }
@@ -95,6 +96,7 @@ containerd_address = "/run/example/containerd.sock"
 containerd_config = "/etc/example/containerd.toml"
 timeout = 7
 docker_host = "unix:///run/example-docker.sock"
+docker_containerd_address = "/run/example-docker/containerd.sock"
 runtime_endpoint = "unix:///run/example-cri.sock"
 docker_pinned_image_labels = ["team.example/keep=true", "keep"]
 """)
@@ -106,6 +108,7 @@ docker_pinned_image_labels = ["team.example/keep=true", "keep"]
         "containerd_config": "/etc/example/containerd.toml",
         "timeout": 7.0,
         "docker_host": "unix:///run/example-docker.sock",
+        "docker_containerd_address": "/run/example-docker/containerd.sock",
         "runtime_endpoint": "unix:///run/example-cri.sock",
         "docker_pinned_image_labels": ["team.example/keep=true", "keep"],
     }
@@ -421,6 +424,7 @@ WRONG_TYPES = [
     ("timeout", "inf", "must be a number > 0, got inf"),
     ("timeout", "nan", "must be a number > 0, got nan"),
     ("docker_host", "[]", "must be a string, got []"),
+    ("docker_containerd_address", "3", "must be a string, got 3"),
     ("runtime_endpoint", "1979-05-27", "must be a string, got 1979-05-27"),
     ("docker_pinned_image_labels", '"keep"', 'must be a list of strings, got "keep"'),
     ("docker_pinned_image_labels", '["=true"]', 'items must be "key=value" or "key", item 1 is "=true"'),

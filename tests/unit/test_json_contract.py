@@ -35,7 +35,9 @@ def test_ls_envelope_keys_and_types() -> None:
     assert sorted(doc) == ["errors", "images", "pinctl_result_version"]
     assert doc["pinctl_result_version"] == 1
     [image] = doc["images"]
-    assert sorted(image) == ["digest", "drift", "id", "labels", "namespace", "pinned", "reasons", "ref", "size"]
+    assert sorted(image) == [
+        "config_labels", "digest", "drift", "id", "labels", "namespace", "pinned", "reasons", "ref", "size", "source"]
+    assert image["source"] == "containerd" and image["config_labels"] is None
     assert isinstance(image["size"], int) and isinstance(image["pinned"], bool)
     assert image["reasons"] == [
         {"detail": "example.test/app:1", "kind": "label"},
@@ -97,14 +99,14 @@ def test_config_and_lint_envelopes() -> None:
 
 
 def keys_of(value: object) -> set[str]:
-    """Every key in a document, except inside `labels`, whose keys are the engine's data."""
+    """Every key in a document, except inside the label maps, whose keys are the engine's data."""
     if isinstance(value, list):
         return set().union(*map(keys_of, value)) if value else set()
     if not isinstance(value, dict):
         return set()
     found = set(value)
     for key, child in value.items():
-        if key != "labels":
+        if key not in ("labels", "config_labels"):
             found |= keys_of(child)
     return found
 

@@ -74,8 +74,8 @@ def make_store() -> FakeStore:
 
 
 def run(store: FakeStore, command: str, args: list[str], dry_run: bool = False) -> dict[str, str]:
-    plan = pinning.make_plan(store, ["k8s.io"], command, args)
-    return {r.ref: r.action for r in pinning.apply_plan(store, plan, dry_run)}
+    plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], command, args)
+    return {r.ref: r.action for r in pinning.apply_plan(plan, dry_run)}
 
 
 def test_pin_reports_changed_skipped_and_failed_and_goes_on() -> None:
@@ -103,7 +103,7 @@ def test_id_selects_every_ref_and_ambiguity_fails_the_item() -> None:
     store = make_store()
     assert run(store, "pin", ["aaaaaaaa"]) == {"example.test/app:1": "pinned", "example.test/app:2": "already-pinned"}
     store.add("k8s.io", "example.test/abc:1", "ab")
-    plan = pinning.make_plan(store, ["k8s.io"], "pin", ["sha256:a"])
+    plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["sha256:a"])
     [failure] = plan.settled
     assert failure.action == "failed" and "matches 2 images" in (failure.error or "")
 
@@ -117,7 +117,7 @@ def test_dry_run_writes_nothing() -> None:
 def test_malformed_argument_stops_before_any_change() -> None:
     store = make_store()
     with pytest.raises(UsageError):
-        pinning.make_plan(store, ["k8s.io"], "pin", ["example.test/bee:1", "Bad Ref"])
+        pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["example.test/bee:1", "Bad Ref"])
     assert store.writes == []
 
 

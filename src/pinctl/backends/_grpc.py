@@ -3,34 +3,15 @@
 from __future__ import annotations
 
 import os
-import stat
 from typing import TYPE_CHECKING
 
+from pinctl.backends._socket import check_socket
 from pinctl.errors import EngineError, EngineUnreachable
+
+__all__ = ["check_socket", "open_channel", "translate"]
 
 if TYPE_CHECKING:
     import grpc
-
-
-def check_socket(path: str, what: str, flag: str) -> None:
-    """Fail with one clear line before gRPC turns a local problem into a vague timeout."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise EngineUnreachable(
-            f"{what} socket {path} does not exist",
-            f"is {what} running? point {flag} at its socket",
-        ) from None
-    except PermissionError:
-        raise EngineUnreachable(
-            f"permission denied reaching {what} socket {path}", "run pinctl as root (sudo)"
-        ) from None
-    if not stat.S_ISSOCK(mode):
-        raise EngineUnreachable(f"{path} is not a socket", f"point {flag} at {what}'s socket")
-    if not os.access(path, os.R_OK | os.W_OK):
-        raise EngineUnreachable(
-            f"permission denied on {what} socket {path}", "run pinctl as root (sudo)"
-        )
 
 
 def open_channel(path: str) -> grpc.Channel:

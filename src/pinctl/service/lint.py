@@ -9,9 +9,9 @@ from pinctl.errors import PinctlError
 from pinctl.service.policy import Policy, compile_collecting
 
 if TYPE_CHECKING:
-    from pinctl.backends import ImageStore
     from pinctl.config import Config
     from pinctl.patterns import Pattern
+    from pinctl.service.sources import Sources
 
 # Names a problem's message quotes at most, so one line stays one line.
 EXAMPLES = 2
@@ -28,12 +28,13 @@ class Problem:
         return {"kind": self.kind, "pattern": self.pattern, "source": self.source, "message": self.message}
 
 
-def lint(cfg: Config, store: Optional[ImageStore], namespaces: Optional[Callable[[], list[str]]]) -> list[Problem]:
+def lint(cfg: Config, sources: Optional[Callable[[], Sources]]) -> list[Problem]:
+    """Check the patterns themselves and, given a way to reach the engines, against the images present."""
     policy, invalid = compile_collecting(cfg.patterns)
     problems = [Problem("invalid", entry.text, entry.source, str(err)) for entry, err in invalid]
     problems += shadowed(policy.patterns)
-    if store is not None and namespaces is not None:
-        problems += _against_images(policy, store, namespaces)
+    if sources is not None:
+        problems += _against_images(policy, sources)
     return problems
 
 
@@ -55,14 +56,12 @@ def shadowed(patterns: Sequence[Pattern]) -> list[Problem]:
     return problems
 
 
-def _against_images(policy: Policy, store: ImageStore, namespaces: Callable[[], list[str]]) -> list[Problem]:
-    from pinctl.service.listing import build_rows
+def _against_images(policy: Policy, sources: Callable[[], Sources]) -> list[Problem]:
+    from pinctl.service.sources import list_rows
 
     try:
-        names: set[str] = set()
-        for namespace in namespaces():
-            for row in build_rows(store, namespace, store.list_images(namespace)).rows:
-                names.update(n for n in (row.ref, row.image_id) if n)
+        rows = list_rows(sources(), Policy(), []).rows
+        names = {n for row in rows for n in (row.ref, row.image_id) if n}
     except PinctlError as err:
         return [Problem("engine", "", "", f"cannot check the patterns against images: {err}")]
     ordered = sorted(names)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import labels as pin_labels
 from pinctl import refs
@@ -22,6 +22,9 @@ from pinctl.model import (
 from pinctl.service.listing import build_rows, group_by_image, id_matches
 from pinctl.service.policy import Policy, could_match_an_id, coverage, sync_targets
 
+if TYPE_CHECKING:
+    from pinctl.service.docker import DockerView
+
 PIN = "pin"
 UNPIN = "unpin"
 SYNC = "sync"
@@ -31,6 +34,7 @@ SYNC = "sync"
 class Change:
     """One label write on one record: each named label set to a value or removed (None)."""
 
+    store: ImageStore
     namespace: str
     image: StoredImage
     labels: LabelChange
@@ -107,7 +111,11 @@ class NamespaceView:
 
 
 def make_plan(
-    store: ImageStore, namespaces: Sequence[str], command: str, args: Sequence[str], dialect: str = "pinctl"
+    views: Sequence[NamespaceView],
+    command: str,
+    args: Sequence[str],
+    dialect: str = "pinctl",
+    docker: Optional[DockerView] = None,
 ) -> Plan:
     """Every argument is parsed first, so a malformed one changes nothing (UsageError)."""
     from pinctl import patterns
@@ -117,14 +125,20 @@ def make_plan(
         for arg in args
     ]
     plan = Plan(command)
-    views = [NamespaceView(store, ns) for ns in namespaces]
     seen: set[tuple[str, str]] = set()
     for arg, what in zip(args, parsed):
-        _plan_argument(plan, arg, what, views, seen)
+        _plan_argument(plan, arg, what, views, seen, docker)
     return plan
 
 
-def _plan_argument(plan: Plan, arg: str, what: object, views: Sequence[NamespaceView], seen: set[tuple[str, str]]) -> None:
+def _plan_argument(
+    plan: Plan,
+    arg: str,
+    what: object,
+    views: Sequence[NamespaceView],
+    seen: set[tuple[str, str]],
+    docker: Optional[DockerView] = None,
+) -> None:
     found = False
     for view in views:
         try:
@@ -136,10 +150,13 @@ def _plan_argument(plan: Plan, arg: str, what: object, views: Sequence[Namespace
         for image in targets:
             if (view.namespace, image.name) not in seen:
                 seen.add((view.namespace, image.name))
-                _plan_image(plan, view.namespace, image)
+                _plan_image(plan, view, image)
         found = found or bool(targets)
-    if not found:
-        plan.settled.append(ItemResult("", arg, "failed", str(_not_found(arg, what, views))))
+    if found:
+        return
+    refusal = docker.classic_refusal(what) if docker is not None and isinstance(what, refs.Selector) else None
+    error = f"{arg} is a Docker image: {refusal}" if refusal else str(_not_found(arg, what, views))
+    plan.settled.append(ItemResult("", arg, "failed", error))
 
 
 def _not_found(arg: str, what: object, views: Sequence[NamespaceView]) -> ImageNotFound:
@@ -172,16 +189,16 @@ def _selected(view: NamespaceView, selector: refs.Selector) -> list[StoredImage]
     return view.records(view.by_id(selector)) or named
 
 
-def _plan_image(plan: Plan, namespace: str, image: StoredImage) -> None:
+def _plan_image(plan: Plan, view: NamespaceView, image: StoredImage) -> None:
     if plan.command == UNPIN:
         if PIN_LABEL in image.labels or MANAGED_LABEL in image.labels:
-            plan.changes.append(Change(namespace, image, _removal(image), "unpinned"))
+            plan.changes.append(Change(view.store, view.namespace, image, _removal(image), "unpinned"))
         else:
-            plan.settled.append(ItemResult(namespace, image.name, "already-unpinned"))
+            plan.settled.append(ItemResult(view.namespace, image.name, "already-unpinned"))
     elif pin_labels.carries_pin(image.labels):
-        plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
+        plan.settled.append(ItemResult(view.namespace, image.name, "already-pinned"))
     else:
-        plan.changes.append(Change(namespace, image, {PIN_LABEL: PIN_VALUE}, "pinned"))
+        plan.changes.append(Change(view.store, view.namespace, image, {PIN_LABEL: PIN_VALUE}, "pinned"))
 
 
 def _removal(image: StoredImage) -> LabelChange:
@@ -189,42 +206,42 @@ def _removal(image: StoredImage) -> LabelChange:
     return {key: None for key in (PIN_LABEL, MANAGED_LABEL) if key in image.labels}
 
 
-def make_sync_plan(store: ImageStore, namespaces: Sequence[str], policy: Policy, prune: bool) -> Plan:
+def make_sync_plan(views: Sequence[NamespaceView], policy: Policy, prune: bool) -> Plan:
     """Label every ref the policy covers; with prune, unlabel refs sync labelled that it no longer covers."""
     plan = Plan(SYNC)
-    for namespace in namespaces:
-        view = NamespaceView(store, namespace)
+    for view in views:
         wanted = {image.name for image in view.wanted(policy)}
         for image in sorted(view.by_name.values(), key=lambda img: img.name):
-            _plan_sync_image(plan, namespace, image, image.name in wanted, prune)
+            _plan_sync_image(plan, view, image, image.name in wanted, prune)
     return plan
 
 
-def _plan_sync_image(plan: Plan, namespace: str, image: StoredImage, wanted: bool, prune: bool) -> None:
+def _plan_sync_image(plan: Plan, view: NamespaceView, image: StoredImage, wanted: bool, prune: bool) -> None:
     managed = image.labels.get(MANAGED_LABEL) == MANAGED_VALUE
     if wanted and pin_labels.carries_pin(image.labels):
-        plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
+        plan.settled.append(ItemResult(view.namespace, image.name, "already-pinned"))
     elif wanted:
         # An ineffective value is ours to correct; the mark records that sync owns this pin.
         change = {PIN_LABEL: PIN_VALUE, MANAGED_LABEL: MANAGED_VALUE}
-        plan.changes.append(Change(namespace, image, change, "pinned"))
+        plan.changes.append(Change(view.store, view.namespace, image, change, "pinned"))
     elif prune and managed:
-        plan.changes.append(Change(namespace, image, _removal(image), "pruned"))
+        plan.changes.append(Change(view.store, view.namespace, image, _removal(image), "pruned"))
 
 
-def apply_plan(store: ImageStore, plan: Plan, dry_run: bool) -> list[ItemResult]:
+def apply_plan(plan: Plan, dry_run: bool) -> list[ItemResult]:
+    """Write every change, one batch per store and namespace; each item reports its own outcome."""
     results = list(plan.settled)
-    by_namespace: dict[str, list[Change]] = {}
+    batches: dict[tuple[int, str], list[Change]] = {}
     for change in plan.changes:
-        by_namespace.setdefault(change.namespace, []).append(change)
-    for namespace, changes in by_namespace.items():
+        batches.setdefault((id(change.store), change.namespace), []).append(change)
+    for changes in batches.values():
         if dry_run:
             errors: list[Optional[str]] = [None] * len(changes)
         else:
-            errors = store.set_labels(namespace, [(c.image, c.labels) for c in changes])
+            errors = changes[0].store.set_labels(changes[0].namespace, [(c.image, c.labels) for c in changes])
         for change, error in zip(changes, errors):
             action = "failed" if error else change.action
-            results.append(ItemResult(namespace, change.image.name, action, error))
+            results.append(ItemResult(change.namespace, change.image.name, action, error))
     return sorted(results, key=lambda r: (r.namespace, r.ref))
 
 

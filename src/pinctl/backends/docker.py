@@ -1,0 +1,93 @@
+"""Docker through its API (the docker SDK): images, their config labels, and which image store it uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pinctl.backends._socket import check_socket
+from pinctl.errors import EngineError, EngineUnreachable
+
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+# Docker's containerd image store keeps images in this containerd namespace.
+DOCKER_NAMESPACE = "moby"
+CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
+FLAG = "--docker-host or DOCKER_HOST"
+
+
+@dataclass(frozen=True)
+class DockerImage:
+    image_id: str
+    repo_tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+    size: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ImageStoreKind:
+    """Which store Docker keeps images in: its containerd store (labels possible) or a classic graph driver."""
+
+    driver: str
+    containerd: bool
+
+
+class DockerEngine:
+    def __init__(self, host: Optional[str] = None, timeout: float = 2.0) -> None:
+        self.host = host or DEFAULT_HOST
+        self.timeout = timeout
+        self._client: Any = None
+
+    def _api(self) -> Any:
+        if self._client is None:
+            if self.host.startswith("unix://"):
+                check_socket(self.host[len("unix://") :], "Docker", FLAG)
+            import docker
+
+            try:
+                self._client = docker.APIClient(base_url=self.host, timeout=self.timeout, version="auto")
+            except docker.errors.DockerException as err:
+                raise self._fail(err) from None
+        return self._client
+
+    def _fail(self, err: Exception) -> EngineError:
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if "timed out" in text.lower() or "timeout" in text.lower():
+            return EngineUnreachable(f"Docker at {self.host} did not answer within {self.timeout:g}s",
+                                     "is dockerd running? raise --timeout if it is slow")
+        if "connection" in text.lower():
+            return EngineUnreachable(f"Docker at {self.host} is not answering ({text})", "is dockerd running?")
+        return EngineError(f"Docker at {self.host}: {text}")
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import docker
+        import requests
+
+        try:
+            return getattr(self._api(), method)(*args)
+        except (docker.errors.DockerException, requests.RequestException) as err:
+            raise self._fail(err) from None
+
+    def version(self) -> str:
+        return str(self._call("version").get("Version", ""))
+
+    def image_store(self) -> ImageStoreKind:
+        info = self._call("info")
+        status = {str(k): str(v) for k, v in info.get("DriverStatus") or []}
+        return ImageStoreKind(driver=str(info.get("Driver", "")),
+                              containerd=status.get("driver-type") == CONTAINERD_SNAPSHOTTER)
+
+    def list_images(self) -> list[DockerImage]:
+        return [_docker_image(raw) for raw in self._call("images")]
+
+
+def _docker_image(raw: dict[str, Any]) -> DockerImage:
+    tags = tuple(t for t in raw.get("RepoTags") or () if t != "<none>:<none>")
+    digests = tuple(d for d in raw.get("RepoDigests") or () if not d.startswith("<none>@"))
+    return DockerImage(
+        image_id=str(raw.get("Id", "")),
+        repo_tags=tags,
+        repo_digests=digests,
+        size=int(raw.get("Size") or 0),
+        labels={str(k): str(v) for k, v in (raw.get("Labels") or {}).items()},
+    )

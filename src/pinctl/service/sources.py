@@ -1,0 +1,103 @@
+"""Which engines a command reads: containerd (its namespaces) and Docker, found or named."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Optional
+
+from pinctl.errors import EngineUnreachable
+from pinctl.service import namespaces as ns_select
+from pinctl.service.listing import Listing, list_images
+
+if TYPE_CHECKING:
+    from pinctl.backends.containerd import ContainerdStore
+    from pinctl.config import Config
+    from pinctl.service.docker import DockerView
+    from pinctl.service.pinning import NamespaceView
+    from pinctl.service.policy import Policy
+
+# dockerd starts its own containerd here when none is configured for it.
+DOCKER_MANAGED_CONTAINERD = "/run/docker/containerd/containerd.sock"
+
+
+@dataclass
+class Sources:
+    containerd: Optional[ContainerdStore]
+    namespaces: list[str] = field(default_factory=list)
+    docker: Optional[DockerView] = None
+    docker_containerd: Optional[ContainerdStore] = None  # only when it is another daemon
+
+
+def open_sources(cfg: Config, warn: Callable[[str], None]) -> Sources:
+    """containerd is required unless it was left at its default and Docker answers instead;
+    Docker is read when it answers (or was named) and the namespaces asked for include its own."""
+    from pinctl.backends.containerd import ContainerdStore
+
+    store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"), cfg.get("containerd_config"))
+    docker = _docker(cfg)
+    try:
+        selected = ns_select.select_namespaces(store, cfg.get("namespaces"))
+    except EngineUnreachable:
+        if docker is None or cfg.values["containerd_address"].source != "default":
+            raise
+        return Sources(None, [], docker, _docker_containerd(cfg, None, docker))
+    if not selected and not cfg.get("namespaces") and docker is None:
+        warn(f"no k8s.io or moby namespace in containerd at {store.address}; pick one with -n NS or -n all")
+    return Sources(store, selected, docker, _docker_containerd(cfg, store, docker))
+
+
+def _docker(cfg: Config) -> Optional[DockerView]:
+    from pinctl.backends.docker import DOCKER_NAMESPACE, DockerEngine
+    from pinctl.service.docker import DockerView
+
+    requested = cfg.get("namespaces")
+    if requested and not {DOCKER_NAMESPACE, ns_select.ALL} & set(requested):
+        return None
+    host = cfg.get("docker_host")
+    try:
+        return DockerView.read(DockerEngine(host, cfg.get("timeout")), DOCKER_NAMESPACE)
+    except EngineUnreachable:
+        if host is not None:
+            raise
+        return None
+
+
+def _docker_containerd(cfg: Config, store: Optional[ContainerdStore], docker: Optional[DockerView]) -> Optional[ContainerdStore]:
+    """Docker's containerd, when its image store is there and it is not the daemon already read."""
+    from pinctl.backends.containerd import ContainerdStore
+
+    if docker is None or not docker.store.containerd:
+        return None
+    address = cfg.get("docker_containerd_address")
+    if address is None:
+        if store is not None and docker.namespace in store.namespaces():
+            return None
+        if not os.path.exists(DOCKER_MANAGED_CONTAINERD):
+            return None
+        address = DOCKER_MANAGED_CONTAINERD
+    if store is not None and os.path.realpath(address) == os.path.realpath(store.address):
+        return None
+    return ContainerdStore(address, cfg.get("timeout"), None)
+
+
+def list_rows(sources: Sources, policy: Policy, label_rules: list[str]) -> Listing:
+    from pinctl.service import docker as docker_service
+
+    listing = list_images(sources.containerd, sources.namespaces, policy) if sources.containerd else Listing()
+    if sources.docker_containerd is not None and sources.docker is not None:
+        extra = list_images(sources.docker_containerd, [sources.docker.namespace], policy)
+        listing.rows.extend(extra.rows)
+        listing.errors.extend(extra.errors)
+    if sources.docker is not None:
+        listing.rows = docker_service.join(listing.rows, sources.docker, label_rules, policy)
+    return listing
+
+
+def views(sources: Sources) -> list[NamespaceView]:
+    from pinctl.service.pinning import NamespaceView
+
+    found = [NamespaceView(sources.containerd, ns) for ns in sources.namespaces] if sources.containerd else []
+    if sources.docker_containerd is not None and sources.docker is not None:
+        found.append(NamespaceView(sources.docker_containerd, sources.docker.namespace))
+    return found

@@ -1,0 +1,58 @@
+"""Joining Docker's view with its containerd namespace, config-label pins and classic-store refusals (pure logic)."""
+
+from __future__ import annotations
+
+from pinctl import refs
+from pinctl.backends.docker import DockerImage, ImageStoreKind
+from pinctl.config import PatternEntry
+from pinctl.model import Descriptor, ImageRow
+from pinctl.service.docker import DockerView, join
+from pinctl.service.policy import Policy, compile_policy
+
+APP = DockerImage("sha256:" + "a" * 64, ("example.test/app:1", "example.test/app:2"), (), 900, {"team.example/keep": "true"})
+TOOL = DockerImage("sha256:" + "b" * 64, ("example.test/tool:1",), (), 800, {})
+
+
+def view(containerd: bool) -> DockerView:
+    return DockerView("unix:///d.sock", ImageStoreKind("overlayfs" if containerd else "overlay2", containerd), [APP, TOOL], "moby")
+
+
+def moby_row(ref: str, image: DockerImage) -> ImageRow:
+    return ImageRow("moby", ref, image.image_id, Descriptor("m", "sha256:" + "c" * 64, 10), image.size, {})
+
+
+def test_containerd_store_rows_are_joined_not_doubled() -> None:
+    rows = [moby_row("example.test/app:1", APP), moby_row("example.test/app:2", APP)]
+    joined = join(rows, view(True), [], Policy())
+    assert [(r.namespace, r.ref, r.source) for r in joined] == [
+        ("moby", "example.test/app:1", "docker"),
+        ("moby", "example.test/app:2", "docker"),
+        ("moby", "example.test/tool:1", "docker"),  # not in the moby listing: still shown, once
+    ]
+    assert joined[0].config_labels == {"team.example/keep": "true"}
+
+
+def test_classic_store_rows_have_no_namespace_and_get_policy_reasons() -> None:
+    policy = compile_policy([PatternEntry("example.test/tool:*", "cfg:1", "pinctl")])
+    joined = join([], view(False), [], policy)
+    tool = next(r for r in joined if r.ref == "example.test/tool:1")
+    assert tool.namespace is None and tool.source == "docker"
+    assert [(r.kind, r.detail) for r in tool.reasons] == [("pattern", "example.test/tool:*")]
+    assert tool.drift == "unlabelled"
+
+
+def test_config_label_rules_pin_like_cri_dockerd() -> None:
+    joined = {r.ref: r for r in join([], view(False), ["team.example/keep=true", "absent"], Policy())}
+    app = joined["example.test/app:1"]
+    assert app.pinned and [(r.kind, r.detail) for r in app.reasons] == [("docker-label", "team.example/keep=true")]
+    assert not joined["example.test/tool:1"].pinned
+    key_only = {r.ref: r for r in join([], view(False), ["team.example/keep"], Policy())}
+    assert key_only["example.test/app:2"].pinned
+
+
+def test_classic_refusal_names_the_options() -> None:
+    refusal = view(False).classic_refusal(refs.parse_selector("example.test/app:1"))
+    assert refusal and "overlay2" in refusal and "containerd image store" in refusal and "docker_pinned_image_labels" in refusal
+    assert view(False).classic_refusal(refs.parse_selector("aaaaaaaa")) == refusal
+    assert view(False).classic_refusal(refs.parse_selector("example.test/none:1")) is None
+    assert view(True).classic_refusal(refs.parse_selector("example.test/app:1")) is None
