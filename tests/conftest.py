@@ -146,3 +146,70 @@ def load_images(tmp_path: pathlib.Path) -> Callable[..., list[images.ImageInfo]]
         return images.load_images(daemon, tmp_path / "archives", recipes, namespace, unpack=unpack)
 
     return load
+
+
+# --- Docker daemons (dockerd 26, Debian trixie) ---------------------------------
+
+import subprocess  # noqa: E402
+
+from tests.harness import docker as docker_harness  # noqa: E402
+from tests.harness.docker import DockerDaemon  # noqa: E402
+
+DOCKER_MODES = {"dockerd_containerd_store": "dkr-c8d", "dockerd_classic": "dkr-classic"}
+
+
+def _session_dockerd(
+    name: str, factory: pytest.TempPathFactory, containerd: ContainerdDaemon | None = None
+) -> Iterator[DockerDaemon]:
+    data_dir = _fast_data_dir(name)
+    try:
+        daemon = DockerDaemon(
+            factory.mktemp(name), containerd_store=containerd is not None, containerd=containerd, data_dir=data_dir
+        ).start()
+    except (debs.EngineUnavailable, DaemonError, OSError, subprocess.SubprocessError) as exc:
+        if data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        engine_unavailable(f"{name} unavailable: {exc}")
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+        if data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dockerd_containerd_store(
+    containerd17: ContainerdDaemon, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DockerDaemon]:
+    """dockerd 26 keeping its images in ``containerd17``'s namespace ``moby`` (overlayfs snapshotter)."""
+    yield from _session_dockerd("dockerd-c8d", tmp_path_factory, containerd17)
+
+
+@pytest.fixture(scope="session")
+def dockerd_classic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerDaemon]:
+    """dockerd 26 with the classic image store (vfs) and its own supervised containerd."""
+    yield from _session_dockerd("dockerd-classic", tmp_path_factory)
+
+
+@pytest.fixture
+def clean_docker() -> Callable[[DockerDaemon], DockerDaemon]:
+    """Factory: ``clean_docker(daemon)`` removes every image (and waits for ``moby`` to empty)."""
+    return docker_harness.reset_docker
+
+
+@pytest.fixture(params=list(DOCKER_MODES), ids=list(DOCKER_MODES.values()))
+def dockerd(request: pytest.FixtureRequest) -> DockerDaemon:
+    """Each docker image store in turn, with no images."""
+    daemon: DockerDaemon = request.getfixturevalue(request.param)
+    return docker_harness.reset_docker(daemon)
+
+
+@pytest.fixture
+def load_docker_images(tmp_path: pathlib.Path) -> Callable[..., list[images.ImageInfo]]:
+    """Factory: ``load_docker_images(daemon, recipes)`` builds an archive and ``docker load``s it."""
+
+    def load(daemon: DockerDaemon, recipes: Iterable[images.ImageRecipe]) -> list[images.ImageInfo]:
+        return docker_harness.load_images_docker(daemon, tmp_path / "docker-archives", recipes)
+
+    return load

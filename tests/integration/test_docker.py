@@ -1,0 +1,135 @@
+"""Docker as a source, against real dockerd 26: the containerd image store (on the harness's
+containerd 1.7) and the classic store, checked with docker itself and with ctr -n moby."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import images
+from tests.harness.containerd import ContainerdDaemon
+from tests.harness.docker import DockerDaemon, expected_id, load_images_docker, reset_docker
+from tests.integration.pinctl_runner import assert_one_line_error, pinctl
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+PIN = "io.cri-containerd.pinned"
+APP = ("example.test/dk-app:1", "example.test/dk-app:2")
+
+
+@pytest.fixture
+def store_docker(dockerd_containerd_store: DockerDaemon) -> Iterator[DockerDaemon]:
+    yield reset_docker(dockerd_containerd_store)
+    reset_docker(dockerd_containerd_store)
+
+
+@pytest.fixture
+def classic_docker(dockerd_classic: DockerDaemon) -> Iterator[DockerDaemon]:
+    yield reset_docker(dockerd_classic)
+    reset_docker(dockerd_classic)
+
+
+def run(ctd: ContainerdDaemon, docker: DockerDaemon, *args: str, env: dict[str, str] | None = None) -> Any:
+    return pinctl(ctd, *args, env={"DOCKER_HOST": docker.host, **(env or {})})
+
+
+def run_json(ctd: ContainerdDaemon, docker: DockerDaemon, *args: str, expect: int = 0, env: dict[str, str] | None = None) -> Any:
+    result = run(ctd, docker, *args, "-o", "json", env=env)
+    assert result.returncode == expect, result.stderr
+    return json.loads(result.stdout)
+
+
+def moby_labels(ctd: ContainerdDaemon) -> dict[str, dict[str, str]]:
+    return {row.ref: row.labels for row in ctd.images("moby")}
+
+
+def load(docker: DockerDaemon, tmp_path: Path, *recipes: images.ImageRecipe) -> list[images.ImageInfo]:
+    return load_images_docker(docker, tmp_path / "archives", recipes)
+
+
+def test_containerd_store_images_show_once(containerd17: ContainerdDaemon, store_docker: DockerDaemon, tmp_path: Path) -> None:
+    (app,) = load(store_docker, tmp_path, images.recipe(*APP, seed="dk", labels={"team.example/keep": "true"}))
+    doc = run_json(containerd17, store_docker, "ls", "-n", "moby")
+    rows = [img for img in doc["images"] if img["ref"] in APP]
+    assert sorted(img["ref"] for img in rows) == sorted(APP)
+    for img in rows:
+        assert img["source"] == "docker" and img["namespace"] == "moby" and img["id"] == app.image_id
+        assert img["config_labels"] == {"team.example/keep": "true"}
+    assert len({img["ref"] for img in doc["images"]}) == len(doc["images"])
+
+
+def test_pin_and_unpin_through_moby(containerd17: ContainerdDaemon, store_docker: DockerDaemon, tmp_path: Path) -> None:
+    (app,) = load(store_docker, tmp_path, images.recipe(*APP, seed="dk"))
+    doc = run_json(containerd17, store_docker, "pin", APP[0], APP[1])
+    assert {(r["namespace"], r["ref"], r["action"]) for r in doc["results"]} == {
+        ("moby", APP[0], "pinned"), ("moby", APP[1], "pinned")}
+    assert moby_labels(containerd17)[APP[0]][PIN] == "pinned"
+    # Docker goes on working with the labelled image.
+    assert store_docker.inspect(APP[0])["Id"] == expected_id(store_docker, app)
+    store_docker.docker("tag", APP[0], "example.test/dk-app:3")
+    store_docker.docker("rmi", APP[1])
+    labels = moby_labels(containerd17)
+    assert labels[APP[0]][PIN] == "pinned" and APP[1] not in labels
+    store_docker.docker("tag", APP[0], APP[1])  # re-tag: Docker copies the record's labels, the pin too
+    assert moby_labels(containerd17)[APP[1]][PIN] == "pinned"
+    rows = {img["ref"]: img for img in run_json(containerd17, store_docker, "ls", "-n", "moby")["images"]}
+    assert rows["example.test/dk-app:3"]["pinned"] and rows[APP[1]]["pinned"]
+    doc = run_json(containerd17, store_docker, "unpin", APP[0])
+    assert not [ref for ref, found in moby_labels(containerd17).items() if PIN in found and "dk-app" in ref]
+
+
+def test_classic_store_lists_but_cannot_pin(containerd17: ContainerdDaemon, classic_docker: DockerDaemon, tmp_path: Path) -> None:
+    (app,) = load(classic_docker, tmp_path, images.recipe(*APP, seed="dk"))
+    doc = run_json(containerd17, classic_docker, "ls", "--pinned-image", "example.test/dk-app:*")
+    rows = {img["ref"]: img for img in doc["images"] if img["source"] == "docker"}
+    assert set(rows) == set(APP)
+    assert rows[APP[0]]["namespace"] is None and rows[APP[0]]["id"] == app.image_id
+    assert rows[APP[0]]["reasons"] == [{"kind": "pattern", "detail": "example.test/dk-app:*", "source": "flag --pinned-image"}]
+    result = run(containerd17, classic_docker, "pin", APP[0])
+    assert result.returncode == 1
+    [line] = [l for l in result.stderr.splitlines() if APP[0] in l]
+    assert "classic store (vfs)" in line and "containerd image store" in line and "docker_pinned_image_labels" in line
+    assert "Traceback" not in result.stderr
+
+
+def test_config_labels_pin_like_cri_dockerd(containerd17: ContainerdDaemon, classic_docker: DockerDaemon, tmp_path: Path) -> None:
+    load(classic_docker, tmp_path,
+         images.recipe("example.test/dk-keep:1", seed="k", labels={"team.example/keep": "true"}),
+         images.recipe("example.test/dk-other:1", seed="o", labels={"team.example/keep": "no"}))
+    config = tmp_path / "config.toml"
+    config.write_text('docker_pinned_image_labels = ["team.example/keep=true"]\n')
+    doc = run_json(containerd17, classic_docker, "ls", "--config", str(config))
+    rows = {img["ref"]: img for img in doc["images"]}
+    assert rows["example.test/dk-keep:1"]["pinned"] is True
+    assert rows["example.test/dk-keep:1"]["reasons"] == [{"kind": "docker-label", "detail": "team.example/keep=true"}]
+    assert rows["example.test/dk-other:1"]["pinned"] is False
+    assert "docker label team.example/keep=true" in run(containerd17, classic_docker, "ls", "--config", str(config)).stdout
+
+
+def test_export_parses_back(containerd17: ContainerdDaemon, classic_docker: DockerDaemon, tmp_path: Path) -> None:
+    load(classic_docker, tmp_path, images.recipe("example.test/dk-fedora-tools:1", seed="f"), images.recipe(APP[0], seed="a"))
+    config = tmp_path / "config.toml"
+    config.write_text('pinned_images = ["example.test/dk-app:*", "*fedora*"]\ndocker_pinned_image_labels = ["keep"]\n')
+    out = {t: run(containerd17, classic_docker, "config", "export", "--for", t, "--config", str(config)) for t in
+           ("crio", "containerd", "cri-dockerd")}
+    assert all(r.returncode == 0 for r in out.values()), {t: r.stderr for t, r in out.items()}
+    assert tomllib.loads(out["crio"].stdout)["crio"]["image"]["pinned_images"] == ["example.test/dk-app:*", "*fedora*"]
+    table = tomllib.loads(out["containerd"].stdout)["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]
+    assert sorted(table.values()) == ["example.test/dk-app:1", "example.test/dk-fedora-tools:1"]
+    assert "exact references only" in out["containerd"].stderr
+    assert shlex.split(out["cri-dockerd"].stdout) == [
+        "--pinned-images=example.test/dk-app:*,example.test/dk-fedora-tools:1", "--pinned-image-labels=keep"]
+
+
+def test_named_docker_host_that_is_down(containerd17: ContainerdDaemon, tmp_path: Path) -> None:
+    result = pinctl(containerd17, "ls", "--docker-host", f"unix://{tmp_path}/none.sock")
+    assert_one_line_error(result, 1, "Docker socket", "none.sock", "--docker-host")
