@@ -14,7 +14,10 @@ TOOL = DockerImage("sha256:" + "b" * 64, ("example.test/tool:1",), (), 800, {})
 
 
 def view(containerd: bool) -> DockerView:
-    return DockerView("unix:///d.sock", ImageStoreKind("overlayfs" if containerd else "overlay2", containerd), [APP, TOOL], "moby")
+    from pinctl.backends.docker import DockerEngine
+
+    kind = ImageStoreKind("overlayfs" if containerd else "overlay2", containerd)
+    return DockerView(DockerEngine("unix:///d.sock"), kind, "moby", [APP, TOOL])
 
 
 def moby_row(ref: str, image: DockerImage) -> ImageRow:

@@ -49,9 +49,9 @@ class ContainerdStore:
         return _grpc.translate(err, "containerd", self.address, self.timeout)
 
     def _unary(self, service: str, method: str, request: Any, namespace: Optional[str] = None) -> Any:
+        call: Callable[..., Any] = getattr(self._stub(service), method)  # checks the socket first
         import grpc
 
-        call: Callable[..., Any] = getattr(self._stub(service), method)
         try:
             return call(request, metadata=self._metadata(namespace), timeout=self.timeout)
         except grpc.RpcError as err:
@@ -116,6 +116,11 @@ class ContainerdStore:
                 ResolvedTarget(None, 0, doc) if isinstance(doc, str) else _resolved(doc, int(entry.get("size", 0)))
             )
         return resolved
+
+    def config_labels(self, namespace: str, config_digests: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The labels in each image config (what `docker inspect` shows as Config.Labels)."""
+        documents = self._read_json_blobs(namespace, sorted(set(config_digests)))
+        return {digest: oci.config_labels(doc) for digest, doc in documents.items() if not isinstance(doc, str)}
 
     def _read_json_blobs(self, namespace: str, digests: Sequence[str]) -> dict[str, Any]:
         """Read many small blobs at once; a blob that cannot be read maps to its error text."""

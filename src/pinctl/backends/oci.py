@@ -65,3 +65,8 @@ def config_and_size(manifest: dict[str, Any]) -> tuple[Optional[str], int]:
     layers = manifest.get("layers") or []
     size = int(config.get("size", 0)) + sum(int(layer.get("size", 0)) for layer in layers)
     return config.get("digest"), size
+
+
+def config_labels(config: dict[str, Any]) -> dict[str, str]:
+    labels = (config.get("config") or {}).get("Labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}

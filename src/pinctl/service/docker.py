@@ -23,18 +23,30 @@ CLASSIC_STORE_HELP = (
 )
 
 
-@dataclass
 class DockerView:
-    """What one Docker daemon holds, read with one info and one image-list call."""
+    """One Docker daemon: which store it uses, and (only when asked) its image list.
 
-    host: str
-    store: ImageStoreKind
-    images: list[DockerImage]
-    namespace: str
+    With the containerd image store, the records of its containerd namespace already hold
+    every image, so the image list, slow there, is fetched only when those records are not read.
+    """
+
+    def __init__(self, engine: DockerEngine, store: ImageStoreKind, namespace: str,
+                 images: Optional[list[DockerImage]] = None) -> None:
+        self.engine = engine
+        self.host = engine.host
+        self.store = store
+        self.namespace = namespace
+        self._images = images
 
     @classmethod
     def read(cls, engine: DockerEngine, namespace: str) -> DockerView:
-        return cls(engine.host, engine.image_store(), engine.list_images(), namespace)
+        return cls(engine, engine.image_store(), namespace)
+
+    @property
+    def images(self) -> list[DockerImage]:
+        if self._images is None:
+            self._images = self.engine.list_images()
+        return self._images
 
     def names_of(self, image: DockerImage) -> list[str]:
         return [_full(name) for name in (*image.repo_tags, *image.repo_digests)]
@@ -71,6 +83,15 @@ def label_reasons(config_labels: dict[str, str], rules: Sequence[tuple[str, Opti
     ]
 
 
+def adopt(rows: list[ImageRow], namespace: str, config_labels: dict[str, dict[str, str]],
+          label_rules: Sequence[str]) -> None:
+    """Mark the records of Docker's containerd namespace as Docker's images, with their config labels."""
+    rules = parse_label_rules(label_rules)
+    for row in rows:
+        if row.namespace == namespace:
+            _mark(row, config_labels.get(row.image_id or "", {}), rules)
+
+
 def join(rows: list[ImageRow], view: DockerView, label_rules: Sequence[str], policy: Policy) -> list[ImageRow]:
     """Docker's images become rows once: rows of its containerd namespace are marked as Docker's,
     and images not seen there (the classic store, or that namespace not listed) get rows of their own."""
@@ -81,16 +102,16 @@ def join(rows: list[ImageRow], view: DockerView, label_rules: Sequence[str], pol
         image = by_name.get(row.ref) if row.namespace == view.namespace else None
         if image is not None:
             seen.add(image.image_id)
-            _mark(row, image, rules)
+            _mark(row, image.labels, rules)
     extra = [row for image in view.images if image.image_id not in seen for row in _rows_of(view, image, rules)]
     annotate_policy(extra, policy)
     return sorted(rows + extra, key=lambda r: (r.namespace or "", r.ref))
 
 
-def _mark(row: ImageRow, image: DockerImage, rules: Sequence[tuple[str, Optional[str]]]) -> None:
+def _mark(row: ImageRow, config_labels: dict[str, str], rules: Sequence[tuple[str, Optional[str]]]) -> None:
     row.source = SOURCE
-    row.config_labels = dict(image.labels)
-    found = label_reasons(image.labels, rules)
+    row.config_labels = dict(config_labels)
+    found = label_reasons(config_labels, rules)
     row.reasons.extend(found)
     row.pinned = row.pinned or bool(found)
 
@@ -102,6 +123,6 @@ def _rows_of(view: DockerView, image: DockerImage, rules: Sequence[tuple[str, Op
     rows = []
     for name in names:
         row = ImageRow(namespace, name, image.image_id, Descriptor("", digest, 0), image.size, {})
-        _mark(row, image, rules)
+        _mark(row, image.labels, rules)
         rows.append(row)
     return rows

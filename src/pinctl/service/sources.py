@@ -82,16 +82,27 @@ def _docker_containerd(cfg: Config, store: Optional[ContainerdStore], docker: Op
 
 
 def list_rows(sources: Sources, policy: Policy, label_rules: list[str]) -> Listing:
-    from pinctl.service import docker as docker_service
-
     listing = list_images(sources.containerd, sources.namespaces, policy) if sources.containerd else Listing()
     if sources.docker_containerd is not None and sources.docker is not None:
         extra = list_images(sources.docker_containerd, [sources.docker.namespace], policy)
         listing.rows.extend(extra.rows)
         listing.errors.extend(extra.errors)
     if sources.docker is not None:
-        listing.rows = docker_service.join(listing.rows, sources.docker, label_rules, policy)
+        _add_docker(listing, sources, policy, label_rules)
     return listing
+
+
+def _add_docker(listing: Listing, sources: Sources, policy: Policy, label_rules: list[str]) -> None:
+    from pinctl.service import docker as docker_service
+
+    view = sources.docker
+    assert view is not None
+    moby_store = sources.docker_containerd or (sources.containerd if view.namespace in sources.namespaces else None)
+    if view.store.containerd and moby_store is not None:
+        ids = {row.image_id for row in listing.rows if row.namespace == view.namespace and row.image_id}
+        docker_service.adopt(listing.rows, view.namespace, moby_store.config_labels(view.namespace, ids), label_rules)
+    else:
+        listing.rows = docker_service.join(listing.rows, view, label_rules, policy)
 
 
 def views(sources: Sources) -> list[NamespaceView]:
