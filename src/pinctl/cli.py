@@ -229,6 +229,36 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     return _apply("sync", plan, dry_run, fmt, quiet)
 
 
+@cli.command("namespaces", epilog=EXIT_CODES_HELP)
+@click.option("-q", "--quiet", is_flag=True, help="Names only (what shell completion reads).")
+@common_options
+@click.pass_context
+def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
+    """List containerd's namespaces; those pinctl reads by default are marked."""
+    from pinctl.backends.containerd import ContainerdStore
+    from pinctl.service.namespaces import DEFAULT_NAMESPACES
+
+    cfg = load_config(ctx)
+    store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"))
+    for name in store.namespaces():
+        click.echo(name if quiet or name not in DEFAULT_NAMESPACES else f"{name}\t(default)")
+    return EXIT_OK
+
+
+@cli.command("completion", epilog="Exit codes: 0 ok, 2 unknown shell.")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion_command(shell: str) -> int:
+    """Print the completion script for SHELL.
+
+    The script is static: completing commands and options starts no Python. Only image
+    references and namespaces are asked of pinctl itself (pinctl ls -q, pinctl namespaces -q).
+    """
+    from pinctl import completion
+
+    click.echo(completion.render(shell, cli), nl=False)
+    return EXIT_OK
+
+
 @cli.group("config", context_settings=CONTEXT_SETTINGS)
 def config_group() -> None:
     """Show and check pinctl's configuration and pin policy."""
