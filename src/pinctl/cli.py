@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 
 import click
@@ -38,6 +39,9 @@ COMMON_OPTIONS = [
     click.option("--docker-host", metavar="HOST",
                  help="Docker daemon, as in DOCKER_HOST. Default: $DOCKER_HOST, else unix:///var/run/docker.sock "
                       "when it answers."),
+    click.option("--runtime-endpoint", metavar="ENDPOINT",
+                 help="CRI runtime socket (ls --cri, check). Default: $CONTAINER_RUNTIME_ENDPOINT, config "
+                      "'runtime_endpoint', else the first usual socket that answers."),
     click.option("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
                  help="pinctl config file; drop-ins come from config.d beside it. "
                       "Default: $PINCTL_CONFIG, else /etc/pinctl/config.toml."),
@@ -56,6 +60,7 @@ FLAG_KEYS = {
     "containerd_config": "containerd_config",
     "pattern_dialect": "pattern_dialect",
     "docker_host": "docker_host",
+    "runtime_endpoint": "runtime_endpoint",
 }
 
 
@@ -128,10 +133,11 @@ def cli(**_: Any) -> None:
 @click.option("--drift", is_flag=True,
               help="Only where labels and policy disagree: covered by a pattern but not labelled, "
                    "or labelled but covered by no pattern.")
+@click.option("--cri", is_flag=True, help="Add CRI PINNED: what the runtime tells the kubelet.")
 @output_options
 @common_options
 @click.pass_context
-def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, fmt: str,
+def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool, fmt: str,
                quiet: bool, **_: Any) -> int:
     """List image references, whether each is pinned and why.
 
@@ -146,8 +152,13 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     cfg = load_config(ctx)
     policy = load_policy(cfg)
     result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
+    if cri:
+        from pinctl.service.check import annotate_cri
+
+        runtime, _ = sources.open_runtime(cfg, output.warn)
+        annotate_cri(result.rows, runtime.list_images())
     rows = listing.filter_rows(result.rows, filters, pinned, drift, cfg.get("pattern_dialect"))
-    output.print_images(rows, result.errors, fmt, quiet, show_drift=drift)
+    output.print_images(rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)
     return EXIT_OK
 
 
@@ -227,6 +238,39 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
                          "fix the config, or pass --allow-empty-policy if that is what you want")
     plan = pinning.make_sync_plan(sources.views(open_sources(cfg)), policy, prune)
     return _apply("sync", plan, dry_run, fmt, quiet)
+
+
+@cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "
+                               "2 usage or config error.")
+@click.option("--wait", type=click.FloatRange(min=0), default=0, metavar="SECONDS",
+              help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
+@click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]), default="table",
+              show_default=True, help="Output format; table shows only disagreements.")
+@common_options
+@click.pass_context
+def check_command(ctx: click.Context, wait: float, fmt: str, **_: Any) -> int:
+    """Compare what pinctl expects with what the CRI runtime tells the kubelet.
+
+    For every image the runtime lists, the wanted pin (a label in k8s.io or moby, a policy
+    pattern, a Docker config label, the sandbox image) is set against the CRI's pinned field,
+    and each difference gets its likely cause and fix. The kubelet itself refreshes its view of
+    the images every 5 minutes, so it may lag behind the runtime.
+    """
+    from pinctl import output
+    from pinctl.service import check, sources
+
+    cfg = load_config(ctx)
+    policy = load_policy(cfg)
+    runtime, version = sources.open_runtime(cfg, output.warn)
+    deadline = time.monotonic() + wait
+    while True:
+        rows = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels")).rows
+        result = check.check(rows, runtime.list_images(), version, runtime.endpoint)
+        if result.agree or time.monotonic() >= deadline:
+            break
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    output.print_check(result, fmt)
+    return EXIT_OK if result.agree else EXIT_ERROR
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)

@@ -75,6 +75,7 @@ class ImageRow:
     drift: Optional[str] = None
     source: str = "containerd"
     config_labels: Optional[dict[str, str]] = None
+    cri_pinned: Optional[bool] = None
 
     @property
     def digest(self) -> str:

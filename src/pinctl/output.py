@@ -34,6 +34,7 @@ def image_dict(row: ImageRow) -> dict[str, Any]:
         "drift": row.drift,
         "source": row.source,
         "config_labels": row.config_labels,
+        "cri_pinned": row.cri_pinned,
     }
 
 
@@ -89,14 +90,14 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
 
 def print_images(
     rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: TextIO = sys.stdout,
-    show_drift: bool = False,
+    show_drift: bool = False, show_cri: bool = False,
 ) -> None:
     if quiet:
         out.write("".join(f"{row.ref}\n" for row in rows))
     elif fmt == "json":
         out.write(envelope(images=[image_dict(r) for r in rows], errors=list(errors)) + "\n")
     else:
-        _print_image_table(rows, wide=fmt == "wide", out=out, show_drift=show_drift)
+        _print_image_table(rows, wide=fmt == "wide", out=out, show_drift=show_drift, show_cri=show_cri)
     if fmt != "json":
         for error in errors:
             warn(f"{error['namespace']}/{error['ref']}: {error['message']}")
@@ -108,7 +109,9 @@ DRIFT_TEXT = {
 }
 
 
-def _print_image_table(rows: Sequence[ImageRow], wide: bool, out: TextIO, show_drift: bool = False) -> None:
+def _print_image_table(
+    rows: Sequence[ImageRow], wide: bool, out: TextIO, show_drift: bool = False, show_cri: bool = False
+) -> None:
     headers = ["NAMESPACE", "REF", "IMAGE ID", "SIZE", "PINNED", "WHY"]
     if wide:
         headers = ["NAMESPACE", "REF", "IMAGE ID", "DIGEST", "SIZE", "PINNED", "WHY", "LABELS"]
@@ -117,7 +120,11 @@ def _print_image_table(rows: Sequence[ImageRow], wide: bool, out: TextIO, show_d
         headers.insert(headers.index("WHY"), "DRIFT")
         for row, cells in zip(rows, table_rows):
             cells.insert(headers.index("DRIFT"), DRIFT_TEXT.get(row.drift or "", "-"))
-    print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}})
+    if show_cri:
+        headers.insert(headers.index("PINNED") + 1, "CRI PINNED")
+        for row, cells in zip(rows, table_rows):
+            cells.insert(headers.index("CRI PINNED"), {True: "yes", False: "no", None: "-"}[row.cri_pinned])
+    print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}, "CRI PINNED": {"yes": "green"}})
 
 
 def _image_cells(row: ImageRow, wide: bool) -> list[str]:
@@ -237,6 +244,41 @@ def print_problems(problems: Sequence[Any], fmt: str, out: TextIO = sys.stdout) 
         out.write(f"{where}{p.kind}: {p.message}\n")
     count = len(problems)
     warn(f"config lint: {count} problem{'s' if count != 1 else ''}" if count else "config lint: no problems")
+
+
+def print_check(result: Any, fmt: str, out: TextIO = sys.stdout) -> None:
+    """Every disagreement with its cause and fix; JSON and wide list the agreeing images too."""
+    runtime = {"endpoint": result.endpoint, "name": result.runtime.name, "version": result.runtime.version}
+    if fmt == "json":
+        items = [_check_dict(item) for item in result.items]
+        out.write(envelope(runtime=runtime, agree=result.agree, images=items) + "\n")
+        return
+    shown = result.items if fmt == "wide" else [i for i in result.items if not i.agrees]
+    cells = [[i.refs[0], refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
+              i.cause or "agrees", i.fix or "-"] for i in shown]
+    if shown:
+        print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", "CAUSE", "FIX"], cells, out,
+                    highlight={"CAUSE": {"agrees": "green"}})
+    bad = sum(not i.agrees for i in result.items)
+    verdict = "agree" if not bad else f"disagree on {bad} of {len(result.items)} image{'s' if len(result.items) != 1 else ''}"
+    warn(f"check: pinctl and {result.runtime} at {result.endpoint} {verdict}")
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _check_dict(item: Any) -> dict[str, Any]:
+    return {
+        "id": item.image_id,
+        "refs": list(item.refs),
+        "wanted": item.desired,
+        "cri_pinned": item.cri_pinned,
+        "reasons": [r.as_dict() for r in item.reasons],
+        "agrees": item.agrees,
+        "cause": item.cause,
+        "fix": item.fix,
+    }
 
 
 def warn(message: str) -> None:

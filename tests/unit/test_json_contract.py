@@ -36,7 +36,8 @@ def test_ls_envelope_keys_and_types() -> None:
     assert doc["pinctl_result_version"] == 1
     [image] = doc["images"]
     assert sorted(image) == [
-        "config_labels", "digest", "drift", "id", "labels", "namespace", "pinned", "reasons", "ref", "size", "source"]
+        "config_labels", "cri_pinned", "digest", "drift", "id", "labels", "namespace", "pinned", "reasons", "ref", "size",
+        "source"]
     assert image["source"] == "containerd" and image["config_labels"] is None
     assert isinstance(image["size"], int) and isinstance(image["pinned"], bool)
     assert image["reasons"] == [
@@ -91,6 +92,26 @@ def render_lint() -> dict:
     return json.loads(buf.getvalue())
 
 
+def render_check() -> dict:
+    from pinctl.backends.cri import CriImage, RuntimeVersion
+    from pinctl.service.check import check
+
+    result = check([ROW], [CriImage(ROW.image_id or "", (ROW.ref,), (), 1, False)],
+                   RuntimeVersion("containerd", "1.7.24", "v1"), "unix:///run/containerd/containerd.sock")
+    buf = io.StringIO()
+    output.print_check(result, "json", out=buf)
+    return json.loads(buf.getvalue())
+
+
+def test_check_envelope() -> None:
+    doc = render_check()
+    assert sorted(doc) == ["agree", "images", "pinctl_result_version", "runtime"]
+    assert doc["agree"] is False and doc["runtime"]["name"] == "containerd"
+    [item] = doc["images"]
+    assert sorted(item) == ["agrees", "cause", "cri_pinned", "fix", "id", "reasons", "refs", "wanted"]
+    assert item["wanted"] is True and item["cri_pinned"] is False and "not caught up" in item["cause"]
+
+
 def test_config_and_lint_envelopes() -> None:
     config = render_config()
     assert config["config"] == {"timeout": {"source": "default", "value": 2.0}}
@@ -115,6 +136,6 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)`", DOC.read_text(), flags=re.M))
     # `config` maps key names to their values: those names are the config keys, not contract keys.
     config_keys = {key for entry in render_config()["config"].values() for key in entry} | {"config"}
-    emitted = keys_of(render_ls()) | keys_of(render_pin()) | keys_of(render_lint()) | config_keys
+    emitted = keys_of(render_ls()) | keys_of(render_pin()) | keys_of(render_lint()) | keys_of(render_check()) | config_keys
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
     assert emitted == documented

@@ -26,8 +26,9 @@ def open_channel(path: str) -> grpc.Channel:
     return grpc.insecure_channel(f"unix://{os.path.abspath(path)}", options=options)
 
 
-def translate(err: Exception, what: str, address: str, timeout: float) -> EngineError:
+def translate(err: Exception, what: str, address: str, timeout: float, api: str = "") -> EngineError:
     """Turn a grpc.RpcError into the project's one-line error."""
+    api = api or f"{what}'s API"
     import grpc
 
     if not isinstance(err, grpc.RpcError):
@@ -46,7 +47,7 @@ def translate(err: Exception, what: str, address: str, timeout: float) -> Engine
         )
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return EngineError(
-            f"{address} does not speak {what}'s API ({details or 'unimplemented'})",
+            f"{address} does not speak {api} ({details or 'unimplemented'})",
             "is this the right socket?",
         )
     if code == grpc.StatusCode.PERMISSION_DENIED:

@@ -12,6 +12,7 @@ from pinctl.service.listing import Listing, list_images
 
 if TYPE_CHECKING:
     from pinctl.backends.containerd import ContainerdStore
+    from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.config import Config
     from pinctl.service.docker import DockerView
     from pinctl.service.pinning import NamespaceView
@@ -112,3 +113,17 @@ def views(sources: Sources) -> list[NamespaceView]:
     if sources.docker_containerd is not None and sources.docker is not None:
         found.append(NamespaceView(sources.docker_containerd, sources.docker.namespace))
     return found
+
+
+def open_runtime(cfg: Config, warn: Callable[[str], None]) -> tuple[CriRuntime, RuntimeVersion]:
+    """The CRI runtime named by flag, environment or config; else the first that answers of the
+    containerd pinctl was pointed at and the usual sockets."""
+    from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
+
+    endpoint = cfg.get("runtime_endpoint")
+    if endpoint is None:
+        chosen = cfg.values["containerd_address"]
+        first = [f"unix://{chosen.value}"] if chosen.source != "default" else []
+        return discover(list(dict.fromkeys(first + list(KNOWN_ENDPOINTS))), cfg.get("timeout"), warn)
+    runtime = CriRuntime(endpoint, cfg.get("timeout"))
+    return runtime, runtime.version()

@@ -1,0 +1,148 @@
+"""check: what pinctl expects the kubelet to be told, against what the CRI runtime tells it,
+with the likely cause and fix of every difference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from pinctl import labels as pin_labels
+from pinctl.model import ImageRow, Reason
+
+if TYPE_CHECKING:
+    from pinctl.backends.cri import CriImage, RuntimeVersion
+
+CRI_NAMESPACE = "k8s.io"
+DOCKER_NAMESPACE = "moby"
+# How the CRI names the runtimes: cri-dockerd answers as "docker".
+CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
+# An ineffective label still says what the operator meant: it counts as wanting a pin.
+WANTED = ("label", "pattern", "docker-label", "sandbox", "ineffective-label")
+
+
+@dataclass
+class CheckItem:
+    image_id: str
+    refs: list[str]
+    desired: bool
+    cri_pinned: bool
+    reasons: list[Reason] = field(default_factory=list)
+    cause: Optional[str] = None
+    fix: Optional[str] = None
+
+    @property
+    def agrees(self) -> bool:
+        return self.cause is None
+
+
+@dataclass
+class CheckResult:
+    endpoint: str
+    runtime: RuntimeVersion
+    items: list[CheckItem]
+
+    @property
+    def agree(self) -> bool:
+        return all(item.agrees for item in self.items)
+
+
+def check(rows: Sequence[ImageRow], listed: Sequence[CriImage], runtime: RuntimeVersion, endpoint: str) -> CheckResult:
+    index = _Index(rows)
+    items = [_item(cri, index.matching(cri), runtime) for cri in listed]
+    return CheckResult(endpoint, runtime, sorted(items, key=lambda i: (i.refs[:1], i.image_id)))
+
+
+class _Index:
+    """pinctl's rows by image ID, manifest digest and name: the CRI reports one of each."""
+
+    def __init__(self, rows: Sequence[ImageRow]) -> None:
+        self.by_key: dict[str, list[ImageRow]] = {}
+        for row in rows:
+            for key in {row.image_id, row.digest, row.ref} - {None, ""}:
+                self.by_key.setdefault(key, []).append(row)  # type: ignore[arg-type]
+
+    def matching(self, cri: CriImage) -> list[ImageRow]:
+        found: dict[int, ImageRow] = {}
+        for key in (cri.id, *cri.repo_tags, *cri.repo_digests):
+            for row in self.by_key.get(key, []):
+                found[id(row)] = row
+        return list(found.values())
+
+
+def _item(cri: CriImage, rows: Sequence[ImageRow], runtime: RuntimeVersion) -> CheckItem:
+    reasons = _reasons(rows)
+    desired = any(r.kind in WANTED for r in reasons)
+    refs = list(cri.repo_tags or cri.repo_digests or (cri.id,))
+    item = CheckItem(cri.id, refs, desired, cri.pinned, reasons)
+    if desired and not cri.pinned:
+        item.cause, item.fix = _why_not_pinned(reasons, runtime, refs[0])
+    elif cri.pinned and not desired:
+        item.cause = "the CRI says pinned but nothing pinctl reads explains it"
+        item.fix = ("it is likely the runtime's sandbox image or in its own pinned_images config; "
+                    "show them with --containerd-config or --from-crio")
+    return item
+
+
+def _reasons(rows: Sequence[ImageRow]) -> list[Reason]:
+    """Each distinct reason, with the namespace of a label kept in its detail's reach."""
+    seen: dict[tuple[str, str, Optional[str]], Reason] = {}
+    for row in rows:
+        for reason in row.reasons:
+            detail = f"{row.namespace}/{reason.detail}" if reason.kind in ("label", "ineffective-label") else reason.detail
+            seen.setdefault((reason.kind, detail, reason.source), Reason(reason.kind, detail, reason.source))
+    return list(seen.values())
+
+
+def _label_namespaces(reasons: Sequence[Reason]) -> set[str]:
+    return {r.detail.split("/", 1)[0] for r in reasons if r.kind == "label"}
+
+
+def _why_not_pinned(reasons: Sequence[Reason], runtime: RuntimeVersion, ref: str) -> tuple[str, str]:
+    kinds = {r.kind for r in reasons}
+    if runtime.name == DOCKER:
+        return _docker_cause(kinds, runtime)
+    if runtime.name == CRIO:
+        return ("CRI-O pins only what its own pinned_images names; it ignores labels and pinctl's patterns",
+                "add the patterns to CRI-O: pinctl config export --for crio > /etc/crio/crio.conf.d/50-pinctl.conf")
+    return _containerd_cause(reasons, kinds, runtime, ref)
+
+
+def _docker_cause(kinds: set[str], runtime: RuntimeVersion) -> tuple[str, str]:
+    if "docker-label" in kinds:
+        return ("cri-dockerd does not pin by these config labels",
+                "start cri-dockerd with --pinned-image-labels (pinctl config export --for cri-dockerd)")
+    if "label" in kinds:
+        return (f"the runtime ignores labels: cri-dockerd ({runtime}) pins only its sandbox image "
+                "and what --pinned-images/--pinned-image-labels name",
+                "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
+    return ("pattern known only to pinctl: cri-dockerd does not read pinctl's config",
+            "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
+
+
+def _containerd_cause(reasons: Sequence[Reason], kinds: set[str], runtime: RuntimeVersion, ref: str) -> tuple[str, str]:
+    if not pin_labels.cri_honours_pins(runtime.version):
+        return (f"the runtime ignores labels: containerd {runtime.version} reports no pins to the kubelet",
+                "upgrade containerd to 1.6.25+ or 1.7.10+")
+    labelled_in = _label_namespaces(reasons)
+    if labelled_in and CRI_NAMESPACE not in labelled_in:
+        where = ", ".join(sorted(labelled_in))
+        return (f"the label is in namespace {where}, but containerd's CRI reads {CRI_NAMESPACE}",
+                f"pinctl pin -n {CRI_NAMESPACE} {ref}")
+    if labelled_in:
+        return ("the label is there but the CRI has not caught up yet",
+                "wait: pinctl check --wait 30 (the kubelet itself refreshes every 5 minutes)")
+    if "ineffective-label" in kinds:
+        bad = next(r.detail for r in reasons if r.kind == "ineffective-label")
+        return (f"ineffective label: {bad}", f"pinctl pin {ref}")
+    if "docker-label" in kinds and "pattern" not in kinds:
+        return ("containerd does not read Docker config labels", f"pinctl pin {ref}")
+    return ("pattern known only to pinctl: containerd reads labels, not patterns",
+            "pinctl sync (or pinctl config export --for containerd)")
+
+
+def annotate_cri(rows: Sequence[ImageRow], listed: Sequence[CriImage]) -> None:
+    """Set each row's cri_pinned from the CRI image it is (by ID, manifest digest or name)."""
+    index = _Index(rows)
+    for cri in listed:
+        for row in index.matching(cri):
+            row.cri_pinned = cri.pinned

@@ -1,0 +1,137 @@
+"""pinctl check and ls --cri against the CRI of real containerd 1.7 (honours labels) and 1.6.20 (does not)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.harness import cri, images
+from tests.harness.containerd import ContainerdDaemon
+from tests.integration.pinctl_runner import assert_one_line_error, pinctl
+
+PIN = "io.cri-containerd.pinned"
+LoadImages = Callable[..., list[images.ImageInfo]]
+APP = "example.test/chk-app:1"
+
+
+def check(daemon: ContainerdDaemon, *args: str, expect: int) -> dict[str, Any]:
+    result = pinctl(daemon, "check", "--runtime-endpoint", f"unix://{daemon.address}", "-o", "json", *args)
+    assert result.returncode == expect, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def item(doc: dict[str, Any], ref: str) -> dict[str, Any]:
+    return next(i for i in doc["images"] if ref in i["refs"])
+
+
+@pytest.fixture
+def ctd17(containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon]) -> ContainerdDaemon:
+    return clean_k8s_io(containerd17)
+
+
+def test_check_fails_before_pin_and_passes_after(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd17, [images.recipe(APP, seed="chk")])
+    doc = check(ctd17, "--pinned-image", APP, expect=1)
+    assert doc["runtime"]["name"] == "containerd" and doc["runtime"]["version"].startswith("1.7.")
+    found = item(doc, APP)
+    assert found["wanted"] is True and found["cri_pinned"] is False and found["agrees"] is False
+    assert "pattern known only to pinctl" in found["cause"] and "pinctl sync" in found["fix"]
+    assert pinctl(ctd17, "pin", APP).returncode == 0
+    doc = check(ctd17, "--pinned-image", APP, "--wait", "10", expect=0)
+    assert doc["agree"] is True and item(doc, APP)["cri_pinned"] is True
+    table = pinctl(ctd17, "check", "--runtime-endpoint", ctd17.address)
+    assert table.returncode == 0 and table.stdout == "" and "agree" in table.stderr
+
+
+def test_wrong_namespace_and_ineffective_label(ctd17: ContainerdDaemon, load_images: LoadImages,
+                                               fresh_namespace: Callable[[ContainerdDaemon], str]) -> None:
+    load_images(ctd17, [images.recipe(APP, seed="chk"), images.recipe("example.test/chk-true:1", seed="t")])
+    load_images(ctd17, [images.recipe(APP, seed="chk")], "moby")
+    ctd17.label_image(APP, {PIN: "pinned"}, namespace="moby")
+    ctd17.ctr("images", "label", "example.test/chk-true:1", PIN)  # stores "true"
+    try:
+        doc = check(ctd17, expect=1)
+        wrong = item(doc, APP)
+        assert "namespace moby" in wrong["cause"] and wrong["fix"] == f"pinctl pin -n k8s.io {APP}"
+        bad = item(doc, "example.test/chk-true:1")
+        assert bad["cause"].startswith("ineffective label") and "pinctl pin" in bad["fix"]
+    finally:
+        ctd17.clear_images("moby")
+
+
+def test_sandbox_agrees(ctd17: ContainerdDaemon) -> None:
+    doc = check(ctd17, expect=0)
+    sandbox = item(doc, ctd17.sandbox_image)
+    assert sandbox["cri_pinned"] is True and sandbox["agrees"] is True
+    assert {"kind": "sandbox", "detail": ctd17.sandbox_image} in sandbox["reasons"]
+
+
+def test_containerd_16_ignores_labels(containerd16: ContainerdDaemon,
+                                      clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+                                      load_images: LoadImages) -> None:
+    daemon = clean_k8s_io(containerd16)
+    load_images(daemon, [images.recipe(APP, seed="chk")])
+    assert pinctl(daemon, "pin", APP).returncode == 0
+    doc = check(daemon, expect=1)
+    found = item(doc, APP)
+    assert found["wanted"] is True and found["cri_pinned"] is False
+    assert "ignores labels" in found["cause"] and "1.6.20" in found["cause"]
+    assert "1.6.25" in found["fix"]
+
+
+def test_ls_cri_column(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd17, [images.recipe(APP, "example.test/chk-app:latest", seed="chk")])
+    ctd17.label_image(APP, {PIN: "pinned"})
+    cri.wait_for(ctd17.address, lambda imgs: any(APP in i.repo_tags and i.pinned for i in imgs), 10)
+    result = pinctl(ctd17, "ls", "--cri", "-o", "json", env={"CONTAINER_RUNTIME_ENDPOINT": f"unix://{ctd17.address}"})
+    rows = {img["ref"]: img for img in json.loads(result.stdout)["images"]}
+    assert rows["example.test/chk-app:latest"]["cri_pinned"] is True
+    table = pinctl(ctd17, "ls", "--cri", APP, env={"CONTAINER_RUNTIME_ENDPOINT": ctd17.address}).stdout
+    assert "CRI PINNED" in table.splitlines()[0]
+
+
+def test_discovery_names_the_runtime_it_found(ctd17: ContainerdDaemon) -> None:
+    # CONTAINERD_ADDRESS is set by the runner: discovery tries it before the usual sockets.
+    result = pinctl(ctd17, "check", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert f"using unix://{ctd17.address} (containerd 1.7" in result.stderr
+
+
+def test_unreachable_endpoint(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
+    result = pinctl(ctd17, "check", "--runtime-endpoint", f"unix://{tmp_path}/gone.sock")
+    assert_one_line_error(result, 1, "gone.sock", "does not exist", "--runtime-endpoint")
+
+
+@pytest.fixture
+def not_cri(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "other.sock"
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_insecure_port(f"unix://{path}")
+    server.start()
+    yield path
+    server.stop(0)
+
+
+def test_socket_that_is_not_cri(ctd17: ContainerdDaemon, not_cri: Path) -> None:
+    result = pinctl(ctd17, "check", "--runtime-endpoint", str(not_cri))
+    assert_one_line_error(result, 1, str(not_cri), "does not speak the CRI (runtime.v1)")
+
+
+def test_runtime_timeout(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
+    path = tmp_path / "mute.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(4)
+    try:
+        result = pinctl(ctd17, "check", "--runtime-endpoint", str(path), "--timeout", "0.5")
+    finally:
+        listener.close()
+    assert_one_line_error(result, 1, str(path), "did not answer within 0.5s")
