@@ -217,11 +217,16 @@ def _apply(command: str, plan: Plan, dry_run: bool, fmt: str, quiet: bool) -> in
 @click.option("--allow-empty-policy", is_flag=True,
               help="Let --prune run with no patterns at all (it then removes every pin sync added).")
 @click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")
+@click.option("--watch", is_flag=True,
+              help="Keep running: sync at start and after every reconnect, then each image as it is created or "
+                   "changed. SIGHUP reloads the config; SIGTERM or SIGINT stop it.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="With --watch: one log line per action on stderr, as text or JSON.")
 @output_options
 @common_options
 @click.pass_context
-def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, fmt: str, quiet: bool,
-                 **_: Any) -> int:
+def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, watch: bool,
+                 log_format: str, fmt: str, quiet: bool, **_: Any) -> int:
     """Label every image the policy covers, once.
 
     Each reference a pattern matches gets io.cri-containerd.pinned=pinned, plus
@@ -236,8 +241,26 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
         read = ", ".join(cfg.files) or "no config file"
         raise UsageError(f"the policy has no pinned_images (read: {read}); --prune would remove every pin sync added",
                          "fix the config, or pass --allow-empty-policy if that is what you want")
+    if watch:
+        if dry_run:
+            raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
+        return _watch(ctx, prune, log_format)
     plan = pinning.make_sync_plan(sources.views(open_sources(cfg)), policy, prune)
     return _apply("sync", plan, dry_run, fmt, quiet)
+
+
+def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
+    from pinctl.backends.containerd import ContainerdStore
+    from pinctl.service import watch
+
+    def load() -> watch.Settings:
+        cfg = load_config(ctx)
+        store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"))
+        return watch.Settings(store, load_policy(cfg), cfg.get("namespaces"))
+
+    watcher = watch.Watcher(load, watch.Log(log_format), prune)
+    watcher.install_signal_handlers()
+    return watcher.run()
 
 
 @cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from pinctl.backends import _grpc, oci
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
@@ -84,6 +84,29 @@ class ContainerdStore:
                 f"namespace {missing[0]} does not exist in containerd at {self.address}",
                 f"existing: {', '.join(sorted(present)) or 'none'}; use -n with one of them or -n all",
             )
+
+    def get_image(self, namespace: str, name: str) -> Optional[StoredImage]:
+        """One record, or None when it is gone."""
+        import grpc
+
+        from pinctl.proto import images_pb2
+
+        stub = self._stub("images")
+        try:
+            reply = stub.Get(images_pb2.GetImageRequest(name=name), metadata=self._metadata(namespace), timeout=self.timeout)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise self._fail(err) from None
+        return _stored_image(reply.image)
+
+    def subscribe_images(self) -> ImageEvents:
+        """A live stream of image record changes in every namespace; cancel() ends it."""
+        from pinctl.proto import events_pb2
+
+        request = events_pb2.SubscribeRequest(filters=['topic~="^/images/"'])
+        # No deadline: the stream is meant to stay open for as long as the watcher runs.
+        return ImageEvents(self._stub("events").Subscribe(request), self)
 
     def list_images(self, namespace: str) -> list[StoredImage]:
         from pinctl.proto import images_pb2
@@ -177,6 +200,30 @@ def _resolved(manifest: dict[str, Any], manifest_size: int) -> ResolvedTarget:
     return ResolvedTarget(image_id, manifest_size + size)
 
 
+class ImageEvents:
+    """Iterates (namespace, topic, image name) until cancelled; a lost daemon raises EngineError."""
+
+    def __init__(self, call: Any, store: ContainerdStore) -> None:
+        self._call = call
+        self._store = store
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        import grpc
+
+        from pinctl.proto import events_pb2
+
+        try:
+            for envelope in self._call:
+                name = events_pb2.ImageEvent.FromString(envelope.event.value).name
+                yield envelope.namespace, envelope.topic, name
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.CANCELLED:
+                raise self._store._fail(err) from None
+
+
 def _stored_image(img: Any) -> StoredImage:
     target = Descriptor(img.target.media_type, img.target.digest, int(img.target.size))
     return StoredImage(name=img.name, labels=dict(img.labels), target=target)
@@ -263,6 +310,12 @@ def _namespaces_stub(channel: Any) -> Any:
     return namespaces_pb2_grpc.NamespacesStub(channel)
 
 
+def _events_stub(channel: Any) -> Any:
+    from pinctl.proto import events_pb2_grpc
+
+    return events_pb2_grpc.EventsStub(channel)
+
+
 def _version_stub(channel: Any) -> Any:
     from pinctl.proto import version_pb2_grpc
 
@@ -274,6 +327,7 @@ _STUB_FACTORIES: dict[str, Callable[[Any], Any]] = {
     "content": _content_stub,
     "namespaces": _namespaces_stub,
     "version": _version_stub,
+    "events": _events_stub,
 }
 
 

@@ -212,20 +212,33 @@ def make_sync_plan(views: Sequence[NamespaceView], policy: Policy, prune: bool) 
     for view in views:
         wanted = {image.name for image in view.wanted(policy)}
         for image in sorted(view.by_name.values(), key=lambda img: img.name):
-            _plan_sync_image(plan, view, image, image.name in wanted, prune)
+            _plan_sync_image(plan, view.store, view.namespace, image, image.name in wanted, prune)
     return plan
 
 
-def _plan_sync_image(plan: Plan, view: NamespaceView, image: StoredImage, wanted: bool, prune: bool) -> None:
+def make_one_sync_plan(store: ImageStore, namespace: str, image: StoredImage, policy: Policy, prune: bool) -> Plan:
+    """sync for a single record, as the watcher does for each image event."""
+    plan = Plan(SYNC)
+    names = [image.name]
+    if any(could_match_an_id(p) for p in policy.patterns):
+        names += [row.image_id for row in build_rows(store, namespace, [image]).rows if row.image_id]
+    wanted = bool(policy) and any(policy.matcher.match(names))
+    _plan_sync_image(plan, store, namespace, image, wanted, prune)
+    return plan
+
+
+def _plan_sync_image(
+    plan: Plan, store: ImageStore, namespace: str, image: StoredImage, wanted: bool, prune: bool
+) -> None:
     managed = image.labels.get(MANAGED_LABEL) == MANAGED_VALUE
     if wanted and pin_labels.carries_pin(image.labels):
-        plan.settled.append(ItemResult(view.namespace, image.name, "already-pinned"))
+        plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
     elif wanted:
         # An ineffective value is ours to correct; the mark records that sync owns this pin.
         change = {PIN_LABEL: PIN_VALUE, MANAGED_LABEL: MANAGED_VALUE}
-        plan.changes.append(Change(view.store, view.namespace, image, change, "pinned"))
+        plan.changes.append(Change(store, namespace, image, change, "pinned"))
     elif prune and managed:
-        plan.changes.append(Change(view.store, view.namespace, image, _removal(image), "pruned"))
+        plan.changes.append(Change(store, namespace, image, _removal(image), "pruned"))
 
 
 def apply_plan(plan: Plan, dry_run: bool) -> list[ItemResult]:

@@ -1,0 +1,166 @@
+"""sync --watch as a subprocess against a private containerd 1.7: events, restarts, SIGHUP, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import cri, images
+from tests.harness.containerd import ContainerdDaemon
+
+PIN = "io.cri-containerd.pinned"
+LoadImages = Callable[..., list[images.ImageInfo]]
+DEADLINE = 3.0  # generous for a loaded CI machine; bench/bench_watch.py measures the real latency
+
+
+@pytest.fixture
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """A daemon of its own: these tests restart it."""
+    ctd = ContainerdDaemon("containerd-1.7", tmp_path_factory.mktemp("watch")).start()
+    images.ensure_sandbox_image(ctd)
+    yield ctd
+    ctd.stop()
+
+
+class WatchProcess:
+    def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str) -> None:
+        env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config)}
+        env.pop("CONTAINERD_NAMESPACE", None)
+        self.log_path = config.parent / "watch.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pinctl", "sync", "--watch", "--log-format", "json", *extra],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"),
+        )
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.strip()]
+
+    def wait_log(self, msg: str, count: int = 1, timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        while sum(line["msg"] == msg for line in self.lines()) < count:
+            assert self.proc.poll() is None, self.log_path.read_text()
+            assert time.monotonic() < deadline, f"no {msg!r} in time: {self.log_path.read_text()}"
+            time.sleep(0.05)
+
+    def terminate(self) -> tuple[int, float]:
+        start = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=10)
+        return code, time.monotonic() - start
+
+
+@pytest.fixture
+def watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
+    started: list[WatchProcess] = []
+
+    def start(policy: str, *extra: str) -> WatchProcess:
+        config = tmp_path / "config.toml"
+        config.write_text(policy)
+        process = WatchProcess(daemon, config, *extra)
+        started.append(process)
+        process.wait_log("full sync")
+        return process
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait()
+
+
+def labelled_within(daemon: ContainerdDaemon, ref: str, timeout: float = DEADLINE, value: str | None = "pinned") -> float:
+    start = time.monotonic()
+    while True:
+        labels = {row.ref: row.labels for row in daemon.images()}
+        if labels.get(ref, {}).get(PIN) == value:
+            return time.monotonic() - start
+        assert time.monotonic() - start < timeout, f"{ref} labels {labels.get(ref)} after {timeout}s"
+        time.sleep(0.05)
+
+
+def load(daemon: ContainerdDaemon, tmp_path: Path, *recipes: images.ImageRecipe) -> None:
+    archive = tmp_path / f"images-{time.monotonic_ns()}.tar"
+    images.build_archive(archive, recipes)
+    images.import_images(daemon, archive, "k8s.io", wait=False)
+
+
+def test_new_and_retagged_images_are_pinned(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
+    proc = watch('pinned_images = ["example.test/keep/*"]\n')
+    load(daemon, tmp_path, images.recipe("example.test/keep/app:1", seed="w1"), images.recipe("example.test/other:1", seed="w2"))
+    labelled_within(daemon, "example.test/keep/app:1")
+    daemon.ctr("images", "tag", "example.test/other:1", "example.test/keep/other:2")
+    labelled_within(daemon, "example.test/keep/other:2")
+    assert PIN not in {row.ref: row.labels for row in daemon.images()}["example.test/other:1"]
+    # A label dropped (as a re-pull does) is put back.
+    daemon.ctr("images", "label", "example.test/keep/app:1", f"{PIN}=")
+    labelled_within(daemon, "example.test/keep/app:1")
+    cri.wait_for(daemon.address, lambda imgs: any("example.test/keep/app:1" in i.repo_tags and i.pinned for i in imgs), 10)
+    pinned = [line for line in proc.lines() if line["msg"] == "pinned"]
+    assert {line["ref"] for line in pinned} >= {"example.test/keep/app:1", "example.test/keep/other:2"}
+    code, took = proc.terminate()
+    assert code == 0 and took < 2.0
+
+
+def test_recovers_when_containerd_restarts(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
+    proc = watch('pinned_images = ["example.test/keep/*"]\n')
+    daemon.stop()
+    proc.wait_log("containerd unreachable, retrying")
+    daemon.start()
+    proc.wait_log("full sync", count=2)
+    load(daemon, tmp_path, images.recipe("example.test/keep/after:1", seed="w3"))
+    labelled_within(daemon, "example.test/keep/after:1")
+    assert proc.proc.poll() is None
+
+
+def test_catches_up_on_what_happened_while_disconnected(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
+    proc = watch('pinned_images = ["example.test/keep/*"]\n')
+    daemon.stop()
+    proc.wait_log("containerd unreachable, retrying")
+    daemon.start()
+    load(daemon, tmp_path, images.recipe("example.test/keep/meanwhile:1", seed="w4"))
+    labelled_within(daemon, "example.test/keep/meanwhile:1", timeout=15)
+
+
+def test_sighup_reloads_the_config(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
+    load(daemon, tmp_path, images.recipe("example.test/later:1", seed="w5"))
+    proc = watch('pinned_images = ["example.test/keep/*"]\n')
+    assert PIN not in {row.ref: row.labels for row in daemon.images()}["example.test/later:1"]
+    (tmp_path / "config.toml").write_text('pinned_images = ["example.test/later:*"]\n')
+    proc.proc.send_signal(signal.SIGHUP)
+    proc.wait_log("config reloaded")
+    labelled_within(daemon, "example.test/later:1")
+    (tmp_path / "config.toml").write_text('pinned_images = ["a/*/b"]\n')
+    proc.proc.send_signal(signal.SIGHUP)
+    proc.wait_log("config reload failed, keeping the previous one")
+    assert proc.proc.poll() is None
+    code, took = proc.terminate()
+    assert code == 0 and took < 2.0
+
+
+def test_text_log_and_sigint(daemon: ContainerdDaemon, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('pinned_images = ["example.test/keep/*"]\n')
+    env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config)}
+    proc = subprocess.Popen([sys.executable, "-m", "pinctl", "sync", "--watch"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and time.monotonic() - start < 2.0
+    assert out == "" and " info full sync (" in err and err.rstrip().endswith("info stopped")
+
+
+def test_watch_and_dry_run_refused(daemon: ContainerdDaemon, tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "pinctl", "sync", "--watch", "--dry-run", "--address", daemon.address],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "--watch and --dry-run" in result.stderr
