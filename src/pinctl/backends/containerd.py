@@ -85,20 +85,26 @@ class ContainerdStore:
                 f"existing: {', '.join(sorted(present)) or 'none'}; use -n with one of them or -n all",
             )
 
-    def get_image(self, namespace: str, name: str) -> Optional[StoredImage]:
-        """One record, or None when it is gone."""
+    def get_images(self, namespace: str, names: Sequence[str]) -> list[StoredImage]:
+        """Many records at once (the calls overlap); the ones gone meanwhile are left out."""
         import grpc
 
         from pinctl.proto import images_pb2
 
         stub = self._stub("images")
-        try:
-            reply = stub.Get(images_pb2.GetImageRequest(name=name), metadata=self._metadata(namespace), timeout=self.timeout)
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.NOT_FOUND:
-                return None
-            raise self._fail(err) from None
-        return _stored_image(reply.image)
+        metadata = self._metadata(namespace)
+        futures = [
+            stub.Get.future(images_pb2.GetImageRequest(name=name), metadata=metadata, timeout=self.timeout)
+            for name in names
+        ]
+        found: list[StoredImage] = []
+        for future in futures:
+            try:
+                found.append(_stored_image(future.result().image))
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.NOT_FOUND:
+                    raise self._fail(err) from None
+        return found
 
     def subscribe_images(self) -> ImageEvents:
         """A live stream of image record changes in every namespace; cancel() ends it."""
@@ -201,7 +207,7 @@ def _resolved(manifest: dict[str, Any], manifest_size: int) -> ResolvedTarget:
 
 
 class ImageEvents:
-    """Iterates (namespace, topic, image name) until cancelled; a lost daemon raises EngineError."""
+    """Iterates (namespace, topic, image name, labels) until cancelled; a lost daemon raises EngineError."""
 
     def __init__(self, call: Any, store: ContainerdStore) -> None:
         self._call = call
@@ -210,15 +216,15 @@ class ImageEvents:
     def cancel(self) -> None:
         self._call.cancel()
 
-    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+    def __iter__(self) -> Iterator[tuple[str, str, str, dict[str, str]]]:
         import grpc
 
         from pinctl.proto import events_pb2
 
         try:
             for envelope in self._call:
-                name = events_pb2.ImageEvent.FromString(envelope.event.value).name
-                yield envelope.namespace, envelope.topic, name
+                event = events_pb2.ImageEvent.FromString(envelope.event.value)
+                yield envelope.namespace, envelope.topic, event.name, dict(event.labels)
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:
                 raise self._store._fail(err) from None

@@ -216,14 +216,30 @@ def make_sync_plan(views: Sequence[NamespaceView], policy: Policy, prune: bool) 
     return plan
 
 
-def make_one_sync_plan(store: ImageStore, namespace: str, image: StoredImage, policy: Policy, prune: bool) -> Plan:
-    """sync for a single record, as the watcher does for each image event."""
+def needs_image_ids(policy: Policy) -> bool:
+    return any(could_match_an_id(p) for p in policy.patterns)
+
+
+def wanted_names(policy: Policy, names: Sequence[str]) -> set[str]:
+    """The names a policy covers by name alone."""
+    if not policy:
+        return set()
+    return {name for name, hits in zip(names, policy.matcher.match(names)) if hits}
+
+
+def make_batch_sync_plan(
+    store: ImageStore, namespace: str, records: Sequence[StoredImage], policy: Policy, prune: bool
+) -> Plan:
+    """sync for some records of a namespace, as the watcher does for a burst of image events."""
     plan = Plan(SYNC)
-    names = [image.name]
-    if any(could_match_an_id(p) for p in policy.patterns):
-        names += [row.image_id for row in build_rows(store, namespace, [image]).rows if row.image_id]
-    wanted = bool(policy) and any(policy.matcher.match(names))
-    _plan_sync_image(plan, store, namespace, image, wanted, prune)
+    names = [image.name for image in records]
+    wanted = wanted_names(policy, names)
+    if needs_image_ids(policy):
+        rows = build_rows(store, namespace, records).rows
+        by_id = wanted_names(policy, [row.image_id for row in rows if row.image_id])
+        wanted |= {row.ref for row in rows if row.image_id in by_id}
+    for image in records:
+        _plan_sync_image(plan, store, namespace, image, image.name in wanted, prune)
     return plan
 
 

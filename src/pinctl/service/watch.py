@@ -8,6 +8,7 @@ watcher's own label writes come back as update events and are then no-ops, so it
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import sys
 import threading
@@ -15,8 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
+from pinctl import labels as pin_labels
 from pinctl.errors import PinctlError
-from pinctl.model import ItemResult
+from pinctl.model import MANAGED_LABEL, MANAGED_VALUE, ItemResult
 from pinctl.service import namespaces as ns_select
 from pinctl.service import pinning
 
@@ -26,6 +28,11 @@ if TYPE_CHECKING:
 
 CHANGING_TOPICS = ("/images/create", "/images/update")
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
+# Events are handled in batches: whatever arrived while the last batch was written, at most this many.
+BATCH_MAX = 512
+# Signals cancel the stream, which wakes the loop at once; this timeout is only a safety net.
+POLL_SECONDS = 5.0
+Event = tuple[str, str, str, dict[str, str]]
 
 
 class Log:
@@ -97,6 +104,8 @@ class Watcher:
             except PinctlError as err:
                 if self._stop.is_set():
                     break
+                if self._reload.is_set():
+                    continue  # the stream was cut to reload, not lost
                 self.log("warning", "containerd unreachable, retrying", error=str(err), retry_in=f"{delay:g}s")
                 self._stop.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
@@ -104,18 +113,22 @@ class Watcher:
         return 0
 
     def _session(self) -> None:
-        """Subscribe first, then sync everything, then follow the events: nothing falls between."""
-        store = self.settings.store
-        self._stream = store.subscribe_images()
+        """Subscribe first, then sync everything, then follow the events: nothing falls between.
+
+        A reader thread drains the stream into a queue, so a burst is handled in batches whose
+        reads and writes overlap, instead of one round trip after another.
+        """
+        stream = self._stream = self.settings.store.subscribe_images()
+        events: queue.Queue[Optional[Event] | PinctlError] = queue.Queue()
+        reader = threading.Thread(target=_read_into, args=(stream, events), daemon=True)
+        reader.start()
         try:
             namespaces = self._full_sync()
-            for namespace, topic, name in self._stream:
-                if self._stop.is_set() or self._reload.is_set():
-                    break
-                if topic in CHANGING_TOPICS and self._watched(namespace, namespaces):
-                    self._sync_one(namespace, name)
+            while not (self._stop.is_set() or self._reload.is_set()):
+                batch = _next_batch(events)
+                self._sync_batch([e for e in batch if e[1] in CHANGING_TOPICS and self._watched(e[0], namespaces)])
         finally:
-            self._stream.cancel()
+            stream.cancel()
             self._stream = None
 
     def _reload_if_asked(self) -> None:
@@ -145,13 +158,28 @@ class Watcher:
         self.log("info", "full sync", namespaces=",".join(namespaces) or "-", changed=changed, covered=len(results))
         return namespaces
 
-    def _sync_one(self, namespace: str, name: str) -> None:
+    def _sync_batch(self, batch: list[Event]) -> None:
         s = self.settings
-        image = s.store.get_image(namespace, name)
-        if image is None:
-            return
-        plan = pinning.make_one_sync_plan(s.store, namespace, image, s.policy, self.prune)
-        self._report(pinning.apply_plan(plan, dry_run=False))
+        by_namespace: dict[str, dict[str, dict[str, str]]] = {}
+        for namespace, _, name, labels in batch:
+            by_namespace.setdefault(namespace, {})[name] = labels  # the latest event of a name wins
+        for namespace, latest in by_namespace.items():
+            names = [n for n, labels in latest.items() if self._may_need_change(n, labels)]
+            if names:
+                records = s.store.get_images(namespace, names)
+                plan = pinning.make_batch_sync_plan(s.store, namespace, records, s.policy, self.prune)
+                self._report(pinning.apply_plan(plan, dry_run=False))
+
+    def _may_need_change(self, name: str, labels: dict[str, str]) -> bool:
+        """Decide from the event alone when possible: most events, the watcher's own writes among
+        them, need no read at all."""
+        s = self.settings
+        if pinning.needs_image_ids(s.policy):
+            return True
+        wanted = bool(pinning.wanted_names(s.policy, [name]))
+        if wanted:
+            return not pin_labels.carries_pin(labels)
+        return self.prune and labels.get(MANAGED_LABEL) == MANAGED_VALUE
 
     def _report(self, results: list[ItemResult]) -> None:
         for r in results:
@@ -159,3 +187,39 @@ class Watcher:
                 self.log("info", r.action, namespace=r.namespace, ref=r.ref)
             elif r.failed:
                 self.log("error", "failed", namespace=r.namespace, ref=r.ref, error=r.error or "")
+
+
+def _read_into(stream: ImageEvents, events: queue.Queue[Optional[Event] | PinctlError]) -> None:
+    """Runs in a thread: every event, then None when the stream ends, or the error that ended it."""
+    try:
+        for event in stream:
+            events.put(event)
+        events.put(None)
+    except PinctlError as err:
+        events.put(err)
+
+
+def _next_batch(events: queue.Queue[Optional[Event] | PinctlError]) -> list[Event]:
+    """Wait briefly for one event, then take whatever else is already queued."""
+    batch: list[Event] = []
+    try:
+        item = events.get(timeout=POLL_SECONDS)
+        while True:
+            if isinstance(item, PinctlError):
+                raise item
+            if item is None:
+                raise _StreamEnded()
+            batch.append(item)
+            if len(batch) >= BATCH_MAX:
+                break
+            item = events.get_nowait()
+    except queue.Empty:
+        pass
+    return batch
+
+
+class _StreamEnded(PinctlError):
+    """containerd closed the event stream without an error: reconnect and catch up."""
+
+    def __init__(self) -> None:
+        super().__init__("the event stream ended")
