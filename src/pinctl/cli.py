@@ -151,6 +151,11 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
+    if quiet and not (filters or drift or cri or pinned is not None):
+        # Names alone need no manifest reads: what shell completion calls must be quick.
+        for _, ref in sources.list_names(open_sources(cfg)):
+            click.echo(ref)
+        return EXIT_OK
     result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
     if cri:
         from pinctl.service.check import annotate_cri

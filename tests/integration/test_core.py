@@ -217,3 +217,10 @@ def test_containerd_16_takes_the_label_but_its_cri_ignores_it(
     assert row["reasons"][-1]["kind"] == "ignored" and daemon.version in row["reasons"][-1]["detail"]
     assert pinctl_json(daemon, "unpin", APP[0])["status"] == "success"
     assert PIN not in ctr_labels(daemon)[APP[0]]
+
+
+def test_quiet_names_match_the_full_listing(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd17, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
+    fast = pinctl(ctd17, "ls", "-q").stdout.split()
+    full = [img["ref"] for img in pinctl_json(ctd17, "ls")["images"]]
+    assert fast == full and set(APP) <= set(fast)

@@ -126,3 +126,15 @@ def _rows_of(view: DockerView, image: DockerImage, rules: Sequence[tuple[str, Op
         _mark(row, image.labels, rules)
         rows.append(row)
     return rows
+
+
+def rows_without_records(view: DockerView, listed: set[str]) -> list[tuple[Optional[str], str]]:
+    """(namespace, reference) of the Docker images `join` would add rows for, by name only."""
+    if view.store.containerd and listed:
+        return []
+    namespace = view.namespace if view.store.containerd else None
+    found: list[tuple[Optional[str], str]] = []
+    for image in view.images:
+        names = [_full(tag) for tag in image.repo_tags] or [_full(image.repo_digests[0]) if image.repo_digests else image.image_id]
+        found += [(namespace, name) for name in names if name not in listed]
+    return found

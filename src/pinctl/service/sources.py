@@ -127,3 +127,20 @@ def open_runtime(cfg: Config, warn: Callable[[str], None]) -> tuple[CriRuntime, 
         return discover(list(dict.fromkeys(first + list(KNOWN_ENDPOINTS))), cfg.get("timeout"), warn)
     runtime = CriRuntime(endpoint, cfg.get("timeout"))
     return runtime, runtime.version()
+
+
+def list_names(sources: Sources) -> list[tuple[Optional[str], str]]:
+    """(namespace, reference) of every row `ls` would show, from the image lists alone: no
+    manifests read. What `ls -q` prints and shell completion asks for."""
+    from pinctl.service.docker import rows_without_records
+
+    names: list[tuple[Optional[str], str]] = []
+    if sources.containerd is not None:
+        names += [(ns, img.name) for ns in sources.namespaces for img in sources.containerd.list_images(ns)]
+    view = sources.docker
+    if sources.docker_containerd is not None and view is not None:
+        names += [(view.namespace, img.name) for img in sources.docker_containerd.list_images(view.namespace)]
+    if view is not None:
+        listed = {ref for ns, ref in names if ns == view.namespace}
+        names += rows_without_records(view, listed)
+    return sorted(set(names), key=lambda item: (item[0] or "", item[1]))

@@ -1,0 +1,232 @@
+# fish completion for pinctl. Generated from pinctl 0.1.0's command tree by tools/generate.py; do not edit.
+# Install: $(PREFIX)/share/fish/vendor_completions.d/pinctl.fish, or: pinctl completion fish | source
+# Completing commands, options and choices runs no program; image references and
+# namespaces are asked of pinctl.
+
+# Run pinctl with the engine options typed on the line (for refs the namespaces too); errors go
+# to /dev/null, since completion must stay quiet when there is no daemon.
+function __fish_pinctl_ask --argument-names kind
+    set -e argv[1]
+    # An option is being typed, not a value: starting pinctl would only slow the prompt.
+    string match -q -- '-*' (commandline -ct); and return 0
+    set -l words (commandline -opc)
+    set -l prog pinctl
+    if string match -q -- '*/*' $words[1]; and test -x $words[1]
+        set prog $words[1]
+    end
+    set -l pass
+    set -l i 2
+    while test $i -le (count $words)
+        set -l word $words[$i]
+        set -l next $words[(math $i + 1)]
+        switch $word
+            case --address --config --docker-host --timeout
+                set -a pass "$word=$next"
+                set i (math $i + 1)
+            case '--address=*' '--config=*' '--docker-host=*' '--timeout=*'
+                set -a pass $word
+            case --namespace -n
+                test $kind = refs; and set -a pass "--namespace=$next"
+                set i (math $i + 1)
+            case '--namespace=*'
+                test $kind = refs; and set -a pass $word
+            case '-n?*'
+                test $kind = refs; and set -a pass "--namespace="(string sub -s 3 -- $word)
+        end
+        set i (math $i + 1)
+    end
+    command -q $prog; or return 0
+    command $prog $argv $pass 2>/dev/null </dev/null
+end
+
+function __fish_pinctl_refs --description 'Image references pinctl ls -q lists'
+    __fish_pinctl_ask refs ls -q
+end
+
+function __fish_pinctl_namespaces --description 'containerd namespaces pinctl namespaces -q lists'
+    __fish_pinctl_ask namespaces namespaces -q
+end
+
+# Sourcing twice must not double every line.
+complete -c pinctl -e
+# Arguments are commands and image references, never file names (values may be).
+complete -c pinctl -f
+
+# pinctl
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a check -d 'Compare what pinctl expects with what the CRI runtime tells the kubelet'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a completion -d 'Print the completion script for SHELL'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a config -d 'Show and check pinctl\'s configuration and pin policy'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a ls -d 'List image references, whether each is pinned and why'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a namespaces -d 'List containerd\'s namespaces; those pinctl reads by default are marked'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a pin -d 'Pin images: add io.cri-containerd.pinned=pinned'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a sync -d 'Label every image the policy covers, once'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a unpin -d 'Unpin images: remove io.cri-containerd.pinned'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l version -d 'Show the version and exit'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s h -l help -d 'Show this message and exit'
+
+# pinctl check
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l wait -x -d 'Poll until they agree, for at most SECONDS: a runtime may lag a label change'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -s o -l output -x -a 'table wide json' -d 'Output format; table shows only disagreements'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -s h -l help -d 'Show this message and exit'
+
+# pinctl completion
+complete -c pinctl -n '__fish_seen_subcommand_from completion' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n '__fish_seen_subcommand_from completion' -a 'bash zsh fish'
+
+# pinctl config
+complete -c pinctl -n '__fish_seen_subcommand_from config; and not __fish_seen_subcommand_from export lint show' -a export -d 'Write the pin policy as a runtime\'s own configuration, on stdout'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and not __fish_seen_subcommand_from export lint show' -a lint -d 'Check the pin policy: one line per problem'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and not __fish_seen_subcommand_from export lint show' -a show -d 'Show the effective configuration and where each value came from'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and not __fish_seen_subcommand_from export lint show' -s h -l help -d 'Show this message and exit'
+
+# pinctl config export
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l for -x -a 'crio containerd cri-dockerd' -d 'The runtime whose configuration to write'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l offline -d 'Do not ask the engines; patterns a runtime cannot express are then left out'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s h -l help -d 'Show this message and exit'
+
+# pinctl config lint
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l offline -d 'Only check the patterns themselves; do not ask containerd'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s o -l output -x -a 'table json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s h -l help -d 'Show this message and exit'
+
+# pinctl config show
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s o -l output -x -a 'table json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s h -l help -d 'Show this message and exit'
+
+# pinctl ls
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned -d 'Only images the runtime keeps'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l unpinned -d 'Only images the GC may delete'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l drift -d 'Only where labels and policy disagree: covered by a pattern but not labelled, or...'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l cri -d 'Add CRI PINNED: what the runtime tells the kubelet'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -s o -l output -x -a 'table wide json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -a '(__fish_pinctl_refs)'
+
+# pinctl namespaces
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s q -l quiet -d 'Names only (what shell completion reads)'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s h -l help -d 'Show this message and exit'
+
+# pinctl pin
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -s o -l output -x -a 'table wide json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l dry-run -d 'Show the plan; change nothing'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -a '(__fish_pinctl_refs)'
+
+# pinctl sync
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l prune -d 'Also unpin references that sync pinned earlier and no pattern covers now'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l allow-empty-policy -d 'Let --prune run with no patterns at all (it then removes every pin sync added)'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l dry-run -d 'Show the plan; change nothing'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l watch -d 'Keep running: sync at start and after every reconnect, then each image as it is...'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l log-format -x -a 'text json' -d 'With --watch: one log line per action on stderr, as text or JSON'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -s o -l output -x -a 'table wide json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -s h -l help -d 'Show this message and exit'
+
+# pinctl unpin
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s o -l output -x -a 'table wide json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l dry-run -d 'Show the plan; change nothing'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -a '(__fish_pinctl_refs)'
