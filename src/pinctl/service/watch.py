@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from pinctl import labels as pin_labels
-from pinctl.errors import PinctlError
+from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.model import MANAGED_LABEL, MANAGED_VALUE, ItemResult
 from pinctl.service import namespaces as ns_select
 from pinctl.service import pinning
@@ -71,6 +71,7 @@ class Watcher:
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._stream: Optional[ImageEvents] = None
+        self._delay = BACKOFF_FIRST
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -95,22 +96,24 @@ class Watcher:
 
     def run(self) -> int:
         self.log("info", "watching", address=self.settings.store.address, patterns=len(self.settings.policy.patterns))
-        delay = BACKOFF_FIRST
         while not self._stop.is_set():
             try:
                 self._reload_if_asked()
                 self._session()
-                delay = BACKOFF_FIRST
             except PinctlError as err:
                 if self._stop.is_set():
                     break
                 if self._reload.is_set():
                     continue  # the stream was cut to reload, not lost
-                self.log("warning", "containerd unreachable, retrying", error=str(err), retry_in=f"{delay:g}s")
-                self._stop.wait(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
+                self._back_off(err)
         self.log("info", "stopped")
         return 0
+
+    def _back_off(self, err: PinctlError) -> None:
+        what = "containerd unreachable" if isinstance(err, EngineUnreachable) else "cannot sync yet"
+        self.log("warning", f"{what}, retrying", error=str(err), retry_in=f"{self._delay:g}s")
+        self._stop.wait(self._delay)
+        self._delay = min(self._delay * 2, BACKOFF_MAX)
 
     def _session(self) -> None:
         """Subscribe first, then sync everything, then follow the events: nothing falls between.
@@ -124,6 +127,7 @@ class Watcher:
         reader.start()
         try:
             namespaces = self._full_sync()
+            self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
             while not (self._stop.is_set() or self._reload.is_set()):
                 batch = _next_batch(events)
                 self._sync_batch([e for e in batch if e[1] in CHANGING_TOPICS and self._watched(e[0], namespaces)])
