@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from tests.harness import cri, images
@@ -110,28 +107,11 @@ def test_unreachable_endpoint(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
     assert_one_line_error(result, 1, "gone.sock", "does not exist", "--runtime-endpoint")
 
 
-@pytest.fixture
-def not_cri(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "other.sock"
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_insecure_port(f"unix://{path}")
-    server.start()
-    yield path
-    server.stop(0)
+def test_socket_that_is_not_cri(ctd17: ContainerdDaemon, grpc_without_services: Path) -> None:
+    result = pinctl(ctd17, "check", "--runtime-endpoint", str(grpc_without_services))
+    assert_one_line_error(result, 1, str(grpc_without_services), "does not speak the CRI (runtime.v1)")
 
 
-def test_socket_that_is_not_cri(ctd17: ContainerdDaemon, not_cri: Path) -> None:
-    result = pinctl(ctd17, "check", "--runtime-endpoint", str(not_cri))
-    assert_one_line_error(result, 1, str(not_cri), "does not speak the CRI (runtime.v1)")
-
-
-def test_runtime_timeout(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
-    path = tmp_path / "mute.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen(4)
-    try:
-        result = pinctl(ctd17, "check", "--runtime-endpoint", str(path), "--timeout", "0.5")
-    finally:
-        listener.close()
-    assert_one_line_error(result, 1, str(path), "did not answer within 0.5s")
+def test_runtime_timeout(ctd17: ContainerdDaemon, mute_socket: Path) -> None:
+    result = pinctl(ctd17, "check", "--runtime-endpoint", str(mute_socket), "--timeout", "0.5")
+    assert_one_line_error(result, 1, str(mute_socket), "did not answer within 0.5s")

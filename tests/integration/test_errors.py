@@ -7,11 +7,8 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
 
 from tests.harness.containerd import ContainerdDaemon
@@ -51,31 +48,14 @@ def test_stopped_daemon_leaves_a_dead_socket(tmp_path: Path) -> None:
     assert_one_line_error(result, 1, str(path), "not answering", "is it running")
 
 
-def test_daemon_not_answering_times_out(tmp_path: Path) -> None:
-    path = tmp_path / "mute.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    listener.listen(8)  # accepts connections in the kernel, never speaks
-    try:
-        result = run("ls", "--address", str(path), "--timeout", "0.5")
-    finally:
-        listener.close()
-    assert_one_line_error(result, 1, str(path), "did not answer within 0.5s", "--timeout")
+def test_daemon_not_answering_times_out(mute_socket: Path) -> None:
+    result = run("ls", "--address", str(mute_socket), "--timeout", "0.5")
+    assert_one_line_error(result, 1, str(mute_socket), "did not answer within 0.5s", "--timeout")
 
 
-@pytest.fixture
-def grpc_without_containerd(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "other.sock"
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_insecure_port(f"unix://{path}")
-    server.start()
-    yield path
-    server.stop(0)
-
-
-def test_socket_that_is_not_containerd(grpc_without_containerd: Path) -> None:
-    result = run("ls", "--address", str(grpc_without_containerd))
-    assert_one_line_error(result, 1, str(grpc_without_containerd), "does not speak containerd's API", "right socket")
+def test_socket_that_is_not_containerd(grpc_without_services: Path) -> None:
+    result = run("ls", "--address", str(grpc_without_services))
+    assert_one_line_error(result, 1, str(grpc_without_services), "does not speak containerd's API", "right socket")
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is needed to drop root's powers")
