@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# click 8.2+ raises this for a group named without a subcommand; older click prints help itself.
+NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 EXIT_CODES_HELP = "Exit codes: 0 ok, 1 error, 2 usage or config error, 3 partial (some items failed)."
 
@@ -318,7 +320,7 @@ def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
 
 
 @cli.command("completion", epilog="Exit codes: 0 ok, 2 unknown shell.")
-@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), metavar="SHELL")
 def completion_command(shell: str) -> int:
     """Print the completion script for SHELL.
 
@@ -414,6 +416,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="pinctl", standalone_mode=False)
         return code if isinstance(code, int) else EXIT_OK
+    except NO_ARGS_IS_HELP as err:
+        # A group named without its subcommand: show what it offers, as git does.
+        click.echo(err.ctx.get_help() if err.ctx else err.format_message(), err=True)
+        return EXIT_USAGE
     except click.UsageError as err:
         return _usage_error(err, err.ctx)
     except click.exceptions.Abort:
