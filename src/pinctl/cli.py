@@ -155,14 +155,14 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     policy = load_policy(cfg)
     if quiet and not (filters or drift or cri or pinned is not None):
         # Names alone need no manifest reads: what shell completion calls must be quick.
-        for _, ref in sources.list_names(open_sources(cfg)):
+        for _namespace, ref in sources.list_names(open_sources(cfg)):
             click.echo(ref)
         return EXIT_OK
     result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
     if cri:
         from pinctl.service.check import annotate_cri
 
-        runtime, _ = sources.open_runtime(cfg, output.warn)
+        runtime, _version = sources.open_runtime(cfg, output.warn)
         annotate_cri(result.rows, runtime.list_images())
     rows = listing.filter_rows(result.rows, filters, pinned, drift, cfg.get("pattern_dialect"))
     output.print_images(rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)

@@ -437,7 +437,7 @@ def _parse(path: str, raw: bytes) -> tuple[dict[str, Any], str]:
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text", "TOML files must be UTF-8") from None
-    toml = _toml()
+    toml = toml_reader()
     try:
         return toml.loads(text), text
     except toml.TOMLDecodeError as err:
@@ -457,11 +457,12 @@ def _syntax_message(path: str, text: str, err: Exception) -> str:
     return f"{path}: {message}"
 
 
-def _toml() -> Any:
+def toml_reader() -> Any:
+    """tomllib, or tomli where Python (< 3.11) ships no TOML reader."""
     try:
         import tomllib
-    except ModuleNotFoundError:  # Python < 3.11 ships no TOML reader
-        import tomli as tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib  # type: ignore[no-redef]
     return tomllib
 
 

@@ -373,7 +373,7 @@ def ignore_matcher(text: str) -> Callable[[str], bool]:
 
 def build_inputs() -> list[str]:
     """Files `pip install .` reads: pyproject.toml, the readme, the package, the data files."""
-    toml = config._toml()
+    toml = config.toml_reader()
     project = toml.loads((ROOT / "pyproject.toml").read_text())
     setuptools = project.get("tool", {}).get("setuptools", {})
     wanted = ["pyproject.toml", project["project"].get("readme", "README.md")]
@@ -505,7 +505,7 @@ def check_config(text: str, tmp_path: pathlib.Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(text)
     path.chmod(0o644)  # as root, config.load refuses a file others can write
-    keys = set(config._toml().loads(text))
+    keys = set(config.toml_reader().loads(text))
     assert keys <= set(KEYS), f"unknown keys: {sorted(keys - set(KEYS))}"
     cfg = config.load(flags={}, environ={}, config_path=str(path))
     assert cfg.files == [str(path)]

@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from pinctl.backends import _grpc, oci
+from pinctl.config import toml_reader
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
 from pinctl.model import Descriptor, LabelChange, ResolvedTarget, StoredImage
 
@@ -266,7 +267,7 @@ def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:
     path = config_path or DEFAULT_CONFIG
     try:
         with open(path, "rb") as handle:
-            config = _toml().load(handle)
+            config = toml_reader().load(handle)
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"containerd config {path} does not exist", "fix --containerd-config") from None
@@ -288,14 +289,6 @@ def _sandbox_from_config(config: dict[str, Any]) -> Optional[str]:
         (plugins.get("cri") or {}).get("sandbox_image"),
     ]
     return next((c for c in candidates if isinstance(c, str) and c), None)
-
-
-def _toml() -> Any:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib
-    return tomllib
 
 
 def _images_stub(channel: Any) -> Any:

@@ -3,7 +3,6 @@ labels that pin (cri-dockerd --pinned-image-labels), and why the classic store c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import refs

@@ -70,8 +70,8 @@ def list_images(store: ImageStore, namespaces: Sequence[str], policy: Optional[P
     return listing
 
 
-def group_by_image(rows: Iterable[ImageRow]) -> dict[tuple[str, str], list[ImageRow]]:
-    groups: dict[tuple[str, str], list[ImageRow]] = defaultdict(list)
+def group_by_image(rows: Iterable[ImageRow]) -> dict[tuple[Optional[str], str], list[ImageRow]]:
+    groups: dict[tuple[Optional[str], str], list[ImageRow]] = defaultdict(list)
     for row in rows:
         groups[(row.namespace, row.group_key)].append(row)
     return groups

@@ -251,7 +251,7 @@ def _plan_sync_image(
         plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
     elif wanted:
         # An ineffective value is ours to correct; the mark records that sync owns this pin.
-        change = {PIN_LABEL: PIN_VALUE, MANAGED_LABEL: MANAGED_VALUE}
+        change: LabelChange = {PIN_LABEL: PIN_VALUE, MANAGED_LABEL: MANAGED_VALUE}
         plan.changes.append(Change(store, namespace, image, change, "pinned"))
     elif prune and managed:
         plan.changes.append(Change(store, namespace, image, _removal(image), "pruned"))
