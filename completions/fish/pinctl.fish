@@ -88,6 +88,7 @@ complete -c pinctl -n '__fish_seen_subcommand_from check' -l pinned-image -x -d 
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -a '(__fish_pinctl_refs)'
 
 # pinctl completion
 complete -c pinctl -n '__fish_seen_subcommand_from completion' -s h -l help -d 'Show this message and exit'

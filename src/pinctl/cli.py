@@ -272,16 +272,18 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
 
 @cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "
                                "2 usage or config error.")
+@click.argument("refs", nargs=-1, metavar="[REF]...")
 @click.option("--wait", type=click.FloatRange(min=0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]), default="table",
               show_default=True, help="Output format; table shows only disagreements.")
 @common_options
 @click.pass_context
-def check_command(ctx: click.Context, wait: float, fmt: str, **_: Any) -> int:
+def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str, **_: Any) -> int:
     """Compare what pinctl expects with what the CRI runtime tells the kubelet.
 
-    For every image the runtime lists, the wanted pin (a label in k8s.io or moby, a policy
+    With REFs, only those images, asked one by one with the CRI's ImageStatus call, as the
+    kubelet does for an image it is about to use. Without, every image the runtime lists: the wanted pin (a label in k8s.io or moby, a policy
     pattern, a Docker config label, the sandbox image) is set against the CRI's pinned field,
     and each difference gets its likely cause and fix. The kubelet itself refreshes its view of
     the images every 5 minutes, so it may lag behind the runtime.
@@ -295,12 +297,21 @@ def check_command(ctx: click.Context, wait: float, fmt: str, **_: Any) -> int:
     deadline = time.monotonic() + wait
     while True:
         rows = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels")).rows
-        result = check.check(rows, runtime.list_images(), version, runtime.endpoint)
+        result = _check_once(check, runtime, version, rows, refs)
         if result.agree or time.monotonic() >= deadline:
             break
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     output.print_check(result, fmt)
     return EXIT_OK if result.agree else EXIT_ERROR
+
+
+def _check_once(check: Any, runtime: Any, version: Any, rows: Any, refs: Sequence[str]) -> Any:
+    if not refs:
+        return check.check(rows, runtime.list_images(), version, runtime.endpoint)
+    statuses = {ref: runtime.image_status(ref) for ref in refs}
+    listed = list({s.id: s for s in statuses.values() if s is not None}.values())
+    unknown = [ref for ref, status in statuses.items() if status is None]
+    return check.check(rows, listed, version, runtime.endpoint, unknown)
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)

@@ -153,7 +153,8 @@ def print_results(
     for r in results:
         if r.failed:
             warn(f"{command} {r.ref}: {r.error}")
-    warn(summary(command, results, dry_run))
+    if len(results) != 1 or not results[0].failed:
+        warn(summary(command, results, dry_run))  # a lone failure has said it all already
 
 
 CHANGED = ("pinned", "unpinned", "pruned")

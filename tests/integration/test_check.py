@@ -115,3 +115,13 @@ def test_socket_that_is_not_cri(ctd17: ContainerdDaemon, grpc_without_services: 
 def test_runtime_timeout(ctd17: ContainerdDaemon, mute_socket: Path) -> None:
     result = pinctl(ctd17, "check", "--runtime-endpoint", str(mute_socket), "--timeout", "0.5")
     assert_one_line_error(result, 1, str(mute_socket), "did not answer within 0.5s")
+
+
+def test_check_named_images_through_image_status(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd17, [images.recipe(APP, seed="chk"), images.recipe("example.test/chk-other:1", seed="o")])
+    assert pinctl(ctd17, "pin", APP).returncode == 0
+    doc = check(ctd17, APP, "--wait", "10", expect=0)
+    assert [i["refs"] for i in doc["images"]] == [[APP]] and doc["images"][0]["cri_pinned"] is True
+    doc = check(ctd17, APP, "example.test/chk-gone:1", expect=1)
+    gone = item(doc, "example.test/chk-gone:1")
+    assert gone["cause"] == "the runtime knows no image by this name"

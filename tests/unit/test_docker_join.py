@@ -10,7 +10,7 @@ from pinctl.service.docker import DockerView, join
 from pinctl.service.policy import Policy, compile_policy
 
 APP = DockerImage("sha256:" + "a" * 64, ("example.test/app:1", "example.test/app:2"), (), 900, {"team.example/keep": "true"})
-TOOL = DockerImage("sha256:" + "b" * 64, ("example.test/tool:1",), (), 800, {})
+TOOL = DockerImage("sha256:" + "b" * 64, ("example.test/tool:1",), ("example.test/tool@sha256:" + "e" * 64,), 800, {})
 
 
 def view(containerd: bool) -> DockerView:
@@ -31,6 +31,7 @@ def test_containerd_store_rows_are_joined_not_doubled() -> None:
         ("moby", "example.test/app:1", "docker"),
         ("moby", "example.test/app:2", "docker"),
         ("moby", "example.test/tool:1", "docker"),  # not in the moby listing: still shown, once
+        ("moby", "example.test/tool@sha256:" + "e" * 64, "docker"),  # repo digests are references too
     ]
     assert joined[0].config_labels == {"team.example/keep": "true"}
 

@@ -46,9 +46,18 @@ class CheckResult:
         return all(item.agrees for item in self.items)
 
 
-def check(rows: Sequence[ImageRow], listed: Sequence[CriImage], runtime: RuntimeVersion, endpoint: str) -> CheckResult:
+def check(
+    rows: Sequence[ImageRow],
+    listed: Sequence[CriImage],
+    runtime: RuntimeVersion,
+    endpoint: str,
+    unknown: Sequence[str] = (),
+) -> CheckResult:
+    """unknown: references asked about that the runtime does not know (ImageStatus found nothing)."""
     index = _Index(rows)
     items = [_item(cri, index.matching(cri), runtime) for cri in listed]
+    items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
+                        fix="check the name with pinctl ls, or pull the image") for ref in unknown]
     return CheckResult(endpoint, runtime, sorted(items, key=lambda i: (i.refs[:1], i.image_id)))
 
 

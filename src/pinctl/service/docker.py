@@ -48,7 +48,8 @@ class DockerView:
         return self._images
 
     def names_of(self, image: DockerImage) -> list[str]:
-        return [_full(name) for name in (*image.repo_tags, *image.repo_digests)]
+        """Every reference of an image, tags then digests, fully qualified; its ID when it has none."""
+        return [_full(name) for name in (*image.repo_tags, *image.repo_digests)] or [image.image_id]
 
     def classic_refusal(self, selector: refs.Selector) -> Optional[str]:
         """Why an argument naming an image in the classic store cannot be pinned; None otherwise."""
@@ -116,11 +117,10 @@ def _mark(row: ImageRow, config_labels: dict[str, str], rules: Sequence[tuple[st
 
 
 def _rows_of(view: DockerView, image: DockerImage, rules: Sequence[tuple[str, Optional[str]]]) -> list[ImageRow]:
-    names = [_full(tag) for tag in image.repo_tags] or [_full(image.repo_digests[0]) if image.repo_digests else image.image_id]
     digest = image.repo_digests[0].partition("@")[2] if image.repo_digests else image.image_id
     namespace = view.namespace if view.store.containerd else None
     rows = []
-    for name in names:
+    for name in view.names_of(image):
         row = ImageRow(namespace, name, image.image_id, Descriptor("", digest, 0), image.size, {})
         _mark(row, image.labels, rules)
         rows.append(row)
@@ -134,6 +134,5 @@ def rows_without_records(view: DockerView, listed: set[str]) -> list[tuple[Optio
     namespace = view.namespace if view.store.containerd else None
     found: list[tuple[Optional[str], str]] = []
     for image in view.images:
-        names = [_full(tag) for tag in image.repo_tags] or [_full(image.repo_digests[0]) if image.repo_digests else image.image_id]
-        found += [(namespace, name) for name in names if name not in listed]
+        found += [(namespace, name) for name in view.names_of(image) if name not in listed]
     return found
