@@ -182,8 +182,8 @@ def _change_command(name: str, summary: str) -> Callable[[F], click.Command]:
 
 @_change_command("pin", """Pin images: add io.cri-containerd.pinned=pinned.
 
-REF is normalised like Docker's (alpine means docker.io/library/alpine:latest) and labels that
-one reference. sha256:<id> or a unique ID prefix labels every reference of the image. A quoted
+REF is normalised like Docker's (alpine means library/alpine:latest on Docker's default registry)
+and labels that one reference. sha256:<id> or a unique ID prefix labels every reference of the image. A quoted
 PATTERN ('registry.example/*', '*word*') labels every reference it matches now. Only that one
 label is written. Already pinned references are reported and skipped.""")
 def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str, quiet: bool, **_: Any) -> int:

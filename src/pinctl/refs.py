@@ -33,7 +33,7 @@ class Selector:
 
 
 def normalize(name: str) -> str:
-    """Fully qualify a reference: `alpine` becomes `docker.io/library/alpine:latest`."""
+    """Fully qualify a reference: `alpine` becomes DEFAULT_DOMAIN/library/alpine:latest."""
     remainder, digest = _split_digest(name, name)
     remainder, tag = _split_tag(remainder)
     domain, path = _split_domain(remainder)

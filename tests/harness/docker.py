@@ -21,7 +21,7 @@ What differs between the stores (dockerd 26.1.5):
   :func:`expected_id` picks the right one.
 - ``docker load``: the containerd store imports the archive's OCI layout, so
   it takes multi-platform images and names them by ``io.containerd.image.name``
-  (full refs in ``moby``: ``docker.io/library/x:1`` for a short ``x:1``); the
+  (full refs in ``moby``: ``<default registry>/library/x:1`` for a short ``x:1``); the
   classic store reads only ``manifest.json`` RepoTags and cannot take them.
 - runc from trixie needs glibc 2.38, so no container can run on a bookworm
   host; dockerd only warns, and images are all these tests need.

@@ -1,20 +1,22 @@
 import pytest
 
 from pinctl import refs
+
+D = refs.DEFAULT_DOMAIN  # the one place pinctl names the default registry
 from pinctl.errors import UsageError
 
 
 @pytest.mark.parametrize(
     "given, expected",
     [
-        ("alpine", "docker.io/library/alpine:latest"),
-        ("alpine:3.19", "docker.io/library/alpine:3.19"),
-        ("team/app", "docker.io/team/app:latest"),
+        ("alpine", f"{D}/library/alpine:latest"),
+        ("alpine:3.19", f"{D}/library/alpine:3.19"),
+        ("team/app", f"{D}/team/app:latest"),
         ("registry.example:5000/team/app:1.0", "registry.example:5000/team/app:1.0"),
         ("localhost/app", "localhost/app:latest"),
         ("example.test/a/b/c:v1.2-rc_3", "example.test/a/b/c:v1.2-rc_3"),
-        ("app@sha256:" + "a" * 64, "docker.io/library/app@sha256:" + "a" * 64),
-        ("app:1@sha256:" + "b" * 64, "docker.io/library/app:1@sha256:" + "b" * 64),
+        ("app@sha256:" + "a" * 64, f"{D}/library/app@sha256:" + "a" * 64),
+        ("app:1@sha256:" + "b" * 64, f"{D}/library/app:1@sha256:" + "b" * 64),
     ],
 )
 def test_normalize(given: str, expected: str) -> None:
@@ -36,7 +38,7 @@ def test_selector_full_id_is_both_ref_and_prefix() -> None:
 
 def test_selector_short_hex_is_name_and_prefix() -> None:
     selector = refs.parse_selector("abcdef12")
-    assert selector.ref == "docker.io/library/abcdef12:latest"
+    assert selector.ref == f"{D}/library/abcdef12:latest"
     assert selector.id_prefix == "abcdef12"
 
 
