@@ -9,8 +9,6 @@ from pinctl.backends._socket import check_socket
 from pinctl.errors import EngineError, EngineUnreachable
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
-# Docker's containerd image store keeps images in this containerd namespace.
-DOCKER_NAMESPACE = "moby"
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
 FLAG = "--docker-host or DOCKER_HOST"
 

@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import labels as pin_labels
 from pinctl.model import ImageRow, Reason
+from pinctl.service.namespaces import CRI_NAMESPACE
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, RuntimeVersion
 
-CRI_NAMESPACE = "k8s.io"
-DOCKER_NAMESPACE = "moby"
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
 # An ineffective label still says what the operator meant: it counts as wanting a pin.

@@ -11,10 +11,9 @@ from pinctl import refs
 from pinctl.backends import ImageStore
 from pinctl.errors import UsageError
 from pinctl.model import ImageRow, Reason, StoredImage
+from pinctl.service.namespaces import CRI_NAMESPACE
 from pinctl.service.policy import Policy, coverage
 
-# Only this namespace is read by containerd's CRI plugin, so only there does the sandbox image count.
-CRI_NAMESPACE = "k8s.io"
 
 
 @dataclass

@@ -6,8 +6,10 @@ from typing import Sequence
 
 from pinctl.backends import ImageStore
 
-# The CRI plugin's namespace, and the one Docker's containerd image store uses.
-DEFAULT_NAMESPACES = ("k8s.io", "moby")
+# containerd's CRI plugin reads only this namespace; Docker's containerd image store uses the other.
+CRI_NAMESPACE = "k8s.io"
+DOCKER_NAMESPACE = "moby"
+DEFAULT_NAMESPACES = (CRI_NAMESPACE, DOCKER_NAMESPACE)
 ALL = "all"
 
 

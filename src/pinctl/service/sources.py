@@ -49,15 +49,15 @@ def open_sources(cfg: Config, warn: Callable[[str], None]) -> Sources:
 
 
 def _docker(cfg: Config) -> Optional[DockerView]:
-    from pinctl.backends.docker import DOCKER_NAMESPACE, DockerEngine
+    from pinctl.backends.docker import DockerEngine
     from pinctl.service.docker import DockerView
 
     requested = cfg.get("namespaces")
-    if requested and not {DOCKER_NAMESPACE, ns_select.ALL} & set(requested):
+    if requested and not {ns_select.DOCKER_NAMESPACE, ns_select.ALL} & set(requested):
         return None
     host = cfg.get("docker_host")
     try:
-        return DockerView.read(DockerEngine(host, cfg.get("timeout")), DOCKER_NAMESPACE)
+        return DockerView.read(DockerEngine(host, cfg.get("timeout")), ns_select.DOCKER_NAMESPACE)
     except EngineUnreachable:
         if host is not None:
             raise
