@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 SOURCE = "docker"
 CLASSIC_STORE_HELP = (
-    "Docker's classic store ({driver}) cannot label an image after it is built; instead enable Docker's "
-    "containerd image store, bake a LABEL into the image and list it in docker_pinned_image_labels, "
-    "or pin by pattern with a runtime that honours patterns (pinctl config export)"
+    "a Docker image in the classic store ({driver}), which cannot label an image after it is built; "
+    "instead enable Docker's containerd image store, bake a LABEL into the image and list it in "
+    "docker_pinned_image_labels, or pin by pattern with a runtime that honours patterns (pinctl config export)"
 )
 
 

@@ -155,7 +155,7 @@ def _plan_argument(
     if found:
         return
     refusal = docker.classic_refusal(what) if docker is not None and isinstance(what, refs.Selector) else None
-    error = f"{arg} is a Docker image: {refusal}" if refusal else str(_not_found(arg, what, views))
+    error = refusal or str(_not_found(arg, what, views))
     plan.settled.append(ItemResult("", arg, "failed", error))
 
 
