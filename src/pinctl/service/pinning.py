@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from pinctl import labels as pin_labels
 from pinctl import refs
@@ -23,7 +23,11 @@ from pinctl.service.listing import build_rows, group_by_image, id_matches
 from pinctl.service.policy import Policy, could_match_an_id, coverage, sync_targets
 
 if TYPE_CHECKING:
+    from pinctl.patterns import Pattern
     from pinctl.service.docker import DockerView
+
+    # What one command-line argument asks for: a reference or ID, or a pattern.
+    Wanted = Union[refs.Selector, Pattern]
 
 PIN = "pin"
 UNPIN = "unpin"
@@ -59,9 +63,8 @@ class NamespaceView:
         self._images: dict[str, list[ImageRow]] = {}
         self._image_key: dict[str, str] = {}
 
-    @property
-    def rows(self) -> list[ImageRow]:
-        """Every record with its image ID, reading the manifests once."""
+    def _read_manifests(self) -> list[ImageRow]:
+        """Every record with its image ID, grouped by image: the manifests are read once."""
         if self._rows is None:
             self._rows = build_rows(self.store, self.namespace, list(self.by_name.values())).rows
             self._images = {key: group for (_, key), group in group_by_image(self._rows).items()}
@@ -69,9 +72,13 @@ class NamespaceView:
         return self._rows
 
     @property
+    def rows(self) -> list[ImageRow]:
+        return self._read_manifests()
+
+    @property
     def images(self) -> dict[str, list[ImageRow]]:
         """Rows grouped by image (ID, else target digest)."""
-        self.rows  # noqa: B018 - reading rows fills the index
+        self._read_manifests()
         return self._images
 
     def named(self, selector: refs.Selector) -> list[StoredImage]:
@@ -94,7 +101,7 @@ class NamespaceView:
 
     def image_of(self, image: StoredImage) -> list[StoredImage]:
         """Every record of the image this record belongs to, itself first."""
-        self.rows  # noqa: B018
+        self._read_manifests()
         group = self._images[self._image_key[image.name]]
         return [image, *(self.by_name[row.ref] for row in group if row.ref != image.name)]
 
@@ -104,10 +111,11 @@ class NamespaceView:
     def wanted(self, policy: Policy) -> list[StoredImage]:
         """The records a policy asks to pin. Manifests are read only when a pattern could
         match an image ID; otherwise the names alone decide."""
-        if any(could_match_an_id(p) for p in policy.patterns):
+        if needs_image_ids(policy):
             return self.records(sync_targets(self.rows, coverage(policy, self.rows)))
         names = sorted(self.by_name)
-        return [self.by_name[n] for n, hits in zip(names, policy.matcher.match(names)) if hits]
+        picked = wanted_names(policy, names)
+        return [self.by_name[n] for n in names if n in picked]
 
 
 def make_plan(
@@ -120,7 +128,7 @@ def make_plan(
     """Every argument is parsed first, so a malformed one changes nothing (UsageError)."""
     from pinctl import patterns
 
-    parsed = [
+    parsed: list[Wanted] = [
         patterns.parse_pattern(arg, dialect, "command line") if patterns.is_pattern(arg) else refs.parse_selector(arg)
         for arg in args
     ]
@@ -134,7 +142,7 @@ def make_plan(
 def _plan_argument(
     plan: Plan,
     arg: str,
-    what: object,
+    what: Wanted,
     views: Sequence[NamespaceView],
     seen: set[tuple[str, str]],
     docker: Optional[DockerView] = None,
@@ -159,7 +167,7 @@ def _plan_argument(
     plan.settled.append(ItemResult("", arg, "failed", error))
 
 
-def _not_found(arg: str, what: object, views: Sequence[NamespaceView]) -> ImageNotFound:
+def _not_found(arg: str, what: Wanted, views: Sequence[NamespaceView]) -> ImageNotFound:
     where = ", ".join(v.namespace for v in views) or "no namespace"
     if isinstance(what, refs.Selector) and what.ref not in (None, arg):
         arg = f"{arg} ({what.ref})"
@@ -167,14 +175,14 @@ def _not_found(arg: str, what: object, views: Sequence[NamespaceView]) -> ImageN
     return ImageNotFound(f"no {kind} {arg} in {where}", "check the name with pinctl ls, or pick the namespace with -n")
 
 
-def _targets(view: NamespaceView, what: object, command: str) -> list[StoredImage]:
+def _targets(view: NamespaceView, what: Wanted, command: str) -> list[StoredImage]:
     """A name picks that record; an ID (or a sha256: name) picks every record of the image;
     a pattern picks what it matches. unpin widens everything to whole images, since a label
     left on any sibling keeps the image pinned."""
     if isinstance(what, refs.Selector):
         picked = _selected(view, what)
     else:
-        picked = view.wanted(Policy([what]))  # type: ignore[list-item]
+        picked = view.wanted(Policy([what]))
     if command == UNPIN:
         return list({img.name: img for hit in picked for img in view.image_of(hit)}.values())
     return picked
