@@ -62,7 +62,7 @@ def generate_protos(out: Path) -> list[Path]:
 
 def _write(out: Path, rel: Path, text: str) -> Path:
     (out / rel).parent.mkdir(parents=True, exist_ok=True)
-    (out / rel).write_text(text, encoding="utf-8", newline="\n")
+    (out / rel).write_bytes(text.encode("utf-8"))  # byte-exact: no newline translation
     return rel
 
 

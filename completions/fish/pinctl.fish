@@ -145,8 +145,7 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subco
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s h -l help -d 'Show this message and exit'
 
 # pinctl ls
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned -d 'Only images the runtime keeps'
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -l unpinned -d 'Only images the GC may delete'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned -l unpinned -d 'Only images the runtime keeps (--pinned), or only those the GC may delete (--unpinned)'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l drift -d 'Only where labels and policy disagree: covered by a pattern but not labelled, or...'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l cri -d 'Add CRI PINNED: what the runtime tells the kubelet'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s o -l output -x -a 'table wide json' -d 'Output format'

@@ -130,8 +130,8 @@ def cli(**_: Any) -> None:
 
 @cli.command("ls", epilog=EXIT_CODES_HELP)
 @click.argument("filters", nargs=-1, metavar="[REF|ID|PATTERN]...")
-@click.option("--pinned", "pinned", flag_value=True, default=None, help="Only images the runtime keeps.")
-@click.option("--unpinned", "pinned", flag_value=False, help="Only images the GC may delete.")
+@click.option("--pinned/--unpinned", "pinned", default=None,
+              help="Only images the runtime keeps (--pinned), or only those the GC may delete (--unpinned).")
 @click.option("--drift", is_flag=True,
               help="Only where labels and policy disagree: covered by a pattern but not labelled, "
                    "or labelled but covered by no pattern.")

@@ -152,8 +152,13 @@ def _node(ctx: click.Context, path: tuple[str, ...], children: tuple[Node, ...])
     return Node(path, summary(ctx.command.help or ctx.command.short_help or ""), opts, args, children)
 
 
+def option_names(param: click.Option) -> tuple[str, ...]:
+    """Short names before long ones: click's own order differs between its versions."""
+    return tuple(sorted((*param.opts, *param.secondary_opts), key=lambda n: (n.startswith("--"), n)))
+
+
 def _option(param: click.Option) -> Opt:
-    names = (*param.opts, *param.secondary_opts)
+    names = option_names(param)
     value = None if param.is_flag or param.count else _value(param)
     final = param.is_eager and not param.expose_value  # --help and --version act and exit
     return Opt(names, summary(param.help or ""), value, bool(param.multiple or param.count), final)

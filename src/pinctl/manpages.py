@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 import click
 
 from pinctl import __version__, config
-from pinctl.completion import PROG, command_path, contexts, summary
+from pinctl.completion import PROG, command_path, contexts, option_names, summary
 
 # The date of the pages for this version; bump it with __version__, never from the clock.
 DATE = "2026-11-30"
@@ -179,10 +179,14 @@ def _is_below(ctx: click.Context, ancestor: click.Context) -> bool:
     return False
 
 
+def _italic(match: re.Match[str]) -> str:
+    return f"\\fI{match.group(0)}\\fR"
+
+
 def _synopsis(ctx: click.Context) -> str:
     pieces = ctx.command.collect_usage_pieces(ctx)
     # Placeholders (OPTIONS, REF, COMMAND) in italics, the brackets and dots as they are.
-    words = [re.sub(r"[A-Z][A-Z_]+", lambda m: f"\\fI{m.group(0)}\\fR", escape(p)) for p in pieces]
+    words = [re.sub(r"[A-Z][A-Z_]+", _italic, escape(p)) for p in pieces]
     return fill(f"{bold(' '.join(command_path(ctx)))} {' '.join(words)}")
 
 
@@ -206,7 +210,7 @@ def _option_entries(ctx: click.Context) -> list[str]:
 
 
 def _option_tag(param: click.Option) -> str:
-    names = ", ".join(bold(name) for name in (*param.opts, *param.secondary_opts))
+    names = ", ".join(bold(name) for name in option_names(param))
     if param.is_flag or param.count:
         return names
     if isinstance(param.type, click.Choice):
