@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import pytest
 
@@ -28,6 +28,7 @@ from tests.harness.containerd import ContainerdDaemon, DaemonError  # noqa: E402
 
 ENGINE_IDS = {"containerd-1.7": "ctd17", "containerd-1.6": "ctd16"}
 _namespace_counter = itertools.count()
+T = TypeVar("T")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,21 +61,33 @@ def _fast_data_dir(engine: str) -> pathlib.Path | None:
     return pathlib.Path(tempfile.mkdtemp(prefix=f"pinctl-{engine}-", dir=shm))
 
 
-def _session_daemon(engine: str, factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
-    data_dir = _fast_data_dir(engine)
+def _session_engine(
+    name: str, start: Callable[[pathlib.Path | None], T], errors: tuple[type[BaseException], ...]
+) -> Iterator[T]:
+    """A daemon for the whole session, its data on tmpfs when there is one; unavailable
+    engines skip locally and fail in CI."""
+    data_dir = _fast_data_dir(name)
     try:
-        daemon = ContainerdDaemon(engine, factory.mktemp(engine), data_dir=data_dir).start()
-        images.ensure_sandbox_image(daemon)
-    except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+        daemon = start(data_dir)
+    except (debs.EngineUnavailable, DaemonError, OSError, *errors) as exc:
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
-        engine_unavailable(f"{engine} unavailable: {exc}")
+        engine_unavailable(f"{name} unavailable: {exc}")
     try:
         yield daemon
     finally:
-        daemon.stop()
+        daemon.stop()  # type: ignore[attr-defined]
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _session_daemon(engine: str, factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    def start(data_dir: pathlib.Path | None) -> ContainerdDaemon:
+        daemon = ContainerdDaemon(engine, factory.mktemp(engine), data_dir=data_dir).start()
+        images.ensure_sandbox_image(daemon)
+        return daemon
+
+    yield from _session_engine(engine, start, (cri.CriError,))
 
 
 @pytest.fixture(scope="session")
@@ -161,21 +174,12 @@ DOCKER_MODES = {"dockerd_containerd_store": "dkr-c8d", "dockerd_classic": "dkr-c
 def _session_dockerd(
     name: str, factory: pytest.TempPathFactory, containerd: ContainerdDaemon | None = None
 ) -> Iterator[DockerDaemon]:
-    data_dir = _fast_data_dir(name)
-    try:
-        daemon = DockerDaemon(
+    def start(data_dir: pathlib.Path | None) -> DockerDaemon:
+        return DockerDaemon(
             factory.mktemp(name), containerd_store=containerd is not None, containerd=containerd, data_dir=data_dir
         ).start()
-    except (debs.EngineUnavailable, DaemonError, OSError, subprocess.SubprocessError) as exc:
-        if data_dir:
-            shutil.rmtree(data_dir, ignore_errors=True)
-        engine_unavailable(f"{name} unavailable: {exc}")
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
-        if data_dir:
-            shutil.rmtree(data_dir, ignore_errors=True)
+
+    yield from _session_engine(name, start, (subprocess.SubprocessError,))
 
 
 @pytest.fixture(scope="session")
