@@ -297,21 +297,12 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str
     deadline = time.monotonic() + wait
     while True:
         rows = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels")).rows
-        result = _check_once(check, runtime, version, rows, refs)
+        result = check.check_runtime(rows, runtime, version, refs)
         if result.agree or time.monotonic() >= deadline:
             break
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     output.print_check(result, fmt)
     return EXIT_OK if result.agree else EXIT_ERROR
-
-
-def _check_once(check: Any, runtime: Any, version: Any, rows: Any, refs: Sequence[str]) -> Any:
-    if not refs:
-        return check.check(rows, runtime.list_images(), version, runtime.endpoint)
-    statuses = {ref: runtime.image_status(ref) for ref in refs}
-    listed = list({s.id: s for s in statuses.values() if s is not None}.values())
-    unknown = [ref for ref, status in statuses.items() if status is None]
-    return check.check(rows, listed, version, runtime.endpoint, unknown)
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)

@@ -11,7 +11,7 @@ from pinctl.model import ImageRow, Reason
 from pinctl.service.namespaces import CRI_NAMESPACE
 
 if TYPE_CHECKING:
-    from pinctl.backends.cri import CriImage, RuntimeVersion
+    from pinctl.backends.cri import CriImage, CriRuntime, RuntimeVersion
 
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
@@ -58,6 +58,18 @@ def check(
     items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
                         fix="check the name with pinctl ls, or pull the image") for ref in unknown]
     return CheckResult(endpoint, runtime, sorted(items, key=lambda i: (i.refs[:1], i.image_id)))
+
+
+def check_runtime(
+    rows: Sequence[ImageRow], runtime: CriRuntime, version: RuntimeVersion, refs: Sequence[str] = ()
+) -> CheckResult:
+    """Every image the runtime lists or, given refs, those asked one by one with ImageStatus."""
+    if not refs:
+        return check(rows, runtime.list_images(), version, runtime.endpoint)
+    statuses = {ref: runtime.image_status(ref) for ref in refs}
+    listed = list({s.id: s for s in statuses.values() if s is not None}.values())
+    unknown = [ref for ref, status in statuses.items() if status is None]
+    return check(rows, listed, version, runtime.endpoint, unknown)
 
 
 class _Index:

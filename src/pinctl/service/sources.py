@@ -42,10 +42,10 @@ def open_sources(cfg: Config, warn: Callable[[str], None]) -> Sources:
     except EngineUnreachable:
         if docker is None or cfg.values["containerd_address"].source != "default":
             raise
-        return Sources(None, [], docker, _docker_containerd(cfg, None, docker))
+        return Sources(None, [], docker, _docker_containerd(cfg, None, docker, []))
     if not selected and not cfg.get("namespaces") and docker is None:
         warn(f"no k8s.io or moby namespace in containerd at {store.address}; pick one with -n NS or -n all")
-    return Sources(store, selected, docker, _docker_containerd(cfg, store, docker))
+    return Sources(store, selected, docker, _docker_containerd(cfg, store, docker, selected))
 
 
 def _docker(cfg: Config) -> Optional[DockerView]:
@@ -64,15 +64,20 @@ def _docker(cfg: Config) -> Optional[DockerView]:
         return None
 
 
-def _docker_containerd(cfg: Config, store: Optional[ContainerdStore], docker: Optional[DockerView]) -> Optional[ContainerdStore]:
-    """Docker's containerd, when its image store is there and it is not the daemon already read."""
+def _docker_containerd(
+    cfg: Config, store: Optional[ContainerdStore], docker: Optional[DockerView], selected: list[str]
+) -> Optional[ContainerdStore]:
+    """Docker's containerd, when its image store is there and it is not the daemon already read.
+
+    Docker is consulted only when its namespace is wanted, so when the main containerd has
+    that namespace it is among the selected ones already: no second namespace listing."""
     from pinctl.backends.containerd import ContainerdStore
 
     if docker is None or not docker.store.containerd:
         return None
     address = cfg.get("docker_containerd_address")
     if address is None:
-        if store is not None and docker.namespace in store.namespaces():
+        if docker.namespace in selected:
             return None
         if not os.path.exists(DOCKER_MANAGED_CONTAINERD):
             return None
