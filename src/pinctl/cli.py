@@ -183,7 +183,9 @@ def _change_command(name: str, summary: str) -> Callable[[F], click.Command]:
 @_change_command("pin", """Pin images: add io.cri-containerd.pinned=pinned.
 
 REF is normalised like Docker's (alpine means library/alpine:latest on Docker's default registry)
-and labels that one reference. sha256:<id> or a unique ID prefix labels every reference of the image. A quoted
+and labels that one reference. sha256:<id> or a unique ID prefix (4+ hex digits, with or without
+sha256:) labels every reference of the image; a prefix counts as matching an image when it starts
+its ID or the manifest digest of one of its references. A quoted
 PATTERN ('registry.example/*', '*word*') labels every reference it matches now. Only that one
 label is written. Already pinned references are reported and skipped.""")
 def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str, quiet: bool, **_: Any) -> int:

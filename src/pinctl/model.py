@@ -87,6 +87,11 @@ class ImageRow:
         return self.image_id or self.digest
 
 
+# The record a write was planned for now holds another image, or its pin labels were changed
+# by someone else: pinctl left it alone (or undid its write) and says so.
+CHANGED_UNDER_US = "changed-under-us"
+
+
 @dataclass(frozen=True)
 class ItemResult:
     """The outcome of one pin or unpin on one reference."""
@@ -99,3 +104,19 @@ class ItemResult:
     @property
     def failed(self) -> bool:
         return self.action == "failed"
+
+    @property
+    def done(self) -> bool:
+        """Whether the reference ended as asked: neither failed nor changed under pinctl."""
+        return self.action not in ("failed", CHANGED_UNDER_US)
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What one guarded label write did: written, already (nothing to do by the time it ran),
+    moved (the record changed after planning; detail says how) or failed (detail says why)."""
+
+    verdict: str
+    detail: Optional[str] = None
+    # The daemon stopped answering: writes after this one are not even tried.
+    stalled: bool = False

@@ -11,7 +11,7 @@ import sys
 from typing import Any, Optional, Sequence, TextIO
 
 from pinctl import refs
-from pinctl.model import ImageRow, ItemResult, Reason
+from pinctl.model import CHANGED_UNDER_US, ImageRow, ItemResult, Reason
 
 RESULT_VERSION = 1
 FORMATS = ("table", "wide", "json")
@@ -151,13 +151,13 @@ def print_results(
         cells = [[_action_text(r.action, dry_run), r.namespace or "-", r.ref, r.error or ""] for r in results]
         print_table(headers, cells, out, highlight={"ACTION": {"failed": "red"}})
     for r in results:
-        if r.failed:
-            warn(f"{command} {r.ref}: {r.error}")
+        if not r.done:
+            warn(f"{command} {r.ref}: {r.action}: {r.error}" if r.action == CHANGED_UNDER_US else f"{command} {r.ref}: {r.error}")
     if len(results) != 1 or not results[0].failed:
         warn(summary(command, results, dry_run))  # a lone failure has said it all already
 
 
-CHANGED = ("pinned", "unpinned", "pruned")
+CHANGED = ("pinned", "unpinned", "pruned", "adopted")
 
 
 def _action_text(action: str, dry_run: bool) -> str:

@@ -85,6 +85,9 @@ def parse_selector(text: str) -> Selector:
         hex_part = text[len("sha256:") :]
         if not _HEX.fullmatch(hex_part):
             raise UsageError(f"malformed image ID {text!r}", "expected sha256: and up to 64 lowercase hex digits")
+        if len(hex_part) < ID_PREFIX_MIN:
+            raise UsageError(f"image ID prefix {text!r} is too short",
+                             f"give at least {ID_PREFIX_MIN} hex digits, as for a bare ID prefix")
         return Selector(text, ref=text if len(hex_part) == 64 else None, id_prefix=hex_part)
     id_prefix = text if _HEX.fullmatch(text) and len(text) >= ID_PREFIX_MIN else None
     try:
@@ -100,3 +103,9 @@ def short_id(image_id: Optional[str]) -> str:
     if not image_id:
         return "<none>"
     return image_id.split(":", 1)[-1][:12]
+
+
+def short_digest(digest: str) -> str:
+    """sha256: and 12 hex digits: enough to tell images apart in a message."""
+    algorithm, _, hex_part = digest.partition(":")
+    return f"{algorithm}:{hex_part[:12]}" if hex_part else digest

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterable, Optional, Sequence
 
 from pinctl.errors import UnknownNamespace
-from pinctl.model import Descriptor, ResolvedTarget, StoredImage
+from pinctl import writes
+from pinctl.model import Descriptor, ResolvedTarget, StoredImage, WriteOutcome
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -47,11 +48,15 @@ class FakeStore:
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
         return {t: ResolvedTarget(self.ids[t], 1234) for t in targets}
 
-    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, dict[str, Optional[str]]]]) -> list[Optional[str]]:
-        errors: list[Optional[str]] = []
+    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, dict[str, Optional[str]]]]) -> list[WriteOutcome]:
+        outcomes: list[WriteOutcome] = []
         for image, change in changes:
             if image.name in self.fail_names:
-                errors.append("refused")
+                outcomes.append(writes.failed("refused"))
+                continue
+            verdict = writes.precheck(image, self.records[namespace].get(image.name), change)
+            if verdict is not None:
+                outcomes.append(verdict)
                 continue
             labels = dict(self.records[namespace][image.name].labels)
             for key, value in change.items():
@@ -60,8 +65,8 @@ class FakeStore:
                     labels[key] = value
             self.records[namespace][image.name] = StoredImage(image.name, labels, image.target)
             self.writes.append((namespace, image.name, change.get("io.cri-containerd.pinned")))
-            errors.append(None)
-        return errors
+            outcomes.append(writes.WRITTEN)
+        return outcomes
 
     def sandbox_image(self) -> Optional[str]:
         return self._sandbox

@@ -46,6 +46,13 @@ def test_selector_too_short_for_an_id() -> None:
     assert refs.parse_selector("abc").id_prefix is None
 
 
+@pytest.mark.parametrize("short", ["sha256:a", "sha256:abc"])
+def test_sha256_prefix_needs_as_many_digits_as_a_bare_one(short: str) -> None:
+    with pytest.raises(UsageError, match="too short"):
+        refs.parse_selector(short)
+    assert refs.parse_selector(short + "d" * (refs.ID_PREFIX_MIN - len(short) + 7)).id_prefix is not None
+
+
 @pytest.mark.parametrize("bad", ["", " alpine", "sha256:XYZ", "UPPER"])
 def test_selector_rejects(bad: str) -> None:
     with pytest.raises(UsageError):

@@ -3,10 +3,11 @@ from __future__ import annotations
 import pytest
 
 from pinctl.errors import UnknownNamespace, UsageError
-from pinctl.model import PIN_LABEL
+from pinctl.model import CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Descriptor, StoredImage
+from pinctl.service.policy import Policy
 from pinctl.service import listing, namespaces, pinning
 
-from .fakes import FakeStore
+from .fakes import MANIFEST, FakeStore, digest
 
 PIN = {PIN_LABEL: "pinned"}
 
@@ -102,10 +103,44 @@ def test_unpin_clears_every_ref_of_the_image() -> None:
 def test_id_selects_every_ref_and_ambiguity_fails_the_item() -> None:
     store = make_store()
     assert run(store, "pin", ["aaaaaaaa"]) == {"example.test/app:1": "pinned", "example.test/app:2": "already-pinned"}
-    store.add("k8s.io", "example.test/abc:1", "ab")
-    plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["sha256:a"])
+    store.add("k8s.io", "example.test/abc:1", "aaaab")
+    plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["sha256:aaaa"])
     [failure] = plan.settled
     assert failure.action == "failed" and "matches 2 images" in (failure.error or "")
+    assert (failure.error or "").count("by its ID") == 2
+
+
+def test_ambiguity_names_the_manifest_digest_that_matched() -> None:
+    store = make_store()
+    store.add("k8s.io", "example.test/beef:1", "beef")
+    manifest = Descriptor(MANIFEST, "sha256:" + "beefcafe" * 8, 500)
+    store.ids[manifest.digest] = digest("d")
+    store.records["k8s.io"]["example.test/other:1"] = StoredImage("example.test/other:1", {}, manifest)
+    plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["beef"])
+    [failure] = plan.settled
+    assert "image beefbeefbeef by its ID" in (failure.error or "")
+    assert "image dddddddddddd by the manifest digest sha256:beefcafebeef of example.test/other:1" in (failure.error or "")
+
+
+def test_hand_pin_takes_ownership_from_sync_so_prune_keeps_it() -> None:
+    store = make_store()
+    store.add("k8s.io", "example.test/bee:1", "b", {PIN_LABEL: "pinned", MANAGED_LABEL: "true"})
+    assert run(store, "pin", ["example.test/bee:1"]) == {"example.test/bee:1": "adopted"}
+    assert store.list_images("k8s.io")[2].labels == {PIN_LABEL: "pinned"}
+    plan = pinning.make_sync_plan([pinning.NamespaceView(store, "k8s.io")], Policy([]), prune=True)
+    assert plan.changes == []
+
+
+def test_a_record_changed_after_planning_is_left_alone_and_reported() -> None:
+    store = make_store()
+    plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["example.test/app:1", "example.test/bee:1"])
+    store.add("k8s.io", "example.test/app:1", "c")  # re-pointed at another image after planning
+    results = {r.ref: r for r in pinning.apply_plan(plan, dry_run=False)}
+    assert results["example.test/app:1"].action == CHANGED_UNDER_US
+    assert "re-pointed from" in (results["example.test/app:1"].error or "")
+    assert results["example.test/bee:1"].action == "pinned"
+    assert store.writes == [("k8s.io", "example.test/bee:1", "pinned")]
+    assert pinning.status_of(list(results.values())) == "partial"
 
 
 def test_dry_run_writes_nothing() -> None:
@@ -122,7 +157,15 @@ def test_malformed_argument_stops_before_any_change() -> None:
 
 
 @pytest.mark.parametrize(
-    "actions, status", [(["pinned"], "success"), (["pinned", "failed"], "partial"), (["failed"], "error")]
+    "actions, status",
+    [
+        (["pinned"], "success"),
+        (["pinned", "already-pinned"], "success"),
+        (["pinned", "failed"], "partial"),
+        (["failed"], "error"),
+        ([CHANGED_UNDER_US], "partial"),
+        ([CHANGED_UNDER_US, "failed"], "partial"),
+    ],
 )
 def test_status(actions: list[str], status: str) -> None:
     from pinctl.model import ItemResult

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Protocol, Sequence
 
-from pinctl.model import LabelChange, ResolvedTarget, StoredImage
+from pinctl.model import LabelChange, ResolvedTarget, StoredImage, WriteOutcome
 
 
 class ImageStore(Protocol):
@@ -28,10 +28,10 @@ class ImageStore(Protocol):
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
         """Image ID and size for each target digest, read from the manifests."""
 
-    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[Optional[str]]:
+    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
         """Set (value) or remove (None) the named labels on many images, touching no other label.
 
-        Returns one error text, or None, per change.
+        Each change applies only to the record as planned (pinctl.writes): one outcome per change.
         """
 
     def sandbox_image(self) -> Optional[str]:

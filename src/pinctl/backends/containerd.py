@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
+from pinctl import writes
 from pinctl.backends import _grpc, oci
 from pinctl.config import toml_reader
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
-from pinctl.model import Descriptor, LabelChange, ResolvedTarget, StoredImage
+from pinctl.model import Descriptor, LabelChange, ResolvedTarget, StoredImage, WriteOutcome
 
 if TYPE_CHECKING:
     import grpc
@@ -178,25 +179,97 @@ class ContainerdStore:
                 out[digest] = f"unreadable manifest: {err}"
         return out
 
-    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[Optional[str]]:
-        import grpc
+    def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
+        """Guarded writes (see pinctl.writes), a window at a time. Once containerd stops
+        answering, the rest fail at once, so the whole call takes about one timeout at most."""
+        outcomes: list[WriteOutcome] = []
+        stalled: Optional[str] = None
+        for start in range(0, len(changes), UPDATE_WINDOW):
+            window = changes[start : start + UPDATE_WINDOW]
+            if stalled is not None:
+                outcomes += [writes.failed(f"not tried: {stalled}")] * len(window)
+                continue
+            done = self._write_window(namespace, window)
+            stalled = next((o.detail for o in done if o.stalled), None)
+            outcomes += done
+        return outcomes
+
+    def _write_window(self, namespace: str, window: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
+        """Read every record, write those still as planned, then check where each write landed."""
+        currents = self._current_records(namespace, [planned.name for planned, _ in window])
+        stall = next((c for c in currents if isinstance(c, WriteOutcome) and c.stalled), None)
+        if stall is not None:
+            return [stall] * len(window)  # nothing was written yet
+        outcomes: dict[int, WriteOutcome] = {}
+        todo: list[tuple[int, StoredImage]] = []
+        for i, ((planned, change), current) in enumerate(zip(window, currents)):
+            verdict = current if isinstance(current, WriteOutcome) else writes.precheck(planned, current, change)
+            if verdict is not None:
+                outcomes[i] = verdict
+            elif isinstance(current, StoredImage):
+                todo.append((i, current))
+        written = self._update_many(namespace, [(current, window[i][1]) for i, current in todo])
+        undo: list[tuple[int, StoredImage, StoredImage]] = []
+        for (i, before), after in zip(todo, written):
+            if isinstance(after, WriteOutcome):
+                outcomes[i] = after
+            elif writes.landed_elsewhere(window[i][0], after):
+                undo.append((i, before, after))
+            else:
+                outcomes[i] = writes.WRITTEN
+        outcomes.update(self._undo(namespace, window, undo))
+        return [outcomes[i] for i in range(len(window))]
+
+    def _undo(
+        self, namespace: str, window: Sequence[tuple[StoredImage, LabelChange]],
+        landed: Sequence[tuple[int, StoredImage, StoredImage]],
+    ) -> dict[int, WriteOutcome]:
+        """Take back the writes that reached a re-pointed record, and report each as moved."""
+        repairs = [(i, after, writes.undo(before, after, window[i][1])) for i, before, after in landed]
+        needed = [(i, after, change) for i, after, change in repairs if change]
+        results = dict(zip((i for i, _, _ in needed), self._update_many(namespace, [(a, c) for _, a, c in needed])))
+        outcomes: dict[int, WriteOutcome] = {}
+        for i, after, _ in repairs:
+            result = results.get(i)
+            error = result.detail if isinstance(result, WriteOutcome) else None
+            outcomes[i] = writes.moved_after_write(window[i][0], after, error)
+        return outcomes
+
+    def _current_records(self, namespace: str, names: Sequence[str]) -> list[Optional[StoredImage] | WriteOutcome]:
+        """Each record as it is now: None when gone, a failure when it cannot be read."""
+        from pinctl.proto import images_pb2
 
         stub = self._stub("images")
         metadata = self._metadata(namespace)
-        results: list[Optional[str]] = []
-        for start in range(0, len(changes), UPDATE_WINDOW):
-            window = changes[start : start + UPDATE_WINDOW]
-            futures = [
-                stub.Update.future(_label_update(image, change), metadata=metadata, timeout=self.timeout)
-                for image, change in window
-            ]
-            for future in futures:
-                try:
-                    future.result()
-                    results.append(None)
-                except grpc.RpcError as err:
-                    results.append(_update_error(err, self))
-        return results
+        futures = [
+            stub.Get.future(images_pb2.GetImageRequest(name=name), metadata=metadata, timeout=self.timeout)
+            for name in names
+        ]
+        return [self._record_or_failure(future, missing_ok=True) for future in futures]
+
+    def _update_many(self, namespace: str, updates: Sequence[tuple[StoredImage, LabelChange]]) -> list[Any]:
+        """Field-masked label updates, all in flight at once: each gives the record as written
+        (a StoredImage) or a failure (a WriteOutcome)."""
+        stub = self._stub("images")
+        metadata = self._metadata(namespace)
+        futures = [
+            stub.Update.future(_label_update(image, change), metadata=metadata, timeout=self.timeout)
+            for image, change in updates
+        ]
+        results = [self._record_or_failure(future, missing_ok=False) for future in futures]
+        return [_unknown_if_stalled(result) for result in results]
+
+    def _record_or_failure(self, future: Any, missing_ok: bool) -> Optional[StoredImage] | WriteOutcome:
+        import grpc
+
+        try:
+            return _stored_image(future.result().image)
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                return WriteOutcome("failed", str(self._fail(err)), stalled=True)
+            if err.code() == grpc.StatusCode.NOT_FOUND and missing_ok:
+                return None
+            return writes.failed(_update_error(err, self))
 
     def sandbox_image(self) -> Optional[str]:
         return read_sandbox_image(self.config_path)
@@ -253,12 +326,21 @@ def _label_update(image: StoredImage, change: LabelChange) -> Any:
     return images_pb2.UpdateImageRequest(image=record, update_mask=mask)
 
 
+def _unknown_if_stalled(result: Any) -> Any:
+    if isinstance(result, WriteOutcome) and result.stalled:
+        # The update was sent: containerd may have applied it before it stopped answering.
+        return WriteOutcome("failed", f"{result.detail}; whether the label was written is unknown", stalled=True)
+    return result
+
+
 def _update_error(err: Any, store: ContainerdStore) -> str:
     import grpc
 
     if err.code() == grpc.StatusCode.NOT_FOUND:
         return "image record vanished before the update (removed meanwhile?)"
     return str(store._fail(err))
+
+
 
 
 def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:

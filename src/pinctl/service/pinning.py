@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from pinctl import labels as pin_labels
-from pinctl import refs
+from pinctl import refs, writes
 from pinctl.backends import ImageStore
 from pinctl.errors import AmbiguousRef, ImageNotFound, PinctlError
 from pinctl.model import (
+    CHANGED_UNDER_US,
     MANAGED_LABEL,
     MANAGED_VALUE,
     PIN_LABEL,
@@ -18,6 +19,7 @@ from pinctl.model import (
     ItemResult,
     LabelChange,
     StoredImage,
+    WriteOutcome,
 )
 from pinctl.service.listing import build_rows, group_by_image, id_matches
 from pinctl.service.policy import Policy, could_match_an_id, coverage, sync_targets
@@ -29,9 +31,10 @@ if TYPE_CHECKING:
     # What one command-line argument asks for: a reference or ID, or a pattern.
     Wanted = Union[refs.Selector, Pattern]
 
-PIN = "pin"
 UNPIN = "unpin"
 SYNC = "sync"
+# pin on a reference sync had pinned: the pin stays, sync's mark goes, so prune leaves it.
+ADOPTED = "adopted"
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,12 @@ class NamespaceView:
         exact = self.images.get(f"sha256:{prefix}")
         if exact:
             return exact
-        hits = [group for group in self.images.values() if id_matches(group[0], prefix)]
+        hits = [group for group in self.images.values() if any(id_matches(row, prefix) for row in group)]
         if len(hits) > 1:
-            ids = sorted(refs.short_id(group[0].group_key) for group in hits)
+            which = sorted(_matched_by(group, prefix) for group in hits)
             raise AmbiguousRef(
-                f"image ID prefix {selector.text} matches {len(hits)} images ({', '.join(ids)})",
-                "give more digits of the ID",
+                f"{selector.text} matches {len(hits)} images: {'; '.join(which)}",
+                "give more digits (image IDs and manifest digests both count)",
             )
         return hits[0] if hits else []
 
@@ -116,6 +119,15 @@ class NamespaceView:
         names = sorted(self.by_name)
         picked = wanted_names(policy, names)
         return [self.by_name[n] for n in names if n in picked]
+
+
+def _matched_by(group: Sequence[ImageRow], prefix: str) -> str:
+    """Which digest of an image a prefix matched: its ID, else a reference's manifest digest."""
+    image = refs.short_id(group[0].group_key)
+    if any((row.image_id or "").split(":", 1)[-1].startswith(prefix) for row in group):
+        return f"image {image} by its ID"
+    row = next(row for row in group if row.digest.split(":", 1)[-1].startswith(prefix))
+    return f"image {image} by the manifest digest {refs.short_digest(row.digest)} of {row.ref}"
 
 
 def make_plan(
@@ -203,10 +215,15 @@ def _plan_image(plan: Plan, view: NamespaceView, image: StoredImage) -> None:
             plan.changes.append(Change(view.store, view.namespace, image, _removal(image), "unpinned"))
         else:
             plan.settled.append(ItemResult(view.namespace, image.name, "already-unpinned"))
+    elif pin_labels.carries_pin(image.labels) and MANAGED_LABEL in image.labels:
+        # A hand pin of what sync pinned: the operator owns it now, so sync --prune must leave it.
+        plan.changes.append(Change(view.store, view.namespace, image, {MANAGED_LABEL: None}, ADOPTED))
     elif pin_labels.carries_pin(image.labels):
         plan.settled.append(ItemResult(view.namespace, image.name, "already-pinned"))
     else:
-        plan.changes.append(Change(view.store, view.namespace, image, {PIN_LABEL: PIN_VALUE}, "pinned"))
+        # The mark goes too: a hand pin over an ineffective value sync wrote is the operator's.
+        change: LabelChange = {PIN_LABEL: PIN_VALUE, **({MANAGED_LABEL: None} if MANAGED_LABEL in image.labels else {})}
+        plan.changes.append(Change(view.store, view.namespace, image, change, "pinned"))
 
 
 def _removal(image: StoredImage) -> LabelChange:
@@ -273,17 +290,24 @@ def apply_plan(plan: Plan, dry_run: bool) -> list[ItemResult]:
         batches.setdefault((id(change.store), change.namespace), []).append(change)
     for changes in batches.values():
         if dry_run:
-            errors: list[Optional[str]] = [None] * len(changes)
+            outcomes = [writes.WRITTEN] * len(changes)
         else:
-            errors = changes[0].store.set_labels(changes[0].namespace, [(c.image, c.labels) for c in changes])
-        for change, error in zip(changes, errors):
-            action = "failed" if error else change.action
-            results.append(ItemResult(change.namespace, change.image.name, action, error))
+            outcomes = changes[0].store.set_labels(changes[0].namespace, [(c.image, c.labels) for c in changes])
+        results += [_item_result(change, outcome) for change, outcome in zip(changes, outcomes)]
     return sorted(results, key=lambda r: (r.namespace, r.ref))
 
 
+def _item_result(change: Change, outcome: WriteOutcome) -> ItemResult:
+    action = {
+        "written": change.action,
+        "already": "already-pinned" if change.labels.get(PIN_LABEL) or change.action == ADOPTED else "already-unpinned",
+        "moved": CHANGED_UNDER_US,
+    }.get(outcome.verdict, "failed")
+    return ItemResult(change.namespace, change.image.name, action, outcome.detail)
+
+
 def status_of(results: Sequence[ItemResult]) -> str:
-    failed = sum(r.failed for r in results)
-    if not failed:
+    """success when every item ended as asked; error when every one failed; else partial."""
+    if all(r.done for r in results):
         return "success"
-    return "error" if failed == len(results) else "partial"
+    return "error" if all(r.failed for r in results) else "partial"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from pinctl import labels as pin_labels
 from pinctl.errors import EngineUnreachable, PinctlError
-from pinctl.model import MANAGED_LABEL, MANAGED_VALUE, ItemResult
+from pinctl.model import CHANGED_UNDER_US, MANAGED_LABEL, MANAGED_VALUE, ItemResult
 from pinctl.service import namespaces as ns_select
 from pinctl.service import pinning
 
@@ -189,6 +189,9 @@ class Watcher:
         for r in results:
             if r.action in ("pinned", "pruned"):
                 self.log("info", r.action, namespace=r.namespace, ref=r.ref)
+            elif r.action == CHANGED_UNDER_US:
+                # Its own event follows; the next batch decides again from the record as it is.
+                self.log("warning", r.action, namespace=r.namespace, ref=r.ref, detail=r.error or "")
             elif r.failed:
                 self.log("error", "failed", namespace=r.namespace, ref=r.ref, error=r.error or "")
 
