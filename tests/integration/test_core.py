@@ -104,15 +104,31 @@ def test_pin_by_id_and_by_prefix_selects_every_ref(ctd17: ContainerdDaemon, load
     assert cri_pinned(ctd17, other.image_id, True)
 
 
+# Seeds found by search: the image IDs of the first pair share four hex digits, and the ID of
+# amb93 starts like the manifest digest of amb368. The test checks that this still holds.
+SAME_ID_PREFIX = ("amb740", "amb886")
+ID_LIKE_DIGEST = ("amb93", "amb368")
+
+
 def test_ambiguous_id_prefix_fails_that_item(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    # Seventeen images guarantee two IDs that share their first hex digit.
-    infos = load_images(ctd17, [images.recipe(f"example.test/many-{i}:1", seed=f"m{i}") for i in range(17)])
-    first_digits = [info.image_id.split(":")[1][0] for info in infos]
-    shared = next(d for d in first_digits if first_digits.count(d) > 1)
+    one, two = load_images(ctd17, [images.recipe(f"example.test/{seed}:1", seed=seed) for seed in SAME_ID_PREFIX])
+    shared = one.image_id[7:11]
+    assert two.image_id[7:11] == shared, "the harness builds other images now: search new seeds"
     result = pinctl(ctd17, "pin", f"sha256:{shared}")
     assert result.returncode == 1
-    assert f"image ID prefix sha256:{shared} matches" in result.stderr and "more digits" in result.stderr
-    assert not any(PIN in labels for ref, labels in ctr_labels(ctd17).items() if "many" in ref)
+    assert f"sha256:{shared} matches 2 images" in result.stderr and "more digits" in result.stderr
+    assert result.stderr.count("by its ID") == 2
+    assert not any(PIN in labels for ref, labels in ctr_labels(ctd17).items() if "amb" in ref)
+
+
+def test_ambiguity_through_a_manifest_digest_names_that_digest(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
+    by_id, by_digest = load_images(ctd17, [images.recipe(f"example.test/{s}:1", seed=s) for s in ID_LIKE_DIGEST])
+    shared = by_id.image_id[7:11]
+    assert by_digest.digest[7:11] == shared, "the harness builds other images now: search new seeds"
+    result = pinctl(ctd17, "pin", shared)
+    assert result.returncode == 1, result.stderr
+    assert f"image {by_id.image_id[7:19]} by its ID" in result.stderr
+    assert f"by the manifest digest sha256:{by_digest.digest[7:19]} of example.test/{ID_LIKE_DIGEST[1]}:1" in result.stderr
 
 
 def test_short_names_are_normalised(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
