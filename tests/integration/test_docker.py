@@ -3,12 +3,10 @@ containerd 1.7) and the classic store, checked with docker itself and with ctr -
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import json
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
