@@ -211,14 +211,31 @@ def _is_short(name: str) -> bool:
     return len(name) == 2 and name[0] == "-" and name[1] != "-"
 
 
-def _pass_through(root: Node) -> dict[str, str]:
-    """Each name of an engine-choosing option the root takes, and the long name to pass it as."""
-    found: dict[str, str] = {}
+@dataclass(frozen=True)
+class Passed:
+    """An option typed on the line that the calls to pinctl repeat, always as LONG=VALUE."""
+
+    long: str
+    names: tuple[str, ...]
+
+    @property
+    def shorts(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if _is_short(n))
+
+    @property
+    def refs_only(self) -> bool:
+        """The namespaces narrow image references; namespaces themselves are listed from all."""
+        return self.long == NAMESPACE_OPTION
+
+
+def _passed_options(root: Node) -> list[Passed]:
+    """The root's options that choose the engine or config, then --namespace."""
+    found = []
     for opt in root.opts:
         longs = [n for n in opt.names if n.startswith("--")]
         if longs and (longs[0] in PASS_THROUGH or longs[0] == NAMESPACE_OPTION):
-            found.update({name: longs[0] for name in opt.names})
-    return found
+            found.append(Passed(longs[0], opt.names))
+    return sorted(found, key=lambda passed: (passed.refs_only, passed.long))
 
 
 # -- rendering -----------------------------------------------------------------------------
@@ -390,13 +407,10 @@ def _bash_nodes(root: Node) -> str:
 
 
 def _bash_keep(root: Node) -> str:
-    passed = _pass_through(root)
-    engine = sorted(n for n, long in passed.items() if long != NAMESPACE_OPTION)
-    namespace = sorted(n for n, long in passed.items() if long == NAMESPACE_OPTION)
-    arms = []
-    for names, target in ((engine, "pass"), (namespace, "nspass")):
-        if names:
-            arms.append(f'    {"|".join(names)}) {target}+=("{_bash_long(names, passed)}=$value") ;;')
+    arms = [
+        f'    {"|".join(p.names)}) {"nspass" if p.refs_only else "pass"}+=("{p.long}=$value") ;;'
+        for p in _passed_options(root)
+    ]
     return "\n".join([
         "# _pinctl_keep OPTION VALUE: keep the typed options that choose the engine, for the calls to",
         "# pinctl (namespaces only for image references). Quotes go, as the shell would remove them;",
@@ -410,12 +424,6 @@ def _bash_keep(root: Node) -> str:
         "}",
         "",
     ])
-
-
-def _bash_long(names: list[str], passed: dict[str, str]) -> str:
-    # One long name for a group of options: that of each option, picked by the case arm.
-    longs = {passed[n] for n in names}
-    return longs.pop() if len(longs) == 1 else "$1"
 
 
 def _bash_values(root: Node) -> str:
@@ -644,35 +652,18 @@ def _zsh_bracket(text: str) -> str:
 
 
 def _zsh_arms(root: Node) -> str:
-    passed = _pass_through(root)
-    engine = sorted(n for n, long in passed.items() if long != NAMESPACE_OPTION)
-    namespace = sorted(n for n, long in passed.items() if long == NAMESPACE_OPTION)
     lines = []
-    if engine:
+    for passed in _passed_options(root):
+        only = "[[ $kind == refs ]] && " if passed.refs_only else ""
         lines += [
-            f"    ({'|'.join(engine)})",
-            f'      pass+=("{_zsh_long(engine, passed)}=${{(Q)_pinctl_words[i+1]}}"); (( i++ )) ;;',
-            f"    ({'|'.join(n + '=*' for n in engine if n.startswith('--'))})",
-            '      pass+=("${word%%=*}=${(Q)${word#*=}}") ;;',
+            f"    ({'|'.join(passed.names)})",
+            f'      {only}pass+=("{passed.long}=${{(Q)_pinctl_words[i+1]}}"); (( i++ )) ;;',
+            f"    ({passed.long}=*)",
+            f'      {only}pass+=("{passed.long}=${{(Q)${{word#*=}}}}") ;;',
         ]
-    if namespace:
-        long = passed[namespace[0]]
-        shorts = [n for n in namespace if _is_short(n)]
-        lines += [
-            f"    ({'|'.join(namespace)})",
-            f'      [[ $kind == refs ]] && pass+=("{long}=${{(Q)_pinctl_words[i+1]}}"); (( i++ )) ;;',
-            f"    ({long}=*)",
-            f'      [[ $kind == refs ]] && pass+=("{long}=${{(Q)${{word#*=}}}}") ;;',
-        ]
-        lines += [
-            f"    ({s}?*)\n      [[ $kind == refs ]] && pass+=(\"{long}=${{(Q)word[3,-1]}}\") ;;" for s in shorts
-        ]
+        lines += [f"    ({short}?*)\n      {only}pass+=(\"{passed.long}=${{(Q)word[3,-1]}}\") ;;"
+                  for short in passed.shorts]
     return "\n".join(lines)
-
-
-def _zsh_long(names: list[str], passed: dict[str, str]) -> str:
-    longs = {passed[n] for n in names}
-    return longs.pop() if len(longs) == 1 else "$word"
 
 
 # -- fish ------------------------------------------------------------------------------------
@@ -799,38 +790,22 @@ def _fish_quote(text: str) -> str:
 
 
 def _fish_arms(root: Node) -> str:
-    passed = _pass_through(root)
-    engine = sorted(n for n, long in passed.items() if long != NAMESPACE_OPTION)
-    namespace = sorted(n for n, long in passed.items() if long == NAMESPACE_OPTION)
     lines = []
-    if engine:
+    for passed in _passed_options(root):
+        only = "test $kind = refs; and " if passed.refs_only else ""
         lines += [
-            f"            case {' '.join(engine)}",
-            f'                set -a pass "{_fish_long(engine, passed)}=$next"',
+            f"            case {' '.join(passed.names)}",
+            f'                {only}set -a pass "{passed.long}=$next"',
             "                set i (math $i + 1)",
-            f"            case {' '.join(_fish_quote(n + '=*') for n in engine if n.startswith('--'))}",
-            "                set -a pass $word",
+            f"            case {_fish_quote(passed.long + '=*')}",
+            f"                {only}set -a pass $word",
         ]
-    if namespace:
-        long = passed[namespace[0]]
-        lines += [
-            f"            case {' '.join(namespace)}",
-            f'                test $kind = refs; and set -a pass "{long}=$next"',
-            "                set i (math $i + 1)",
-            f"            case {_fish_quote(long + '=*')}",
-            "                test $kind = refs; and set -a pass $word",
-        ]
-        for short in (n for n in namespace if _is_short(n)):
+        for short in passed.shorts:
             lines += [
                 f"            case {_fish_quote(short + '?*')}",
-                f'                test $kind = refs; and set -a pass "{long}="(string sub -s 3 -- $word)',
+                f'                {only}set -a pass "{passed.long}="(string sub -s 3 -- $word)',
             ]
     return "\n".join(lines)
-
-
-def _fish_long(names: list[str], passed: dict[str, str]) -> str:
-    longs = {passed[n] for n in names}
-    return longs.pop() if len(longs) == 1 else "$word"
 
 
 _RENDERERS: dict[str, Callable[[Node], str]] = {"bash": _bash, "zsh": _zsh, "fish": _fish}

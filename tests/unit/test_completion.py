@@ -77,6 +77,14 @@ def test_dynamic_parts_ask_pinctl_quietly(shell: str) -> None:
     assert "2>/dev/null </dev/null" in script
 
 
+@pytest.mark.parametrize("shell", completion.SHELLS)
+def test_short_engine_options_are_passed_on_by_their_long_name(shell: str) -> None:
+    # pinctl reads "-a=/x" as the socket "=/x": every typed name must reach it as --address=.
+    script = completion.render(shell, cli)
+    assert "-a=" not in script and '"$1=$value"' not in script and '"$word=' not in script
+    assert "--address=" in script
+
+
 def test_zsh_has_compdef_header_and_descriptions() -> None:
     script = completion.render("zsh", cli)
     assert script.startswith("#compdef pinctl\n")
