@@ -60,6 +60,10 @@ function __fish_pinctl_refs --description 'Image references pinctl ls -q lists'
     __fish_pinctl_ask refs ls -q
 end
 
+function __fish_pinctl_pinned_refs --description 'Pinned image references pinctl ls -q --pinned lists'
+    __fish_pinctl_ask refs ls -q --pinned
+end
+
 function __fish_pinctl_namespaces --description 'containerd namespaces pinctl namespaces -q lists'
     __fish_pinctl_ask namespaces namespaces -q
 end
@@ -246,4 +250,4 @@ complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l config -r -F -d 'pi
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -a '(__fish_pinctl_refs)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -a '(__fish_pinctl_pinned_refs)'

@@ -2,15 +2,17 @@
 
 The scripts are static: every command, option and choice is written into them, so completing
 any of those starts no program at all. Only what lives in the engine is asked of pinctl:
-image references (``pinctl ls -q``) for the REF arguments and namespaces
-(``pinctl namespaces -q``) for ``-n/--namespace``. Those calls pass on the engine options
-already typed on the line, send errors to /dev/null and never fail the completion.
+image references (``pinctl ls -q``; for unpin only pinned ones, ``pinctl ls -q --pinned``) for
+the REF arguments and namespaces (``pinctl namespaces -q``) for ``-n/--namespace``. Those calls
+pass on the engine options already typed on the line, send errors to /dev/null and never fail
+the completion.
 
 The same walk of the tree serves the man pages and docs/cli.md (see ``contexts``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from dataclasses import dataclass
@@ -23,6 +25,9 @@ from pinctl import __version__
 PROG = "pinctl"
 SHELLS = ("bash", "zsh", "fish")
 REFS_CALL = ("ls", "-q")
+PINNED_REFS_CALL = ("ls", "-q", "--pinned")
+# Commands whose REF arguments complete to pinned references only: unpinning any other does nothing.
+PINNED_REFS_COMMANDS = frozenset({("unpin",)})
 NAMESPACES_CALL = ("namespaces", "-q")
 # Options that choose the engine or config a dynamic call reads: typed ones are passed on.
 PASS_THROUGH = ("--address", "--timeout", "--config", "--docker-host")
@@ -42,8 +47,9 @@ class Value:
     """What an option's value or an argument completes to.
 
     kind is "words" (the choices in words), "files", "refs" (asked of pinctl ls -q),
-    "namespaces" (asked of pinctl namespaces -q) or "none". optional is true for click
-    options that may be given bare (--from-crio or --from-crio PATH).
+    "pinned-refs" (asked of pinctl ls -q --pinned), "namespaces" (asked of pinctl
+    namespaces -q) or "none". optional is true for click options that may be given bare
+    (--from-crio or --from-crio PATH).
     """
 
     kind: str
@@ -146,7 +152,7 @@ def _child_paths(ctx: click.Context, path: tuple[str, ...]) -> list[tuple[str, .
 def _node(ctx: click.Context, path: tuple[str, ...], children: tuple[Node, ...]) -> Node:
     params = [p for p in ctx.command.get_params(ctx) if not getattr(p, "hidden", False)]
     opts = tuple(_option(p) for p in params if isinstance(p, click.Option))
-    args = tuple(Arg(_value(p), p.nargs == -1) for p in params if isinstance(p, click.Argument))
+    args = tuple(Arg(_argument_value(p, path), p.nargs == -1) for p in params if isinstance(p, click.Argument))
     for word in (path[-1], *(n for o in opts for n in o.names)):
         _check_word(word)
     return Node(path, summary(ctx.command.help or ctx.command.short_help or ""), opts, args, children)
@@ -179,6 +185,13 @@ def _value(param: click.Parameter) -> Value:
     if isinstance(param.type, click.Path) or label in _PATH_METAVARS:
         return Value("files", label, optional=optional)
     return Value("none", label, optional=optional)
+
+
+def _argument_value(param: click.Argument, path: tuple[str, ...]) -> Value:
+    value = _value(param)
+    if value.kind == "refs" and path[1:] in PINNED_REFS_COMMANDS:
+        return dataclasses.replace(value, kind="pinned-refs")
+    return value
 
 
 def _label(param: click.Parameter) -> str:
@@ -487,6 +500,8 @@ def _bash_action(value: Value) -> str:
         return "_pinctl_files"
     if value.kind == "refs":
         return '_pinctl_ask "$2" ' + " ".join(REFS_CALL) + ' "${nspass[@]}"'
+    if value.kind == "pinned-refs":
+        return '_pinctl_ask "$2" ' + " ".join(PINNED_REFS_CALL) + ' "${nspass[@]}"'
     if value.kind == "namespaces":
         return '_pinctl_ask "$2" ' + " ".join(NAMESPACES_CALL)
     return ":"
@@ -520,6 +535,12 @@ _pinctl_refs() {
   local -a refs expl
   refs=(${(f)"$(_pinctl_ask refs @REFS@)"})
   _wanted images expl 'image reference' compadd -a refs
+}
+
+_pinctl_pinned_refs() {
+  local -a refs expl
+  refs=(${(f)"$(_pinctl_ask refs @PINNED_REFS@)"})
+  _wanted images expl 'pinned image reference' compadd -a refs
 }
 
 _pinctl_namespaces() {
@@ -557,6 +578,7 @@ def _zsh(root: Node) -> str:
     functions = [_zsh_command(node) for node in root.walk()]
     tail = (_ZSH_ASK.replace("@ARMS@", _zsh_arms(root))
             .replace("@REFS@", " ".join(REFS_CALL))
+            .replace("@PINNED_REFS@", " ".join(PINNED_REFS_CALL))
             .replace("@NAMESPACES@", " ".join(NAMESPACES_CALL))
             .replace("@ROOT@", _function_name("_pinctl_cmd", root)))
     return "\n".join(header) + "\n".join(functions) + tail
@@ -570,7 +592,8 @@ def _zsh_command(node: Node) -> str:
     if node.children:
         lines += ["  local curcontext=$curcontext state state_descr line ret=1", "  local -A opt_args"]
         specs += [f"'1:command:{_function_name('_pinctl_subcommands', node)}'", "'*:: :->command'"]
-    lines.append("  _arguments -s -S" + (" -C" if node.children else "") + " \\")
+    # -A: a group's own options end at its subcommand, so `pin -a SOCKET REF` reaches pin's spec.
+    lines.append("  _arguments -s -S" + (" -C -A '-*'" if node.children else "") + " \\")
     lines += [f"    {spec} \\" for spec in specs[:-1]] + [f"    {specs[-1]}" + (" && ret=0" if node.children else "")]
     if node.children:
         lines += _zsh_dispatch(node)
@@ -641,6 +664,7 @@ def _zsh_value(value: Value, optional: str) -> str:
         "words": "(" + " ".join(value.words) + ")",
         "files": "_files",
         "refs": "_pinctl_refs",
+        "pinned-refs": "_pinctl_pinned_refs",
         "namespaces": "_pinctl_namespaces",
         "none": " ",
     }
@@ -698,6 +722,10 @@ function __fish_pinctl_refs --description 'Image references pinctl ls -q lists'
     __fish_pinctl_ask refs @REFS@
 end
 
+function __fish_pinctl_pinned_refs --description 'Pinned image references pinctl ls -q --pinned lists'
+    __fish_pinctl_ask refs @PINNED_REFS@
+end
+
 function __fish_pinctl_namespaces --description 'containerd namespaces pinctl namespaces -q lists'
     __fish_pinctl_ask namespaces @NAMESPACES@
 end
@@ -712,6 +740,7 @@ def _fish(root: Node) -> str:
         "# namespaces are asked of pinctl.",
         _FISH_ASK.replace("@ARMS@", _fish_arms(root))
         .replace("@REFS@", " ".join(REFS_CALL))
+        .replace("@PINNED_REFS@", " ".join(PINNED_REFS_CALL))
         .replace("@NAMESPACES@", " ".join(NAMESPACES_CALL)),
         "# Sourcing twice must not double every line.",
         "complete -c pinctl -e",
@@ -780,6 +809,8 @@ def _fish_arg(value: Value) -> str:
         return "-a " + _fish_quote(" ".join(value.words))
     if value.kind == "refs":
         return "-a '(__fish_pinctl_refs)'"
+    if value.kind == "pinned-refs":
+        return "-a '(__fish_pinctl_pinned_refs)'"
     if value.kind == "namespaces":
         return "-a '(__fish_pinctl_namespaces)'"
     return ""
