@@ -7,6 +7,7 @@ pinctl runs as a real process (python -m pinctl); config show needs no daemon.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from pinctl.cli import COMMON_OPTIONS_HEADING, CommonOption, cli
 from pinctl.config import KEYS
 
 LOW, HIGH = KEYS["timeout"].bounds or (0.0, 0.0)
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def run(*args: str, config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -120,6 +122,23 @@ def test_short_address_and_runtime_endpoint_set_the_config(config: Path, where: 
     assert setting(document, "containerd_address") == "/run/x.sock"
     assert setting(document, "runtime_endpoint") == "unix:///run/y.sock"
     assert document["config"]["containerd_address"]["source"] == "flag"
+
+
+def test_readme_options_table_has_every_common_option_its_short_name_and_environment() -> None:
+    text = README.read_text()
+    table = text[text.index("Common options work before or after"):text.index("Output: `-o table`")]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    env_of = {spec.flag: spec.env for spec in KEYS.values() if spec.flag}
+    for param in cli.params:
+        if not isinstance(param, CommonOption):
+            continue
+        names = [*param.opts, *param.secondary_opts]
+        row = next((r for r in rows if any(re.search(rf"`{n}[ `=]", r) for n in names)), None)
+        assert row is not None, f"README's options table has no row for {names}"
+        for short in (n for n in names if not n.startswith("--")):
+            assert f"`{short}" in row, (short, row)
+        env = env_of.get(max(names, key=len))
+        assert env is None or f"`{env}`" in row, (env, row)
 
 
 # -- --timeout and the config key timeout ----------------------------------------------------------
