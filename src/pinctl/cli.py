@@ -41,7 +41,7 @@ class Seconds(click.ParamType):
             seconds = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds; {self.wanted()}", param, ctx)
-        # A deadline past what gRPC can represent fails on the first call, not here: bound it.
+        # Checked here: a deadline too large for gRPC would otherwise fail only at the first call.
         if not (math.isfinite(seconds) and self.low <= seconds <= self.high):
             self.fail(f"{value} is out of range; {self.wanted()}", param, ctx)
         return seconds
