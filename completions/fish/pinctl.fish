@@ -20,12 +20,29 @@ function __fish_pinctl_ask --argument-names kind
         set -l word $words[$i]
         set -l next $words[(math $i + 1)]
         switch $word
-            case --address --config --docker-host --timeout
-                set -a pass "$word=$next"
+            case -a --address
+                set -a pass "--address=$next"
                 set i (math $i + 1)
-            case '--address=*' '--config=*' '--docker-host=*' '--timeout=*'
+            case '--address=*'
                 set -a pass $word
-            case --namespace -n
+            case '-a?*'
+                set -a pass "--address="(string sub -s 3 -- $word)
+            case --config
+                set -a pass "--config=$next"
+                set i (math $i + 1)
+            case '--config=*'
+                set -a pass $word
+            case --docker-host
+                set -a pass "--docker-host=$next"
+                set i (math $i + 1)
+            case '--docker-host=*'
+                set -a pass $word
+            case --timeout
+                set -a pass "--timeout=$next"
+                set i (math $i + 1)
+            case '--timeout=*'
+                set -a pass $word
+            case -n --namespace
                 test $kind = refs; and set -a pass "--namespace=$next"
                 set i (math $i + 1)
             case '--namespace=*'
@@ -41,6 +58,10 @@ end
 
 function __fish_pinctl_refs --description 'Image references pinctl ls -q lists'
     __fish_pinctl_ask refs ls -q
+end
+
+function __fish_pinctl_pinned_refs --description 'Pinned image references pinctl ls -q --pinned lists'
+    __fish_pinctl_ask refs ls -q --pinned
 end
 
 function __fish_pinctl_namespaces --description 'containerd namespaces pinctl namespaces -q lists'
@@ -61,33 +82,33 @@ complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config l
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a pin -d 'Pin images: add io.cri-containerd.pinned=pinned'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a sync -d 'Label every image the policy covers, once'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -a unpin -d 'Unpin images: remove io.cri-containerd.pinned'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l version -d 'Show the version and exit'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l version -d 'Show the version and exit'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s h -l help -d 'Show this message and exit'
 
 # pinctl check
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l wait -x -d 'Poll until they agree, for at most SECONDS: a runtime may lag a label change'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -s o -l output -x -a 'table wide json' -d 'Output format; table shows only disagreements'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from check' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from check' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from check' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from check' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -a '(__fish_pinctl_refs)'
 
 # pinctl completion
@@ -103,46 +124,46 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and not __fish_seen_s
 # pinctl config export
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l for -x -a 'crio containerd cri-dockerd' -d 'The runtime whose configuration to write'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l offline -d 'Do not ask the engines; patterns a runtime cannot express are then left out'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s h -l help -d 'Show this message and exit'
 
 # pinctl config lint
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l offline -d 'Only check the patterns themselves; do not ask containerd'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s o -l output -x -a 'table json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s h -l help -d 'Show this message and exit'
 
 # pinctl config show
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s o -l output -x -a 'table json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s h -l help -d 'Show this message and exit'
 
 # pinctl ls
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned -l unpinned -d 'Only images the runtime keeps (--pinned), or only those the GC may delete (--unpinned)'
@@ -150,48 +171,48 @@ complete -c pinctl -n '__fish_seen_subcommand_from ls' -l drift -d 'Only where l
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l cri -d 'Add CRI PINNED: what the runtime tells the kubelet'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s o -l output -x -a 'table wide json' -d 'Output format'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -a '(__fish_pinctl_refs)'
 
 # pinctl namespaces
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s q -l quiet -d 'Names only (what shell completion reads)'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s h -l help -d 'Show this message and exit'
 
 # pinctl pin
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l timeout -x -d 'Deadline for each call to the engine'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -s o -l output -x -a 'table wide json' -d 'Output format'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -s q -l quiet -d 'Print only references, one per line'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -l dry-run -d 'Show the plan; change nothing'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -a '(__fish_pinctl_refs)'
 
 # pinctl sync
@@ -202,31 +223,31 @@ complete -c pinctl -n '__fish_seen_subcommand_from sync' -l watch -d 'Keep runni
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l log-format -x -a 'text json' -d 'With --watch: one log line per action on stderr, as text or JSON'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -s o -l output -x -a 'table wide json' -d 'Output format'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from sync' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from sync' -l timeout -x -d 'Deadline for each call to the engine'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from sync' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
-complete -c pinctl -n '__fish_seen_subcommand_from sync' -s h -l help -d 'Show this message and exit'
 
 # pinctl unpin
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l address -r -F -d 'containerd socket'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l timeout -x -d 'Deadline for each call to the engine'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s o -l output -x -a 'table wide json' -d 'Output format'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s q -l quiet -d 'Print only references, one per line'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l dry-run -d 'Show the plan; change nothing'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s h -l help -d 'Show this message and exit'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -a '(__fish_pinctl_refs)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l timeout -x -d 'Deadline in seconds for each call to the engine (0.05 to 86400)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -a '(__fish_pinctl_pinned_refs)'

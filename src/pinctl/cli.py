@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 import click
 
 from pinctl import __version__
-from pinctl.config import CRIO_DEFAULT_PATH
+from pinctl.config import CRIO_DEFAULT_PATH, KEYS
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, PinctlError, UsageError
 
 if TYPE_CHECKING:
@@ -26,34 +27,72 @@ NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 EXIT_CODES_HELP = "Exit codes: 0 ok, 1 error, 2 usage or config error, 3 partial (some items failed)."
 
+
+class Seconds(click.ParamType):
+    """A number of seconds within bounds; unlike click.FloatRange, --help shows no '[x>=...]'."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float = math.inf) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds; {self.wanted()}", param, ctx)
+        # Checked here: a deadline too large for gRPC would otherwise fail only at the first call.
+        if not (math.isfinite(seconds) and self.low <= seconds <= self.high):
+            self.fail(f"{value} is out of range; {self.wanted()}", param, ctx)
+        return seconds
+
+    def wanted(self) -> str:
+        if math.isinf(self.high):
+            return f"give at least {self.low:g} seconds"
+        return f"give {self.low:g} to {self.high:g} seconds"
+
+
+class CommonOption(click.Option):
+    """An option every command takes (COMMON_OPTIONS): listed after the command's own ones."""
+
+
+def _common(*names: str, **attrs: Any) -> Callable[[F], F]:
+    return click.option(*names, cls=CommonOption, **attrs)
+
+
+TIMEOUT_LOW, TIMEOUT_HIGH = KEYS["timeout"].bounds or (0.0, math.inf)
+
 # Options every command takes, before or after its name; the one nearer the command wins.
+# -a and -r are the short names ctr and crictl users type for these.
 COMMON_OPTIONS = [
-    click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
-                 help="containerd namespace, repeatable; 'all' for every one. "
-                      "Default: $CONTAINERD_NAMESPACE, config 'namespaces', else k8s.io and moby where they exist."),
-    click.option("--address", metavar="SOCKET",
-                 help="containerd socket. Default: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock."),
-    click.option("--timeout", type=click.FloatRange(min=0.05), metavar="SECONDS",
-                 help="Deadline for each call to the engine. Default: 2."),
-    click.option("--containerd-config", metavar="PATH", type=click.Path(dir_okay=False),
-                 help="containerd config to read the CRI sandbox image from. "
-                      "Default: $PINCTL_CONTAINERD_CONFIG, else /etc/containerd/config.toml when readable."),
-    click.option("--docker-host", metavar="HOST",
-                 help="Docker daemon, as in DOCKER_HOST. Default: $DOCKER_HOST, else unix:///var/run/docker.sock "
-                      "when it answers."),
-    click.option("--runtime-endpoint", metavar="ENDPOINT",
-                 help="CRI runtime socket (ls --cri, check). Default: $CONTAINER_RUNTIME_ENDPOINT, config "
-                      "'runtime_endpoint', else the first usual socket that answers."),
-    click.option("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
-                 help="pinctl config file; drop-ins come from config.d beside it. "
-                      "Default: $PINCTL_CONFIG, else /etc/pinctl/config.toml."),
-    click.option("--pinned-image", "pinned_images", multiple=True, metavar="PATTERN",
-                 help="Add a pinned-image pattern (exact, glob 'repo/*' or keyword '*word*'); repeatable."),
-    click.option("--pattern-dialect", type=click.Choice(["pinctl", "crio"]),
-                 help="How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)."),
-    click.option("--from-crio", metavar="[PATH]", is_flag=False, flag_value=CRIO_DEFAULT_PATH, default=None,
-                 help=f"Add CRI-O's pinned_images (crio dialect) from PATH and PATH.d/. Default PATH: {CRIO_DEFAULT_PATH}."),
+    _common("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
+            help="containerd namespace, repeatable; 'all' for every one. "
+                 "Default: $CONTAINERD_NAMESPACE, config 'namespaces', else k8s.io and moby where they exist."),
+    _common("-a", "--address", metavar="SOCKET",
+            help="containerd socket. Default: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock."),
+    _common("--timeout", type=Seconds(TIMEOUT_LOW, TIMEOUT_HIGH), metavar="SECONDS",
+            help=f"Deadline in seconds for each call to the engine ({TIMEOUT_LOW:g} to {TIMEOUT_HIGH:g}). "
+                 "Default: 2."),
+    _common("--containerd-config", metavar="PATH", type=click.Path(dir_okay=False),
+            help="containerd config to read the CRI sandbox image from. "
+                 "Default: $PINCTL_CONTAINERD_CONFIG, else /etc/containerd/config.toml when readable."),
+    _common("--docker-host", metavar="HOST",
+            help="Docker daemon, as in DOCKER_HOST. Default: $DOCKER_HOST, else unix:///var/run/docker.sock "
+                 "when it answers."),
+    _common("-r", "--runtime-endpoint", metavar="ENDPOINT",
+            help="CRI runtime socket (ls --cri, check). Default: $CONTAINER_RUNTIME_ENDPOINT, config "
+                 "'runtime_endpoint', else the first usual socket that answers."),
+    _common("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
+            help="pinctl config file; drop-ins come from config.d beside it. "
+                 "Default: $PINCTL_CONFIG, else /etc/pinctl/config.toml."),
+    _common("--pinned-image", "pinned_images", multiple=True, metavar="PATTERN",
+            help="Add a pinned-image pattern (exact, glob 'repo/*' or keyword '*word*'); repeatable."),
+    _common("--pattern-dialect", type=click.Choice(["pinctl", "crio"]),
+            help="How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)."),
+    _common("--from-crio", metavar="[PATH]", is_flag=False, flag_value=CRIO_DEFAULT_PATH, default=None,
+            help=f"Add CRI-O's pinned_images (crio dialect) from PATH and PATH.d/. Default PATH: {CRIO_DEFAULT_PATH}."),
 ]
+COMMON_OPTIONS_HEADING = "Common options (before or after the command name)"
 
 FLAG_KEYS = {
     "namespaces": "namespaces",
@@ -76,6 +115,51 @@ def output_options(func: F) -> F:
     func = click.option("-q", "--quiet", is_flag=True, help="Print only references, one per line.")(func)
     return click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]),
                         default="table", show_default=True, help="Output format.")(func)
+
+
+def _own_first(params: list[click.Parameter]) -> list[click.Parameter]:
+    # A stable sort: arguments, the command's own options and --help keep their order.
+    return sorted(params, key=lambda param: isinstance(param, CommonOption))
+
+
+def _write_options(command: click.Command, ctx: click.Context, formatter: click.HelpFormatter, common: bool) -> None:
+    """The command's own options (and --help), or the common ones, as one section of --help."""
+    records = [
+        record
+        for param in command.get_params(ctx)
+        if isinstance(param, click.Option) and isinstance(param, CommonOption) == common
+        if (record := param.get_help_record(ctx)) is not None
+    ]
+    if records:
+        with formatter.section(COMMON_OPTIONS_HEADING if common else "Options"):
+            formatter.write_dl(records)
+
+
+class PinctlCommand(click.Command):
+    """A command whose --help, man page and completions list its own options before the common ones."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return _own_first(super().get_params(ctx))
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _write_options(self, ctx, formatter, common=False)
+        _write_options(self, ctx, formatter, common=True)
+
+
+class PinctlGroup(click.Group):
+    """A group like PinctlCommand; its commands and subgroups are made the same way."""
+
+    command_class = PinctlCommand
+    group_class = type  # click: subgroups are of this group's own class
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return _own_first(super().get_params(ctx))
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The commands are what a newcomer looks for here: before the long common options.
+        _write_options(self, ctx, formatter, common=False)
+        self.format_commands(ctx, formatter)
+        _write_options(self, ctx, formatter, common=True)
 
 
 def _param_chain(ctx: click.Context) -> list[dict[str, Any]]:
@@ -115,7 +199,7 @@ def load_policy(cfg: Config) -> Policy:
     return compile_policy(cfg.patterns)
 
 
-@click.group(context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES_HELP)
+@click.group(cls=PinctlGroup, context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES_HELP)
 @common_options
 @click.version_option(__version__, "--version", prog_name="pinctl")
 def cli(**_: Any) -> None:
@@ -275,7 +359,7 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
 @cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "
                                "2 usage or config error.")
 @click.argument("refs", nargs=-1, metavar="[REF]...")
-@click.option("--wait", type=click.FloatRange(min=0), default=0, metavar="SECONDS",
+@click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
 @click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]), default="table",
               show_default=True, help="Output format; table shows only disagreements.")

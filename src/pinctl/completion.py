@@ -2,15 +2,17 @@
 
 The scripts are static: every command, option and choice is written into them, so completing
 any of those starts no program at all. Only what lives in the engine is asked of pinctl:
-image references (``pinctl ls -q``) for the REF arguments and namespaces
-(``pinctl namespaces -q``) for ``-n/--namespace``. Those calls pass on the engine options
-already typed on the line, send errors to /dev/null and never fail the completion.
+image references (``pinctl ls -q``; for unpin only pinned ones, ``pinctl ls -q --pinned``) for
+the REF arguments and namespaces (``pinctl namespaces -q``) for ``-n/--namespace``. Those calls
+pass on the engine options already typed on the line, send errors to /dev/null and never fail
+the completion.
 
 The same walk of the tree serves the man pages and docs/cli.md (see ``contexts``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 from dataclasses import dataclass
@@ -23,6 +25,9 @@ from pinctl import __version__
 PROG = "pinctl"
 SHELLS = ("bash", "zsh", "fish")
 REFS_CALL = ("ls", "-q")
+PINNED_REFS_CALL = ("ls", "-q", "--pinned")
+# Commands whose REF arguments complete to pinned references only: unpinning any other does nothing.
+PINNED_REFS_COMMANDS = frozenset({("unpin",)})
 NAMESPACES_CALL = ("namespaces", "-q")
 # Options that choose the engine or config a dynamic call reads: typed ones are passed on.
 PASS_THROUGH = ("--address", "--timeout", "--config", "--docker-host")
@@ -42,8 +47,9 @@ class Value:
     """What an option's value or an argument completes to.
 
     kind is "words" (the choices in words), "files", "refs" (asked of pinctl ls -q),
-    "namespaces" (asked of pinctl namespaces -q) or "none". optional is true for click
-    options that may be given bare (--from-crio or --from-crio PATH).
+    "pinned-refs" (asked of pinctl ls -q --pinned), "namespaces" (asked of pinctl
+    namespaces -q) or "none". optional is true for click options that may be given bare
+    (--from-crio or --from-crio PATH).
     """
 
     kind: str
@@ -146,7 +152,7 @@ def _child_paths(ctx: click.Context, path: tuple[str, ...]) -> list[tuple[str, .
 def _node(ctx: click.Context, path: tuple[str, ...], children: tuple[Node, ...]) -> Node:
     params = [p for p in ctx.command.get_params(ctx) if not getattr(p, "hidden", False)]
     opts = tuple(_option(p) for p in params if isinstance(p, click.Option))
-    args = tuple(Arg(_value(p), p.nargs == -1) for p in params if isinstance(p, click.Argument))
+    args = tuple(Arg(_argument_value(p, path), p.nargs == -1) for p in params if isinstance(p, click.Argument))
     for word in (path[-1], *(n for o in opts for n in o.names)):
         _check_word(word)
     return Node(path, summary(ctx.command.help or ctx.command.short_help or ""), opts, args, children)
@@ -181,6 +187,13 @@ def _value(param: click.Parameter) -> Value:
     return Value("none", label, optional=optional)
 
 
+def _argument_value(param: click.Argument, path: tuple[str, ...]) -> Value:
+    value = _value(param)
+    if value.kind == "refs" and path[1:] in PINNED_REFS_COMMANDS:
+        return dataclasses.replace(value, kind="pinned-refs")
+    return value
+
+
 def _label(param: click.Parameter) -> str:
     """What the value is called: the metavar without its brackets, else a name."""
     if param.metavar:
@@ -211,14 +224,31 @@ def _is_short(name: str) -> bool:
     return len(name) == 2 and name[0] == "-" and name[1] != "-"
 
 
-def _pass_through(root: Node) -> dict[str, str]:
-    """Each name of an engine-choosing option the root takes, and the long name to pass it as."""
-    found: dict[str, str] = {}
+@dataclass(frozen=True)
+class Passed:
+    """An option typed on the line that the calls to pinctl repeat, always as LONG=VALUE."""
+
+    long: str
+    names: tuple[str, ...]
+
+    @property
+    def shorts(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if _is_short(n))
+
+    @property
+    def refs_only(self) -> bool:
+        """The namespaces narrow image references; namespaces themselves are listed from all."""
+        return self.long == NAMESPACE_OPTION
+
+
+def _passed_options(root: Node) -> list[Passed]:
+    """The root's options that choose the engine or config, then --namespace."""
+    found = []
     for opt in root.opts:
         longs = [n for n in opt.names if n.startswith("--")]
         if longs and (longs[0] in PASS_THROUGH or longs[0] == NAMESPACE_OPTION):
-            found.update({name: longs[0] for name in opt.names})
-    return found
+            found.append(Passed(longs[0], opt.names))
+    return sorted(found, key=lambda passed: (passed.refs_only, passed.long))
 
 
 # -- rendering -----------------------------------------------------------------------------
@@ -390,13 +420,10 @@ def _bash_nodes(root: Node) -> str:
 
 
 def _bash_keep(root: Node) -> str:
-    passed = _pass_through(root)
-    engine = sorted(n for n, long in passed.items() if long != NAMESPACE_OPTION)
-    namespace = sorted(n for n, long in passed.items() if long == NAMESPACE_OPTION)
-    arms = []
-    for names, target in ((engine, "pass"), (namespace, "nspass")):
-        if names:
-            arms.append(f'    {"|".join(names)}) {target}+=("{_bash_long(names, passed)}=$value") ;;')
+    arms = [
+        f'    {"|".join(p.names)}) {"nspass" if p.refs_only else "pass"}+=("{p.long}=$value") ;;'
+        for p in _passed_options(root)
+    ]
     return "\n".join([
         "# _pinctl_keep OPTION VALUE: keep the typed options that choose the engine, for the calls to",
         "# pinctl (namespaces only for image references). Quotes go, as the shell would remove them;",
@@ -410,12 +437,6 @@ def _bash_keep(root: Node) -> str:
         "}",
         "",
     ])
-
-
-def _bash_long(names: list[str], passed: dict[str, str]) -> str:
-    # One long name for a group of options: that of each option, picked by the case arm.
-    longs = {passed[n] for n in names}
-    return longs.pop() if len(longs) == 1 else "$1"
 
 
 def _bash_values(root: Node) -> str:
@@ -479,6 +500,8 @@ def _bash_action(value: Value) -> str:
         return "_pinctl_files"
     if value.kind == "refs":
         return '_pinctl_ask "$2" ' + " ".join(REFS_CALL) + ' "${nspass[@]}"'
+    if value.kind == "pinned-refs":
+        return '_pinctl_ask "$2" ' + " ".join(PINNED_REFS_CALL) + ' "${nspass[@]}"'
     if value.kind == "namespaces":
         return '_pinctl_ask "$2" ' + " ".join(NAMESPACES_CALL)
     return ":"
@@ -512,6 +535,12 @@ _pinctl_refs() {
   local -a refs expl
   refs=(${(f)"$(_pinctl_ask refs @REFS@)"})
   _wanted images expl 'image reference' compadd -a refs
+}
+
+_pinctl_pinned_refs() {
+  local -a refs expl
+  refs=(${(f)"$(_pinctl_ask refs @PINNED_REFS@)"})
+  _wanted images expl 'pinned image reference' compadd -a refs
 }
 
 _pinctl_namespaces() {
@@ -549,6 +578,7 @@ def _zsh(root: Node) -> str:
     functions = [_zsh_command(node) for node in root.walk()]
     tail = (_ZSH_ASK.replace("@ARMS@", _zsh_arms(root))
             .replace("@REFS@", " ".join(REFS_CALL))
+            .replace("@PINNED_REFS@", " ".join(PINNED_REFS_CALL))
             .replace("@NAMESPACES@", " ".join(NAMESPACES_CALL))
             .replace("@ROOT@", _function_name("_pinctl_cmd", root)))
     return "\n".join(header) + "\n".join(functions) + tail
@@ -562,7 +592,8 @@ def _zsh_command(node: Node) -> str:
     if node.children:
         lines += ["  local curcontext=$curcontext state state_descr line ret=1", "  local -A opt_args"]
         specs += [f"'1:command:{_function_name('_pinctl_subcommands', node)}'", "'*:: :->command'"]
-    lines.append("  _arguments -s -S" + (" -C" if node.children else "") + " \\")
+    # -A: a group's own options end at its subcommand, so `pin -a SOCKET REF` reaches pin's spec.
+    lines.append("  _arguments -s -S" + (" -C -A '-*'" if node.children else "") + " \\")
     lines += [f"    {spec} \\" for spec in specs[:-1]] + [f"    {specs[-1]}" + (" && ret=0" if node.children else "")]
     if node.children:
         lines += _zsh_dispatch(node)
@@ -633,6 +664,7 @@ def _zsh_value(value: Value, optional: str) -> str:
         "words": "(" + " ".join(value.words) + ")",
         "files": "_files",
         "refs": "_pinctl_refs",
+        "pinned-refs": "_pinctl_pinned_refs",
         "namespaces": "_pinctl_namespaces",
         "none": " ",
     }
@@ -644,35 +676,18 @@ def _zsh_bracket(text: str) -> str:
 
 
 def _zsh_arms(root: Node) -> str:
-    passed = _pass_through(root)
-    engine = sorted(n for n, long in passed.items() if long != NAMESPACE_OPTION)
-    namespace = sorted(n for n, long in passed.items() if long == NAMESPACE_OPTION)
     lines = []
-    if engine:
+    for passed in _passed_options(root):
+        only = "[[ $kind == refs ]] && " if passed.refs_only else ""
         lines += [
-            f"    ({'|'.join(engine)})",
-            f'      pass+=("{_zsh_long(engine, passed)}=${{(Q)_pinctl_words[i+1]}}"); (( i++ )) ;;',
-            f"    ({'|'.join(n + '=*' for n in engine if n.startswith('--'))})",
-            '      pass+=("${word%%=*}=${(Q)${word#*=}}") ;;',
+            f"    ({'|'.join(passed.names)})",
+            f'      {only}pass+=("{passed.long}=${{(Q)_pinctl_words[i+1]}}"); (( i++ )) ;;',
+            f"    ({passed.long}=*)",
+            f'      {only}pass+=("{passed.long}=${{(Q)${{word#*=}}}}") ;;',
         ]
-    if namespace:
-        long = passed[namespace[0]]
-        shorts = [n for n in namespace if _is_short(n)]
-        lines += [
-            f"    ({'|'.join(namespace)})",
-            f'      [[ $kind == refs ]] && pass+=("{long}=${{(Q)_pinctl_words[i+1]}}"); (( i++ )) ;;',
-            f"    ({long}=*)",
-            f'      [[ $kind == refs ]] && pass+=("{long}=${{(Q)${{word#*=}}}}") ;;',
-        ]
-        lines += [
-            f"    ({s}?*)\n      [[ $kind == refs ]] && pass+=(\"{long}=${{(Q)word[3,-1]}}\") ;;" for s in shorts
-        ]
+        lines += [f"    ({short}?*)\n      {only}pass+=(\"{passed.long}=${{(Q)word[3,-1]}}\") ;;"
+                  for short in passed.shorts]
     return "\n".join(lines)
-
-
-def _zsh_long(names: list[str], passed: dict[str, str]) -> str:
-    longs = {passed[n] for n in names}
-    return longs.pop() if len(longs) == 1 else "$word"
 
 
 # -- fish ------------------------------------------------------------------------------------
@@ -707,6 +722,10 @@ function __fish_pinctl_refs --description 'Image references pinctl ls -q lists'
     __fish_pinctl_ask refs @REFS@
 end
 
+function __fish_pinctl_pinned_refs --description 'Pinned image references pinctl ls -q --pinned lists'
+    __fish_pinctl_ask refs @PINNED_REFS@
+end
+
 function __fish_pinctl_namespaces --description 'containerd namespaces pinctl namespaces -q lists'
     __fish_pinctl_ask namespaces @NAMESPACES@
 end
@@ -721,6 +740,7 @@ def _fish(root: Node) -> str:
         "# namespaces are asked of pinctl.",
         _FISH_ASK.replace("@ARMS@", _fish_arms(root))
         .replace("@REFS@", " ".join(REFS_CALL))
+        .replace("@PINNED_REFS@", " ".join(PINNED_REFS_CALL))
         .replace("@NAMESPACES@", " ".join(NAMESPACES_CALL)),
         "# Sourcing twice must not double every line.",
         "complete -c pinctl -e",
@@ -789,6 +809,8 @@ def _fish_arg(value: Value) -> str:
         return "-a " + _fish_quote(" ".join(value.words))
     if value.kind == "refs":
         return "-a '(__fish_pinctl_refs)'"
+    if value.kind == "pinned-refs":
+        return "-a '(__fish_pinctl_pinned_refs)'"
     if value.kind == "namespaces":
         return "-a '(__fish_pinctl_namespaces)'"
     return ""
@@ -799,38 +821,22 @@ def _fish_quote(text: str) -> str:
 
 
 def _fish_arms(root: Node) -> str:
-    passed = _pass_through(root)
-    engine = sorted(n for n, long in passed.items() if long != NAMESPACE_OPTION)
-    namespace = sorted(n for n, long in passed.items() if long == NAMESPACE_OPTION)
     lines = []
-    if engine:
+    for passed in _passed_options(root):
+        only = "test $kind = refs; and " if passed.refs_only else ""
         lines += [
-            f"            case {' '.join(engine)}",
-            f'                set -a pass "{_fish_long(engine, passed)}=$next"',
+            f"            case {' '.join(passed.names)}",
+            f'                {only}set -a pass "{passed.long}=$next"',
             "                set i (math $i + 1)",
-            f"            case {' '.join(_fish_quote(n + '=*') for n in engine if n.startswith('--'))}",
-            "                set -a pass $word",
+            f"            case {_fish_quote(passed.long + '=*')}",
+            f"                {only}set -a pass $word",
         ]
-    if namespace:
-        long = passed[namespace[0]]
-        lines += [
-            f"            case {' '.join(namespace)}",
-            f'                test $kind = refs; and set -a pass "{long}=$next"',
-            "                set i (math $i + 1)",
-            f"            case {_fish_quote(long + '=*')}",
-            "                test $kind = refs; and set -a pass $word",
-        ]
-        for short in (n for n in namespace if _is_short(n)):
+        for short in passed.shorts:
             lines += [
                 f"            case {_fish_quote(short + '?*')}",
-                f'                test $kind = refs; and set -a pass "{long}="(string sub -s 3 -- $word)',
+                f'                {only}set -a pass "{passed.long}="(string sub -s 3 -- $word)',
             ]
     return "\n".join(lines)
-
-
-def _fish_long(names: list[str], passed: dict[str, str]) -> str:
-    longs = {passed[n] for n in names}
-    return longs.pop() if len(longs) == 1 else "$word"
 
 
 _RENDERERS: dict[str, Callable[[Node], str]] = {"bash": _bash, "zsh": _zsh, "fish": _fish}

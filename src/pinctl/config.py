@@ -52,10 +52,10 @@ class KeySpec:
     """One configuration key: what it holds and where else it can be set.
 
     type is one of "list" (of strings), "str", "optional-str" (unset is None), "number"
-    (a float > 0) and "choice" (one of choices). env_split says how a list key reads its
-    environment variable: comma-separated items, or one item. item_check, when given, accepts
-    a list's items and item_form says what it wants. example is a valid value, shown in hints
-    and documentation.
+    (a float > 0, and within bounds (low, high) when given) and "choice" (one of choices).
+    env_split says how a list key reads its environment variable: comma-separated items, or
+    one item. item_check, when given, accepts a list's items and item_form says what it wants.
+    example is a valid value, shown in hints and documentation.
     """
 
     name: str
@@ -69,12 +69,15 @@ class KeySpec:
     env_split: bool = False
     item_check: Optional[Callable[[str], bool]] = None
     item_form: str = ""
+    bounds: Optional[tuple[float, float]] = None
 
     @property
     def type_label(self) -> str:
         """The type as the documentation states it."""
         if self.type == "choice":
             return "one of " + ", ".join(f'"{c}"' for c in self.choices)
+        if self.bounds:
+            return f"number from {self.bounds[0]:g} to {self.bounds[1]:g}"
         return _TYPE_LABELS[self.type]
 
 
@@ -103,7 +106,9 @@ KEYS: dict[str, KeySpec] = {
                 "/run/containerd/containerd.sock", "CONTAINERD_ADDRESS", "--address"),
         KeySpec("containerd_config", "optional-str", None, "containerd config to read the CRI sandbox image from.",
                 "/etc/containerd/config.toml", "PINCTL_CONTAINERD_CONFIG", "--containerd-config"),
-        KeySpec("timeout", "number", 2.0, "Seconds to wait for each call to the engine.", 5.0, None, "--timeout"),
+        # A day at most: a far larger deadline overflows gRPC's and fails every call.
+        KeySpec("timeout", "number", 2.0, "Seconds to wait for each call to the engine.", 5.0, None, "--timeout",
+                bounds=(0.05, 86400.0)),
         KeySpec("docker_host", "optional-str", None, "Docker daemon to talk to, as in DOCKER_HOST.",
                 "unix:///run/docker.sock", "DOCKER_HOST", "--docker-host"),
         KeySpec("docker_containerd_address", "optional-str", None,
@@ -337,6 +342,8 @@ def _check_number(spec: KeySpec, raw: Any) -> float:
     # bool is an int to Python, but "timeout = true" is a mistake, not 1 second.
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw <= 0:
         raise _Invalid(f"must be a number > 0, got {_shown(raw)}")
+    if spec.bounds and not spec.bounds[0] <= raw <= spec.bounds[1]:
+        raise _Invalid(f"must be a {spec.type_label}, got {_shown(raw)}")
     return float(raw)
 
 

@@ -2,15 +2,21 @@
 
 Run ``python -m tests.harness.sandbox`` (as root, from the repo root; or use
 ``scripts/sandbox``). The daemon is detached, so it keeps running after this
-exits; a later run re-uses it and refreshes its images. ``--stop`` ends it.
+exits. A later run re-uses it and leaves its images, labels and policy as the
+user left them; ``--reset`` starts over with the samples. ``--stop`` ends it and
+removes its directory, unmounting anything containerd left mounted below it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -26,6 +32,12 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 PINNED_BY_LABEL = "example.test/gamma:1.0"
 LABELLED_TRUE = "example.test/delta:1.0"
+KEEPING = "sandbox already running, keeping your images and labels; --reset to start over"
+MNT_DETACH = 2
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot be stopped or removed as asked; the message says what to do."""
 
 
 def sample_recipes() -> list[images.ImageRecipe]:
@@ -61,31 +73,52 @@ def _write_state(base: pathlib.Path, daemon: ContainerdDaemon) -> None:
     tmp.replace(_state_path(base))
 
 
-def _running_daemon(base: pathlib.Path, engine: str) -> ContainerdDaemon | None:
-    """The sandbox daemon recorded in the state file, if it is still alive."""
+def _daemon(base: pathlib.Path, engine: str) -> ContainerdDaemon:
+    """A handle on the sandbox daemon of base, at the socket its state file recorded."""
+    daemon = ContainerdDaemon(engine, base, detached=True)
+    address = _read_state(base).get("address")
+    if isinstance(address, str) and address != daemon.address:
+        # A --dir too long for a socket path gets a new /tmp/ctd-* per handle: use the recorded one.
+        with contextlib.suppress(OSError):
+            daemon.socket_dir.rmdir()
+        daemon.socket_dir = pathlib.Path(address).parent
+        daemon.address = address
+    return daemon
+
+
+def _live_daemon(base: pathlib.Path) -> ContainerdDaemon | None:
+    """The sandbox daemon recorded in the state file, if that process still runs."""
     state = _read_state(base)
     pid, recorded = state.get("pid"), state.get("engine")
     if not isinstance(pid, int) or not isinstance(recorded, str) or recorded not in debs.ENGINES:
         return None
-    daemon = ContainerdDaemon(recorded, base, detached=True)
+    daemon = _daemon(base, recorded)
     daemon.pid = pid
-    if not daemon.is_alive():
+    return daemon if daemon.is_alive() else None
+
+
+def _running_daemon(base: pathlib.Path, engine: str) -> ContainerdDaemon | None:
+    """The live sandbox daemon of this engine, answering; one of another engine is stopped."""
+    daemon = _live_daemon(base)
+    if daemon is None or daemon.pid is None:
         return None
-    if recorded != engine:
+    if daemon.engine != engine:
         daemon.stop()
         return None
-    return daemon.adopt(pid)
+    return daemon.adopt(daemon.pid)
 
 
-def start(base: pathlib.Path, engine: str) -> ContainerdDaemon:
+def start(base: pathlib.Path, engine: str) -> tuple[ContainerdDaemon, bool]:
+    """The sandbox daemon, and whether it was already running (its state is then the user's)."""
     daemon = _running_daemon(base, engine)
+    running = daemon is not None
     if daemon is None:
         daemon = ContainerdDaemon(engine, base, detached=True).start()
         print(f"started {engine} {daemon.version} (pid {daemon.pid})")
     else:
         print(f"re-using {engine} {daemon.version} (pid {daemon.pid})")
     _write_state(base, daemon)
-    return daemon
+    return daemon, running
 
 
 def populate(daemon: ContainerdDaemon) -> list[images.ImageInfo]:
@@ -100,8 +133,10 @@ def populate(daemon: ContainerdDaemon) -> list[images.ImageInfo]:
 
 
 def write_policy(base: pathlib.Path) -> pathlib.Path:
+    """The sample policy, unless the user already has one there."""
     policy = base / "config.toml"
-    policy.write_text(POLICY)
+    if not policy.exists():
+        policy.write_text(POLICY)
     return policy
 
 
@@ -128,39 +163,111 @@ def print_instructions(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
         f"export PINCTL_CONTAINERD_CONFIG={daemon.config_path}\n"
         f"export PATH={REPO}/.venv/bin:$PATH\n"
         f"# ctr for comparison: {daemon.bin_dir}/ctr -a {daemon.address} -n k8s.io images ls\n"
-        f"# Stop it with: scripts/sandbox --stop   (or: kill {daemon.pid})"
+        f"# Start over with: {_script(daemon.base_dir, '--reset')}\n"
+        f"# Stop it and remove {daemon.base_dir} with: {_script(daemon.base_dir, '--stop')}"
     )
 
 
+def _script(base: pathlib.Path, *args: str) -> str:
+    where = [] if base == DEFAULT_DIR else ["--dir", str(base)]
+    return " ".join(["scripts/sandbox", *where, *args])
+
+
 def stop(base: pathlib.Path) -> int:
-    daemon = _running_daemon(base, str(_read_state(base).get("engine", DEFAULT_ENGINE)))
-    if daemon is None:
-        print(f"no sandbox running in {base}")
+    """Stop the daemon and remove base (and a socket directory outside it)."""
+    if not base.exists():
+        print(f"no sandbox in {base}")
         return 0
-    pid = daemon.pid
-    daemon.stop()
-    _state_path(base).unlink(missing_ok=True)
-    print(f"stopped sandbox containerd (pid {pid})")
+    if not _is_sandbox_dir(base):
+        raise SandboxError(f"{base} holds no sandbox (no containerd.toml or sandbox.json); leaving it alone")
+    daemon = _live_daemon(base)  # answering or not: it is stopped either way
+    socket_dir = _daemon(base, DEFAULT_ENGINE).socket_dir
+    if daemon is not None:
+        pid = daemon.pid
+        daemon.stop()
+        print(f"stopped sandbox containerd (pid {pid})")
+    remove_tree(base)
+    # The harness's own /tmp/ctd-* for a --dir too long for sockets; nothing else outside base.
+    if socket_dir.parent == pathlib.Path("/tmp") and socket_dir.name.startswith("ctd-") and socket_dir.is_dir():
+        remove_tree(socket_dir)
+    print(f"removed {base}")
     return 0
+
+
+def _is_sandbox_dir(base: pathlib.Path) -> bool:
+    # --dir can name any directory: never delete one this script did not make.
+    return (base / "containerd.toml").is_file() or _state_path(base).is_file()
+
+
+def remove_tree(path: pathlib.Path) -> None:
+    """Unmount everything at or below path, deepest first, then delete it.
+
+    rmtree would otherwise descend into a mount (a snapshot containerd left mounted) and delete
+    what lies in it, or fail on a busy mount point.
+    """
+    for point in sorted(mounts_below(path), key=lambda p: len(p.parts), reverse=True):
+        _unmount(point)
+    left = mounts_below(path)
+    if left:
+        raise SandboxError(f"{left[0]} is still mounted; unmount it (umount -l {left[0]}) and run --stop again")
+    shutil.rmtree(path, ignore_errors=False)
+
+
+def mounts_below(path: pathlib.Path) -> list[pathlib.Path]:
+    """Mount points at or below path, from /proc/self/mountinfo."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            point = pathlib.Path(_unescape(line.split()[4]))
+            if point.is_relative_to(path):
+                found.append(point)
+    return found
+
+
+def _unescape(field: str) -> str:
+    # mountinfo writes space, tab, newline and backslash as octal escapes (\040 ...).
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _unmount(point: pathlib.Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(point), 0) == 0:
+        return
+    # Busy (a process still has it open): detach it now; the kernel frees it when released.
+    if libc.umount2(os.fsencode(point), MNT_DETACH) != 0:
+        error = ctypes.get_errno()
+        raise SandboxError(f"cannot unmount {point}: {os.strerror(error)}; unmount it and run --stop again")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness.sandbox", description=__doc__)
-    parser.add_argument("--stop", action="store_true", help="stop the sandbox daemon")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--stop", action="store_true", help="stop the sandbox daemon and remove its directory")
+    action.add_argument("--reset", action="store_true",
+                        help="start over: stop and remove the sandbox, then start it with the sample images")
     parser.add_argument("--dir", type=pathlib.Path, default=DEFAULT_DIR, help="sandbox directory")
     engines = sorted(name for name in debs.ENGINES if name.startswith("containerd-"))
     parser.add_argument("--engine", default=DEFAULT_ENGINE, choices=engines)
     args = parser.parse_args(argv)
     base = args.dir.resolve()
-    if args.stop:
-        return stop(base)
-    base.mkdir(parents=True, exist_ok=True)
     try:
-        daemon = start(base, args.engine)
-        populate(daemon)
-    except (debs.EngineUnavailable, DaemonError, cri.CriError) as exc:
+        if args.stop:
+            return stop(base)
+        if args.reset:
+            stop(base)
+        return run(base, args.engine)
+    except (debs.EngineUnavailable, DaemonError, cri.CriError, SandboxError) as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 1
+
+
+def run(base: pathlib.Path, engine: str) -> int:
+    base.mkdir(parents=True, exist_ok=True)
+    daemon, running = start(base, engine)
+    if running:
+        print(KEEPING)
+    else:
+        populate(daemon)
     policy = write_policy(base)
     run_pinctl_ls(daemon, policy)
     print_instructions(daemon, policy)

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 PACKAGES = ROOT / "scripts" / "test-packages.txt"
 APP = ("example.test/shells/app:1.0", "example.test/shells/app:latest")
-TOOL = "registry.example/shells/tool:2"
+TOOL = "registry.example/shells/tool:2"  # pinned: the only image of the two that unpin offers
+PIN_LABEL = {"io.cri-containerd.pinned": "pinned"}
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 LoadImages = Callable[..., list[images.ImageInfo]]
 
@@ -124,9 +125,10 @@ def engine(
     clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
     load_images: LoadImages,
 ) -> ContainerdDaemon:
-    """containerd 1.7 with a few images in k8s.io, and the sandbox pointed at it."""
+    """containerd 1.7 with an unpinned APP and a pinned TOOL in k8s.io, and the sandbox pointed at it."""
     daemon = clean_k8s_io(containerd17)
     load_images(daemon, [images.recipe(*APP, seed="shells-app"), images.recipe(TOOL, seed="shells-tool")])
+    daemon.label_image(TOOL, PIN_LABEL)
     sandbox.point_at(daemon)
     return daemon
 
@@ -209,12 +211,26 @@ def test_bash_completes_refs_and_namespaces_from_pinctl(sandbox: Sandbox, engine
     assert sandbox.calls() == ["ls -q"]
     sandbox.reset_calls()
     # Typed options reach pinctl; readline replaces only the text after ':', so only that is offered.
-    assert bash_complete(sandbox, f"pinctl -n k8s.io unpin --address {engine.address} example.test/shells/app:", load) \
+    assert bash_complete(sandbox, f"pinctl -n k8s.io pin --address {engine.address} example.test/shells/app:", load) \
         == ["1.0", "latest"]
     assert sandbox.calls() == [f"ls -q --namespace=k8s.io --address={engine.address}"]
     sandbox.reset_calls()
     assert "k8s.io" in bash_complete(sandbox, "pinctl ls -n ", load)
     assert sandbox.calls() == ["namespaces -q"]
+
+
+@pytest.mark.parametrize("load", list(BASH_LOADS))
+def test_bash_offers_only_pinned_refs_to_unpin(sandbox: Sandbox, engine: ContainerdDaemon, load: str) -> None:
+    offered = bash_complete(sandbox, f"pinctl -n k8s.io unpin -a {engine.address} ", load)
+    assert TOOL in offered and not set(APP) & set(offered), offered
+    assert sandbox.calls() == [f"ls -q --pinned --namespace=k8s.io --address={engine.address}"]
+    assert bash_complete(sandbox, "pinctl unpin example.test/shells/", load) == []
+    assert bash_complete(sandbox, f"pinctl unpin -a{engine.address} registry.example/", load) == [TOOL]
+    # What is offered follows the labels, not the script.
+    engine.label_image(APP[0], PIN_LABEL)
+    assert bash_complete(sandbox, "pinctl unpin example.test/shells/app:", load) == ["1.0", "latest"]
+    engine.label_image(TOOL, {"io.cri-containerd.pinned": ""})
+    assert bash_complete(sandbox, "pinctl unpin registry.example/", load) == []
 
 
 def test_bash_is_silent_and_quick_without_a_daemon(sandbox: Sandbox) -> None:
@@ -335,6 +351,12 @@ def test_zsh_completes_with_descriptions(sandbox: Sandbox, engine: ContainerdDae
     term.fresh_line()
     term.type("pinctl ls -n k8s", "Tab")
     term.wait_for(r"^% pinctl ls -n k8s\.io$")
+    term.fresh_line()
+    sandbox.reset_calls()
+    term.type(f"pinctl unpin -a {engine.address} ", "Tab")
+    screen = term.wait_for(re.escape(TOOL))
+    assert "example.test/shells/app" not in screen, screen
+    assert sandbox.calls() == [f"ls -q --pinned --address={engine.address}"]
 
 
 # -- fish through complete -C --------------------------------------------------------------------
@@ -372,7 +394,10 @@ def test_fish_completes_refs_and_namespaces_from_pinctl(sandbox: Sandbox, engine
     assert sandbox.calls() == ["ls -q"]
     sandbox.reset_calls()
     assert fish_complete(sandbox, "pinctl unpin --namespace k8s.io registry.example/sh") == [TOOL]
-    assert sandbox.calls() == ["ls -q --namespace=k8s.io"]
+    assert sandbox.calls() == ["ls -q --pinned --namespace=k8s.io"]
+    sandbox.reset_calls()
+    assert fish_complete(sandbox, f"pinctl unpin -a{engine.address} example.test/shells/") == []  # not pinned
+    assert sandbox.calls() == [f"ls -q --pinned --address={engine.address}"]
     sandbox.reset_calls()
     assert "k8s.io" in [c.split("\t")[0] for c in fish_complete(sandbox, "pinctl ls -n ")]
     assert sandbox.calls() == ["namespaces -q"]

@@ -74,7 +74,23 @@ def test_script_is_deterministic_and_versioned(shell: str) -> None:
 def test_dynamic_parts_ask_pinctl_quietly(shell: str) -> None:
     script = completion.render(shell, cli)
     assert " ".join(completion.REFS_CALL) in script and " ".join(completion.NAMESPACES_CALL) in script
+    assert " ".join(completion.PINNED_REFS_CALL) in script
     assert "2>/dev/null </dev/null" in script
+
+
+def test_only_unpin_completes_pinned_refs() -> None:
+    kinds = {node.key: [arg.value.kind for arg in node.args] for node in completion.tree(cli).walk()}
+    assert kinds["pinctl unpin"] == ["pinned-refs"]
+    assert kinds["pinctl pin"] == ["refs"] and kinds["pinctl ls"] == ["refs"]
+    assert [key for key, found in kinds.items() if "pinned-refs" in found] == ["pinctl unpin"]
+
+
+@pytest.mark.parametrize("shell", completion.SHELLS)
+def test_short_engine_options_are_passed_on_by_their_long_name(shell: str) -> None:
+    # pinctl reads "-a=/x" as the socket "=/x": every typed name must reach it as --address=.
+    script = completion.render(shell, cli)
+    assert "-a=" not in script and '"$1=$value"' not in script and '"$word=' not in script
+    assert "--address=" in script
 
 
 def test_zsh_has_compdef_header_and_descriptions() -> None:

@@ -1,0 +1,139 @@
+"""scripts/sandbox as a newcomer runs it: a re-run keeps what they changed, --reset starts over,
+--stop leaves nothing behind, not even a mount.
+
+The real script (which runs scripts/bootstrap, then tests.harness.sandbox) in a private
+directory; what it did is checked with the engine's own ctr and /proc/self/mountinfo.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import debs, sandbox
+from tests.harness.containerd import ContainerdDaemon
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "sandbox"
+ENGINE = sandbox.DEFAULT_ENGINE
+PINNED = sandbox.PINNED_BY_LABEL  # pinned by the samples
+OTHER = "example.test/epsilon:3.1"  # not pinned by the samples
+EDITED_POLICY = 'pinned_images = ["example.test/epsilon:*"]\n'
+
+
+def run_script(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1"}
+    result = subprocess.run([str(SCRIPT), "--dir", str(base), *args], capture_output=True, text=True, env=env,
+                            timeout=600)
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result
+
+
+def pin_labels(base: Path) -> dict[str, str]:
+    """ref -> value of the pin label, as the engine's own ctr lists them."""
+    daemon = ContainerdDaemon(ENGINE, base)
+    return {image.ref: image.labels[sandbox.PIN_KEY] for image in daemon.images() if sandbox.PIN_KEY in image.labels}
+
+
+def ctr_label(base: Path, ref: str, value: str) -> None:
+    ContainerdDaemon(ENGINE, base).label_image(ref, {sandbox.PIN_KEY: value})
+
+
+def daemon_pid(base: Path) -> int:
+    pid = sandbox._read_state(base)["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+def alive(pid: int) -> bool:
+    # The detached daemon's parent is gone; whoever inherits it may reap it late: a zombie is dead.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def mounts_under(base: Path) -> list[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        return [line.split()[4] for line in table if line.split()[4].startswith(str(base))]
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    try:
+        debs.engine_dir(ENGINE)
+    except debs.EngineUnavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{ENGINE} unavailable: {exc}", pytrace=False)
+        pytest.skip(f"{ENGINE} unavailable: {exc}")
+    # Short, so the daemon's sockets fit below it; never the default the user may be using.
+    parent = Path(tempfile.mkdtemp(prefix="pinctl-sb-", dir="/tmp"))
+    yield parent / "sandbox"
+    if (parent / "sandbox").exists():
+        subprocess.run([str(SCRIPT), "--dir", str(parent / "sandbox"), "--stop"], capture_output=True, timeout=120)
+    for point in reversed(mounts_under(parent)):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_rerun_keeps_the_users_state_reset_starts_over_stop_removes_everything(base: Path) -> None:
+    first = run_script(base)
+    assert "started" in first.stdout and sandbox.KEEPING not in first.stdout
+    assert pin_labels(base)[PINNED] == "pinned" and OTHER not in pin_labels(base)
+    pid = daemon_pid(base)
+    assert alive(pid)
+
+    # The user's own changes: a pin moved, the policy edited.
+    ctr_label(base, PINNED, "")
+    ctr_label(base, OTHER, "pinned")
+    (base / "config.toml").write_text(EDITED_POLICY)
+
+    again = run_script(base)
+    assert sandbox.KEEPING in again.stdout
+    assert daemon_pid(base) == pid
+    labels = pin_labels(base)
+    assert labels.get(OTHER) == "pinned" and PINNED not in labels
+    assert (base / "config.toml").read_text() == EDITED_POLICY
+    assert "pattern example.test/epsilon:*" in again.stdout  # the pinctl ls it shows reads the user's policy
+
+    reset = run_script(base, "--reset")
+    assert sandbox.KEEPING not in reset.stdout and "stopped" in reset.stdout
+    labels = pin_labels(base)
+    assert labels[PINNED] == "pinned" and OTHER not in labels
+    assert (base / "config.toml").read_text() == sandbox.POLICY
+    new_pid = daemon_pid(base)
+    assert new_pid != pid and not alive(pid) and alive(new_pid)
+
+    # What containerd's overlay snapshotter leaves behind when a container was running.
+    left_mount = base / "root" / "io.containerd.snapshotter.v1.overlayfs" / "snapshots" / "1" / "fs"
+    left_mount.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(left_mount)], check=True)
+    (left_mount / "file").write_text("inside the mount")
+    assert mounts_under(base)
+
+    stopped = run_script(base, "--stop")
+    assert f"removed {base}" in stopped.stdout
+    assert not base.exists() and mounts_under(base.parent) == []
+    assert not alive(new_pid)
+    assert "no sandbox" in run_script(base, "--stop").stdout
+
+
+def test_stop_leaves_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    result = subprocess.run([str(SCRIPT), "--dir", str(precious), "--stop"], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 1 and "holds no sandbox" in result.stderr, result.stderr
+    assert (precious / "keep.txt").read_text() == "mine"
+
+
+def test_mount_table_names_are_unescaped() -> None:
+    assert sandbox._unescape(r"/tmp/a\040b\011c\134d") == "/tmp/a b\tc\\d"

@@ -1,0 +1,170 @@
+"""The option surface a newcomer meets: own options before common ones, ctr's and crictl's short
+names, and --timeout bounded the same way on the command line and in the config file.
+
+pinctl runs as a real process (python -m pinctl); config show needs no daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from pinctl import completion
+from pinctl.cli import COMMON_OPTIONS_HEADING, CommonOption, cli
+from pinctl.config import KEYS
+
+LOW, HIGH = KEYS["timeout"].bounds or (0.0, 0.0)
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def run(*args: str, config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # A config of the test's own, so no file of the machine's decides the outcome.
+    full_env = {"PATH": "/usr/bin:/bin", "PINCTL_CONFIG": str(config), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "pinctl", *args], capture_output=True, text=True, env=full_env,
+                          timeout=60)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text("")
+    return path
+
+
+def show(config: Path, *args: str) -> dict[str, Any]:
+    result = run(*args, "config", "show", "-o", "json", config=config)
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def setting(document: dict[str, Any], key: str) -> Any:
+    return document["config"][key]["value"]
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def commands() -> list[click.Context]:
+    return list(completion.contexts(cli))
+
+
+# -- own options first ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ctx", commands(), ids=lambda ctx: " ".join(completion.command_path(ctx)))
+def test_own_options_come_before_the_common_ones(ctx: click.Context) -> None:
+    options = [p for p in ctx.command.get_params(ctx) if isinstance(p, click.Option)]
+    kinds = [isinstance(p, CommonOption) for p in options]
+    assert kinds == sorted(kinds), [p.name for p in options]  # the order man pages and completions use
+    help_text = ctx.command.get_help(ctx)
+    own = [p for p in options if not isinstance(p, CommonOption)]
+    if any(kinds):
+        common_at = help_text.index(COMMON_OPTIONS_HEADING)
+        assert all(help_text.index(p.opts[-1]) < common_at for p in own), help_text
+        assert help_text.index("--address") > common_at
+    else:
+        assert COMMON_OPTIONS_HEADING not in help_text
+
+
+def test_pin_help_shows_its_options_first() -> None:
+    ctx = next(c for c in commands() if completion.command_path(c) == ("pinctl", "pin"))
+    lines = ctx.command.get_help(ctx).splitlines()
+    first = lines.index("Options:")
+    assert [line.split()[0] for line in lines[first + 1 : first + 5]] == ["-o,", "-q,", "--dry-run", "-h,"]
+
+
+def test_root_help_lists_commands_before_common_options() -> None:
+    text = cli.get_help(commands()[0])
+    assert text.index("Commands:") < text.index(COMMON_OPTIONS_HEADING)
+
+
+def test_no_range_noise_in_help() -> None:
+    for ctx in commands():
+        text = ctx.command.get_help(ctx)
+        assert "[x>=" not in text and "x<=" not in text, completion.command_path(ctx)
+
+
+# -- short names -------------------------------------------------------------------------------
+
+
+def test_every_command_takes_a_and_r_and_no_name_is_used_twice() -> None:
+    for ctx in commands()[1:]:
+        if ctx.command.name in ("completion", "config"):
+            continue
+        names = [n for p in ctx.command.get_params(ctx) if isinstance(p, click.Option) for n in p.opts + p.secondary_opts]
+        assert len(names) == len(set(names)), sorted(names)
+        assert {"-a", "-r", "--address", "--runtime-endpoint"} <= set(names), completion.command_path(ctx)
+
+
+@pytest.mark.parametrize("where", ["before", "after", "attached"])
+def test_short_address_and_runtime_endpoint_set_the_config(config: Path, where: str) -> None:
+    options = {
+        "before": (["-a", "/run/x.sock", "-r", "unix:///run/y.sock"], []),
+        "after": ([], ["-a", "/run/x.sock", "-r", "unix:///run/y.sock"]),
+        "attached": ([], ["-a/run/x.sock", "-runix:///run/y.sock"]),
+    }[where]
+    result = run(*options[0], "config", "show", "-o", "json", *options[1], config=config)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert setting(document, "containerd_address") == "/run/x.sock"
+    assert setting(document, "runtime_endpoint") == "unix:///run/y.sock"
+    assert document["config"]["containerd_address"]["source"] == "flag"
+
+
+def test_readme_options_table_has_every_common_option_its_short_name_and_environment() -> None:
+    text = README.read_text()
+    table = text[text.index("Common options work before or after"):text.index("Output: `-o table`")]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    env_of = {spec.flag: spec.env for spec in KEYS.values() if spec.flag}
+    for param in cli.params:
+        if not isinstance(param, CommonOption):
+            continue
+        names = [*param.opts, *param.secondary_opts]
+        row = next((r for r in rows if any(re.search(rf"`{n}[ `=]", r) for n in names)), None)
+        assert row is not None, f"README's options table has no row for {names}"
+        for short in (n for n in names if not n.startswith("--")):
+            assert f"`{short}" in row, (short, row)
+        env = env_of.get(max(names, key=len))
+        assert env is None or f"`{env}`" in row, (env, row)
+
+
+# -- --timeout and the config key timeout ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [LOW, 2, HIGH])
+def test_timeout_within_bounds_is_taken(config: Path, value: float) -> None:
+    assert setting(show(config, "--timeout", str(value)), "timeout") == value
+    config.write_text(f"timeout = {value}\n")
+    assert setting(show(config), "timeout") == value
+
+
+@pytest.mark.parametrize("value", ["1e10", "86401", "0.01", "0", "-1", "nan", "inf", "soon"])
+def test_timeout_flag_out_of_bounds_is_one_line(config: Path, value: str) -> None:
+    result = run("ls", "--timeout", value, config=config, env={"CONTAINERD_ADDRESS": "/nonexistent.sock"})
+    assert_one_line(result, 2, "--timeout", value, f"{LOW:g} to {HIGH:g} seconds", "--help")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["1e10", "86401", "0.01"])
+def test_timeout_key_out_of_bounds_is_one_line(config: Path, value: str) -> None:
+    config.write_text(f"timeout = {value}\n")
+    result = run("ls", config=config, env={"CONTAINERD_ADDRESS": "/nonexistent.sock"})
+    assert_one_line(result, 2, str(config), "timeout", f"{LOW:g} to {HIGH:g}")
+
+
+def test_check_wait_has_no_range_noise_and_is_still_checked(config: Path) -> None:
+    result = run("check", "--wait", "-1", config=config)
+    assert_one_line(result, 2, "--wait", "at least 0 seconds")
