@@ -546,6 +546,36 @@ def image_fs_info(address: str) -> list[CriFsUsage]:
     ]
 
 
+def fresh_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S) -> CriFsUsage:
+    """The first image filesystem's usage from a stats sync that began after this call.
+
+    containerd refreshes snapshot usage every ``stats_collect_period`` (1 s here) and answers
+    ``ImageFsInfo`` from that cache, with the cache's timestamp.
+    """
+    asked_at = time.time_ns()
+    deadline = time.monotonic() + timeout
+    while True:
+        usage = image_fs_info(address)[0]
+        if usage.timestamp >= asked_at:
+            return usage
+        if time.monotonic() > deadline:
+            raise cri.CriError(f"ImageFsInfo not refreshed in {timeout}s (last at {usage.timestamp})")
+        time.sleep(0.1)
+
+
+def settled_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S) -> CriFsUsage:
+    """Fresh usage once two consecutive syncs agree (deleted snapshots are removed in the background)."""
+    deadline = time.monotonic() + timeout
+    previous = fresh_image_fs_info(address, timeout)
+    while True:
+        current = fresh_image_fs_info(address, timeout)
+        if (current.used_bytes, current.inodes_used) == (previous.used_bytes, previous.inodes_used):
+            return current
+        if time.monotonic() > deadline:
+            raise cri.CriError(f"ImageFsInfo still changing after {timeout}s")
+        previous = current
+
+
 def remove_image(address: str, image: str) -> None:
     """``RemoveImage``: RemoveImageRequest.image (1) is an ImageSpec whose image (1) is a ref or id."""
     _call(address, IMAGE + "RemoveImage", [(1, [(1, image)])])
