@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from fractions import Fraction
@@ -54,8 +54,6 @@ DEFAULT_LOW_THRESHOLD_PERCENT = 80
 DEFAULT_MIN_AGE = timedelta(minutes=2)
 # 0 switches the maximum-age step off (the kubelet's default).
 DEFAULT_MAX_AGE = timedelta(0)
-# How often the kubelet runs image GC and, separately, its detection pass.
-KUBELET_GC_PERIOD = timedelta(minutes=5)
 SHORTFALL_EVENT_REASON = "FreeDiskSpaceFailed"
 SHORTFALL_MESSAGE = (
     "Failed to garbage collect required amount of images. "
@@ -389,7 +387,9 @@ def _unique(images: Iterable[GcImage]) -> dict[str, GcImage]:
     return listed
 
 
-def _users_by_image(containers: Iterable[GcContainer], listed: Mapping[str, GcImage]) -> dict[str, tuple[GcContainer, ...]]:
+def _users_by_image(
+    containers: Iterable[GcContainer], listed: Mapping[str, GcImage]
+) -> dict[str, tuple[GcContainer, ...]]:
     users: dict[str, list[GcContainer]] = {}
     for container in containers:
         if container.kubelet_image_id in listed:
@@ -400,7 +400,9 @@ def _users_by_image(containers: Iterable[GcContainer], listed: Mapping[str, GcIm
 class _Run:
     """The decisions of one GC run over the ordered candidates (maximum-age step, then threshold step)."""
 
-    def __init__(self, settings: GcSettings, fs: ImageFs, now: datetime, kubelet_started: Optional[datetime], mode: GcMode) -> None:
+    def __init__(
+        self, settings: GcSettings, fs: ImageFs, now: datetime, kubelet_started: Optional[datetime], mode: GcMode
+    ) -> None:
         self.settings, self.fs, self.now, self.kubelet_started, self.mode = settings, fs, now, kubelet_started, mode
         self.outcome = Outcome.ALL_UNUSED if mode == "all_unused" else Outcome.BELOW_THRESHOLD
         self.threshold_usage: Optional[int] = None
@@ -451,6 +453,7 @@ class _Run:
         if capacity <= 0:
             self.outcome, self.message = Outcome.INVALID_CAPACITY, INVALID_CAPACITY_MESSAGE
             return None
+        # The kubelet reads statfs after the age step's deletions; each is credited with its CRI size.
         available = min(capacity, self.fs.available + aged_bytes)
         self.threshold_usage = ImageFs(capacity, available).usage_percent
         if self.threshold_usage < self.settings.high_threshold_percent:
@@ -487,21 +490,25 @@ def _too_young(image: GcImage, settings: GcSettings, now: datetime) -> bool:
     return now - image.first_detected < settings.min_age
 
 
+# A deleted image's turn, the freed total after it, and the available bytes after it.
+_Turn = tuple[Optional[int], Optional[int], Optional[int]]
+
+
 def _order_entries(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs: ImageFs) -> tuple[OrderEntry, ...]:
     turns = _deletion_turns(candidates, fates, fs)
     entries = []
     for position, image in enumerate(candidates, start=1):
-        turn: tuple[Optional[int], Optional[int], Optional[int]] = turns.get(image.id, (None, None, None))
+        turn: _Turn = turns.get(image.id, (None, None, None))
         tie = _tied(candidates, position - 1)
         entries.append(OrderEntry(position, image, fates[image.id], *turn, tie=tie))
     return tuple(entries)
 
 
-def _deletion_turns(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs: ImageFs) -> dict[str, tuple[Optional[int], Optional[int], Optional[int]]]:
+def _deletion_turns(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs: ImageFs) -> dict[str, _Turn]:
     """Per deleted image: its turn (the age step deletes first), the freed total and available bytes after it."""
     deleted = [image for image in candidates if fates[image.id] is Fate.DELETED_AGE]
     deleted += [image for image in candidates if fates[image.id] is Fate.DELETED_SPACE]
-    turns: dict[str, tuple[Optional[int], Optional[int], Optional[int]]] = {}
+    turns: dict[str, _Turn] = {}
     total = 0
     for turn, image in enumerate(deleted, start=1):
         total += image.size
@@ -536,7 +543,11 @@ def _protections(
 
 
 def _reasons(
-    image: GcImage, users: Mapping[str, tuple[GcContainer, ...]], fate: Optional[Fate], settings: GcSettings, now: datetime
+    image: GcImage,
+    users: Mapping[str, tuple[GcContainer, ...]],
+    fate: Optional[Fate],
+    settings: GcSettings,
+    now: datetime,
 ) -> tuple[Protection, ...]:
     found = []
     if image.id in users or fate is Fate.USED_NOW:
@@ -696,7 +707,9 @@ def _estimate(
     return Estimate(gc_image, first_source, last_source, max(activity) if activity else None)
 
 
-def _first_detected(image: ObservedImage, now: datetime, kubelet_started: Optional[datetime]) -> tuple[datetime, TimeSource]:
+def _first_detected(
+    image: ObservedImage, now: datetime, kubelet_started: Optional[datetime]
+) -> tuple[datetime, TimeSource]:
     if image.created_at is None:
         return now, TimeSource.NOW
     if kubelet_started is not None and kubelet_started > image.created_at:

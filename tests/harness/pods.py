@@ -230,7 +230,9 @@ class RunnableRecipe:
     entrypoint: tuple[str, ...] = ("/bin/busybox", "sleep", "3600")
 
 
-def runnable_recipe(*refs: str, seed: str = "", payload_bytes: int = 4096, labels: Optional[dict[str, str]] = None) -> RunnableRecipe:
+def runnable_recipe(
+    *refs: str, seed: str = "", payload_bytes: int = 4096, labels: Optional[dict[str, str]] = None
+) -> RunnableRecipe:
     """Shorthand like ``images.recipe``: refs are normalized, the seed defaults to the first ref."""
     normalized = tuple(images.normalize_ref(ref) for ref in refs)
     return RunnableRecipe(normalized, seed or normalized[0], payload_bytes, dict(labels or {}))
@@ -273,15 +275,20 @@ def busybox_path() -> pathlib.Path:
     for path in BUSYBOX_PATHS:
         if path.is_file() and _is_static_elf(path.read_bytes()):
             return path
-    raise PodsUnavailable("no static busybox: install Debian's busybox-static package (scripts/test-packages.txt lists it)")
+    raise PodsUnavailable(
+        "no static busybox: install Debian's busybox-static package (scripts/test-packages.txt lists it)"
+    )
 
 
 def _is_static_elf(data: bytes) -> bool:
     """A 64-bit little-endian ELF without a PT_INTERP program header needs no dynamic loader."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return False
-    phoff, phentsize, phnum = int.from_bytes(data[32:40], "little"), int.from_bytes(data[54:56], "little"), int.from_bytes(data[56:58], "little")
-    types = (int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little") for i in range(phnum))
+    def number(start: int, width: int) -> int:
+        return int.from_bytes(data[start : start + width], "little")
+
+    phoff, phentsize, phnum = number(32, 8), number(54, 2), number(56, 2)
+    types = (number(phoff + i * phentsize, 4) for i in range(phnum))
     return PT_INTERP not in types
 
 
@@ -301,7 +308,8 @@ def _payload_layer(seed: str, size: int) -> bytes:
 
 
 def _build_runnable(recipe: RunnableRecipe) -> tuple[images.ImageInfo, list[_Blob], _Blob]:
-    layers = [_Blob(images.OCI_LAYER, busybox_layer()), _Blob(images.OCI_LAYER, _payload_layer(recipe.seed, recipe.payload_bytes))]
+    payload = _payload_layer(recipe.seed, recipe.payload_bytes)
+    layers = [_Blob(images.OCI_LAYER, busybox_layer()), _Blob(images.OCI_LAYER, payload)]
     platform = images.host_platform().split("/")
     config_doc = {
         "os": platform[0],
@@ -362,7 +370,9 @@ def _add_file(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(member, io.BytesIO(data))
 
 
-def load_runnable(daemon: ContainerdDaemon, work_dir: pathlib.Path, recipes: list[RunnableRecipe]) -> list[images.ImageInfo]:
+def load_runnable(
+    daemon: ContainerdDaemon, work_dir: pathlib.Path, recipes: list[RunnableRecipe]
+) -> list[images.ImageInfo]:
     """Build, import unpacked into ``k8s.io`` (containers start without unpacking), wait for the CRI."""
     work_dir.mkdir(parents=True, exist_ok=True)
     tar_path = work_dir / f"runnable-{uuid.uuid4().hex[:8]}.tar"
@@ -643,7 +653,9 @@ class Pods:
         config = sandbox_config(name, log_dir)
         return Pod(run_pod_sandbox(self.address, config), name, config)
 
-    def container(self, image: str, state: WantedState = "running", *, pod: Optional[Pod] = None, name: str = "") -> PodContainer:
+    def container(
+        self, image: str, state: WantedState = "running", *, pod: Optional[Pod] = None, name: str = ""
+    ) -> PodContainer:
         """A container of ``image`` left running, exited (ran ``true``) or only created."""
         began = time.monotonic()
         pod = pod or self.pod()
@@ -654,14 +666,17 @@ class Pods:
             self.wait_for_state(container_id, state)
         return PodContainer(pod, container_id, image, state, time.monotonic() - began)
 
-    def wait_for_state(self, container_id: str, state: ContainerState, timeout: float = STATE_TIMEOUT_S) -> CriContainer:
+    def wait_for_state(
+        self, container_id: str, state: ContainerState, timeout: float = STATE_TIMEOUT_S
+    ) -> CriContainer:
         deadline = time.monotonic() + timeout
         while True:
             found = {c.id: c for c in list_containers(self.address)}.get(container_id)
             if found is not None and found.state == state:
                 return found
             if time.monotonic() > deadline:
-                raise cri.CriError(f"container {container_id} is {found.state if found else 'gone'}, not {state}, after {timeout}s")
+                now_in = found.state if found else "gone"
+                raise cri.CriError(f"container {container_id} is {now_in}, not {state}, after {timeout}s")
             time.sleep(0.02)
 
     def cleanup(self) -> None:
@@ -677,7 +692,9 @@ class Pods:
 
 
 @contextlib.contextmanager
-def pods_daemon(engine: str, base_dir: pathlib.Path, fs_bytes: int = DEFAULT_FS_BYTES) -> Iterator[tuple[PodsDaemon, DedicatedFs]]:
+def pods_daemon(
+    engine: str, base_dir: pathlib.Path, fs_bytes: int = DEFAULT_FS_BYTES
+) -> Iterator[tuple[PodsDaemon, DedicatedFs]]:
     """A started pod-capable daemon on a fresh dedicated filesystem; everything undone on exit."""
     runc_binary()
     busybox_path()

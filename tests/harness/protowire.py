@@ -8,7 +8,7 @@ the numbers are transcribed, with their message names, in ``tests/harness/pods.p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Union
 
 # A field's value: an int (varint), text or bytes (length-delimited), or a nested message.
@@ -126,7 +126,3 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
             return result, pos
         shift += 7
 
-
-def joined(parts: Iterable[Message]) -> list[tuple[int, Value]]:
-    """Concatenate message parts (fields may repeat; the last scalar wins on decode)."""
-    return [field for part in parts for field in part]

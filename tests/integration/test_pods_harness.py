@@ -123,9 +123,11 @@ def test_the_model_sees_real_containers_of_any_state_as_users(pod_node: PodNode)
     for info, state in zip(infos, ("running", "exited", "created")):
         made.container(info.refs[0], state)  # type: ignore[arg-type]
 
+    listed_images = cri.list_images(pod_node.address)
+    listed_containers = pods.list_containers(pod_node.address)
     plan = gcmodel.plan_gc(
-        [gcmodel.GcImage(i.id, i.size, _LONG_AGO, refs=i.repo_tags, pinned=i.pinned) for i in cri.list_images(pod_node.address)],
-        [gcmodel.GcContainer(c.id, c.image_ref, c.state, c.image_id, c.image) for c in pods.list_containers(pod_node.address)],
+        [gcmodel.GcImage(i.id, i.size, _LONG_AGO, refs=i.repo_tags, pinned=i.pinned) for i in listed_images],
+        [gcmodel.GcContainer(c.id, c.image_ref, c.state, c.image_id, c.image) for c in listed_containers],
         gcmodel.GcSettings(),
         gcmodel.ImageFs(pod_node.fs.capacity, pod_node.fs.available),
         _NOW,
