@@ -63,6 +63,22 @@ def test_container_status_times_follow_the_states(pod_node: PodNode) -> None:
     assert {exited.image_ref, created.image_ref, running.image_ref} == {info.image_id}
 
 
+def test_stop_and_remove_a_container_then_its_pod(pod_node: PodNode) -> None:
+    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/stop:1")])
+    made = pod_node.pods()
+    container = made.container(info.refs[0], "running")
+
+    pods.stop_container(pod_node.address, container.id, timeout_s=0)
+    assert made.wait_for_state(container.id, "exited").image_ref == info.image_id
+    pods.remove_container(pod_node.address, container.id)
+    assert container.id not in {c.id for c in pods.list_containers(pod_node.address)}
+
+    pods.stop_pod_sandbox(pod_node.address, container.pod.id)
+    assert [s.ready for s in pods.list_pod_sandboxes(pod_node.address)] == [False]
+    pods.remove_pod_sandbox(pod_node.address, container.pod.id)
+    assert pods.list_pod_sandboxes(pod_node.address) == []
+
+
 def test_a_pod_and_a_container_start_quickly(pod_node: PodNode, record_property: Callable[[str, object], None]) -> None:
     (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/timed:1")])
     made = pod_node.pods()
