@@ -106,12 +106,17 @@ class ContainerdDaemon:
                 stderr=subprocess.STDOUT,
                 start_new_session=self.detached,
                 preexec_fn=None if self.detached else _die_with_parent,
+                env=self.child_env(),
             )
         self.pid = self._proc.pid
         if not self.detached:
             _RUNNING[self.pid] = self
         self._wait_ready()
         return self
+
+    def child_env(self) -> dict[str, str] | None:
+        """The daemon's environment; None inherits ours (a daemon running pods needs its shim on PATH)."""
+        return None
 
     def adopt(self, pid: int) -> ContainerdDaemon:
         """Take over an already running daemon of this config (the sandbox re-uses one)."""
