@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -233,16 +234,17 @@ def _dropin_names(directory: str) -> list[str]:
 
 
 def _apply_file(merge: _Merge, path: str, data: dict[str, Any], text: str) -> None:
+    lines = _Lines(text)
     for key, raw in data.items():
-        line = _key_line(text, key)
+        line = _key_line(text, key, lines)
         where = f"{path}:{line}" if line else path
         spec = KEYS.get(key)
         if spec is None:
             raise ConfigError(f"{where}: unknown key '{key}'", _unknown_key_hint(key, raw))
         value = _validated(spec, raw, where, f"e.g. {key} = {_toml_literal(spec.example)}")
         if key == PATTERNS_KEY:
-            lines = _item_lines(text, key, value)
-            merge.patterns += [(item, f"{path}:{n}" if n else path) for item, n in zip(value, lines)]
+            item_lines = _item_lines(text, key, value, lines)
+            merge.patterns += [(item, f"{path}:{n}" if n else path) for item, n in zip(value, item_lines)]
         else:
             merge.values[key] = Value(value, path)
 
@@ -468,11 +470,28 @@ def toml_reader() -> Any:
 
 # -- finding lines -----------------------------------------------------------------------
 # tomllib reports no positions for values. The file is flat, so a key's line is the line that
-# starts with it, and a pattern's line is where its string first appears after that.
+# starts with it, and a list's strings are the strings written after it up to the first "]"
+# outside a string or comment (the list was checked to hold only strings). Line numbers come
+# from one pass over the text, so 10,000 patterns cost no more each than ten.
 
-_NEXT_KEY: re.Pattern[str] = re.compile(
-    r"""^[ \t]*(?:\[|(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*[=.])""", re.MULTILINE
+_STRING_OR_COMMENT: re.Pattern[str] = re.compile(
+    r'''"""(?P<multi_basic>(?:\\[\s\S]|[^\\])*?)"""(?P<multi_basic_end>"{0,2})'''
+    r"""|'''(?P<multi_literal>[\s\S]*?)'''(?P<multi_literal_end>'{0,2})"""
+    r'''|"(?P<basic>(?:\\.|[^"\\\n])*)"'''
+    r"""|'(?P<literal>[^'\n]*)'"""
+    r"""|\#[^\n]*"""
+    r"""|(?P<end>\])"""
 )
+
+
+class _Lines:
+    """Line numbers of offsets into one text: its newlines found once, then a bisect each."""
+
+    def __init__(self, text: str) -> None:
+        self.newlines = [found.start() for found in re.finditer("\n", text)]
+
+    def at(self, offset: int) -> int:
+        return bisect_left(self.newlines, offset) + 1
 
 
 def _key_match(text: str, key: str) -> Optional[re.Match[str]]:
@@ -482,37 +501,35 @@ def _key_match(text: str, key: str) -> Optional[re.Match[str]]:
     return re.search(pattern, text, re.MULTILINE)
 
 
-def _line_at(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
-def _key_line(text: str, key: str) -> Optional[int]:
+def _key_line(text: str, key: str, lines: Optional[_Lines] = None) -> Optional[int]:
     found = _key_match(text, key)
-    return _line_at(text, found.start()) if found else None
+    return (lines or _Lines(text)).at(found.start()) if found else None
 
 
-def _item_lines(text: str, key: str, items: Sequence[str]) -> list[Optional[int]]:
+def _item_lines(text: str, key: str, items: Sequence[str], lines: _Lines) -> list[Optional[int]]:
     """The line of each string of a list key; the key's line when a string is written escaped."""
     found = _key_match(text, key)
     if found is None:
         return [None] * len(items)
-    key_line = _line_at(text, found.start())
-    line_end = text.find("\n", found.end())
-    following = _NEXT_KEY.search(text, line_end + 1) if line_end >= 0 else None
-    end = following.start() if following else len(text)
-    lines: list[Optional[int]] = []
-    position = found.end()
-    for item in items:
-        at = _find_string(text, item, position, end)
-        lines.append(key_line if at < 0 else _line_at(text, at))
-        position = position if at < 0 else at + len(item) + 2
-    return lines
+    key_line = lines.at(found.start())
+    strings = _strings(text, found.end())
+    if len(strings) != len(items):
+        return [key_line] * len(items)  # written in a way this reading does not follow
+    # A string written with escapes reads differently from its value: it gets the key's line.
+    return [lines.at(at) if written == item else key_line for (at, written), item in zip(strings, items)]
 
 
-def _find_string(text: str, item: str, start: int, end: int) -> int:
-    hits = [text.find(q + item + q, start, end) for q in ('"', "'")]
-    hits = [hit for hit in hits if hit >= 0]
-    return min(hits) if hits else -1
+def _strings(text: str, start: int) -> list[tuple[int, str]]:
+    """(offset, text between the quotes) of each string of the list that follows start."""
+    strings: list[tuple[int, str]] = []
+    for found in _STRING_OR_COMMENT.finditer(text, start):
+        if found["end"]:
+            break
+        parts = found.group("basic", "literal", "multi_basic", "multi_literal")
+        written = next((part for part in parts if part is not None), None)
+        if written is not None:  # else a comment
+            strings.append((found.start(), written + (found["multi_basic_end"] or found["multi_literal_end"] or "")))
+    return strings
 
 
 # -- CRI-O -------------------------------------------------------------------------------

@@ -239,6 +239,55 @@ def test_escaped_pattern_falls_back_to_the_key_line(tmp_path: pathlib.Path) -> N
     assert load(main).patterns == [PatternEntry("example.test/app", f"{main}:2", "pinctl")]
 
 
+def test_quotes_in_comments_are_not_patterns(tmp_path: pathlib.Path) -> None:
+    main = tmp_path / "config.toml"
+    write(main, "\n".join([
+        "pinned_images = [",
+        '  # "registry.example/a" moved here from the old file',
+        """  "registry.example/a",  # 'quoted' note""",
+        "  'registry.example/b',",
+        '  "registry.example/#c",',
+        "]",
+    ]) + "\n")
+    assert [p.source for p in load(main).patterns] == [f"{main}:3", f"{main}:4", f"{main}:5"]
+
+
+def test_multiline_strings_get_the_line_they_start_on(tmp_path: pathlib.Path) -> None:
+    main = tmp_path / "config.toml"
+    write(main, "\n".join([
+        "pinned_images = [",
+        '  """registry.example/a""",',
+        "  '''registry.example/b''',",
+        '  """',
+        'registry.example/c""",',  # the newline after the opening quotes is no part of the string
+        '  "registry.example/d",',
+        "]",
+    ]) + "\n")
+    assert [(p.text, p.source) for p in load(main).patterns] == [
+        ("registry.example/a", f"{main}:2"), ("registry.example/b", f"{main}:3"),
+        ("registry.example/c", f"{main}:1"), ("registry.example/d", f"{main}:6")]
+
+
+QUOTES = ['"{}"', "'{}'", '"""{}"""', "'''{}'''"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text("ab/:*#[]' ", min_size=1, max_size=8), st.sampled_from(QUOTES),
+                          st.sampled_from(["", "  # a 'note' with ] and \"quotes\"", ", # ]"])), max_size=6))
+def test_each_way_of_quoting_gets_its_line(written: list[tuple[str, str, str]]) -> None:
+    # TOML cannot hold a ' in a literal string, nor pinctl an empty pattern.
+    kept = [(text, quote, after) for text, quote, after in written
+            if text.strip() and not ("'" in text and quote.startswith("'"))]
+    lines = ["pinned_images = [  # ']' \"x\""]
+    lines += ["  " + quote.format(text) + ("" if after.startswith(",") else ",") + after for text, quote, after in kept]
+    lines.append("]")
+    with tempfile.TemporaryDirectory() as directory:
+        main = pathlib.Path(directory) / "config.toml"
+        write(main, "\n".join(lines) + "\n")
+        cfg = config.load(None, {}, config_path=str(main))
+    assert cfg.patterns == [PatternEntry(text, f"{main}:{n}", "pinctl") for n, (text, _, _) in enumerate(kept, 2)]
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     items=st.lists(st.text("abcdefghijklmnopqrstuvwxyz0123456789./:*-_", min_size=1, max_size=12), max_size=6),
