@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import pathlib
 import subprocess
@@ -718,3 +720,35 @@ def test_import_stays_light() -> None:
     code = f"import sys, pinctl.config; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- how config show and config lint put it ----------------------------------------------
+
+
+def test_lint_names_each_location_once(tmp_path: pathlib.Path) -> None:
+    from pinctl import output
+    from pinctl.service import lint
+
+    main = tmp_path / "config.toml"
+    write(main, 'pinned_images = [\n  "a.example/*/b",\n  "registry.example/*",\n  "registry.example/x:1",\n]\n')
+    out = io.StringIO()
+    output.print_problems(lint.lint(load(main), None), "table", out)
+    assert out.getvalue().splitlines() == [
+        f"{main}:2: invalid: pattern 'a.example/*/b' has a * that is not at the end "
+        "(a * may only end a prefix (registry.example/team/*) or surround a keyword (*app*))",
+        f"{main}:4: shadowed: 'registry.example/x:1' is shadowed by 'registry.example/*' ({main}:3)",
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "namespaces = []\n"])
+def test_config_show_says_what_no_namespaces_means(tmp_path: pathlib.Path, text: str) -> None:
+    from pinctl import output
+
+    cfg = load(pathlib.Path(write(tmp_path / "config.toml", text)))
+    out = io.StringIO()
+    output.print_config(cfg, "table", out)
+    row = next(line for line in out.getvalue().splitlines() if line.startswith("namespaces"))
+    assert row.split()[1:-1] == "(k8s.io and moby where they exist)".split()
+    out = io.StringIO()
+    output.print_config(cfg, "json", out)
+    assert json.loads(out.getvalue())["config"]["namespaces"]["value"] == []
