@@ -19,7 +19,11 @@ place it came from. A pattern decides whether an image survives garbage collecti
 team's drop-in must not silently erase the patterns of another.
 
 When running as root, a config file, drop-in or ``config.d`` that anyone but root could
-write is refused, for the same reason.
+change is refused, for the same reason; so is one in a directory, or below a directory, that
+anyone but root could change (as sshd's StrictModes): whoever can rename ``config.d`` away
+can unpin what it holds. A sticky directory owned by root (such as /tmp) is safe for root's
+own entries, which nobody else can rename or remove there. A drop-in that cannot be read is
+an error, never an absence, and only regular files are read: a FIFO would block forever.
 
 CRI-O's own ``pinned_images`` (``[crio.image]`` in ``crio.conf`` and ``crio.conf.d``) can be
 read too; there drop-ins replace the key, as in CRI-O itself.
@@ -27,9 +31,12 @@ read too; there drop-ins replace the key, as in CRI-O itself.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
+import stat
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -210,44 +217,48 @@ def _main_path(config_path: Optional[str], env: Mapping[str, str]) -> tuple[str,
 def _pinctl_files(config_path: Optional[str], env: Mapping[str, str]) -> Iterator[tuple[str, Any, str]]:
     """(path, parsed TOML, text) of the main file, if any, then of each drop-in."""
     path, named_by = _main_path(config_path, env)
-    main = _read_toml(path, missing_ok=not named_by, fix=f"fix {named_by}")
+    main = _read_toml(path, "config file", missing_ok=not named_by, fix=f"fix {named_by or path}")
     if main is not None:
         yield (path, *main)
     dropins = os.path.join(os.path.dirname(path), DROPIN_DIR)
     for name in _dropin_names(dropins):
         dropin = os.path.join(dropins, name)
-        parsed = _read_toml(dropin, missing_ok=False, fix=f"check {dropins}")
+        parsed = _read_toml(dropin, "drop-in", missing_ok=False, fix=f"check {dropins}")
         if parsed is not None:
             yield (dropin, *parsed)
 
 
 def _dropin_names(directory: str) -> list[str]:
-    """*.toml regular files of a drop-in directory, in lexical order; none if it does not exist."""
+    """*.toml names in a drop-in directory, in lexical order; none if it does not exist.
+
+    Every one is read: one that cannot be (a dangling link, a FIFO, a directory) is an error,
+    for skipping it would drop its patterns and let a prune unpin what it held.
+    """
     try:
-        _check_owner(directory, os.stat(directory))
-        names = sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
+        names = _list_directory(directory)
     except NotADirectoryError:
         raise ConfigError(f"{directory} is not a directory", "make it a directory of *.toml drop-ins") from None
     except PermissionError:
         raise ConfigError(f"cannot read the drop-in directory {directory}", "run pinctl as root (sudo)") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read the drop-in directory {directory}: {_reason(err)}",
+                          "make it a directory of *.toml drop-ins") from None
     # Dot files are editors' locks and backups, never something an operator dropped in.
-    return [n for n in names if n.endswith(".toml") and not n.startswith(".")
-            and os.path.isfile(os.path.join(directory, n))]
+    return sorted(n for n in names or [] if n.endswith(".toml") and not n.startswith("."))
 
 
 def _apply_file(merge: _Merge, path: str, data: dict[str, Any], text: str) -> None:
+    lines = _Lines(text)
     for key, raw in data.items():
-        line = _key_line(text, key)
+        line = _key_line(text, key, lines)
         where = f"{path}:{line}" if line else path
         spec = KEYS.get(key)
         if spec is None:
             raise ConfigError(f"{where}: unknown key '{key}'", _unknown_key_hint(key, raw))
         value = _validated(spec, raw, where, f"e.g. {key} = {_toml_literal(spec.example)}")
         if key == PATTERNS_KEY:
-            lines = _item_lines(text, key, value)
-            merge.patterns += [(item, f"{path}:{n}" if n else path) for item, n in zip(value, lines)]
+            item_lines = _item_lines(text, key, value, lines)
+            merge.patterns += [(item, f"{path}:{n}" if n else path) for item, n in zip(value, item_lines)]
         else:
             merge.values[key] = Value(value, path)
 
@@ -420,21 +431,200 @@ def _check_owner(path: str, st: os.stat_result) -> None:
         )
 
 
-def _read_toml(path: str, missing_ok: bool, fix: str) -> Optional[tuple[dict[str, Any], str]]:
-    """Parsed TOML and text of one file; None when it is missing and that is fine."""
-    try:
-        with open(path, "rb") as handle:
-            # fstat, not stat: the checked file is the one that is read.
-            _check_owner(path, os.fstat(handle.fileno()))
-            raw = handle.read()
-    except FileNotFoundError:
-        if missing_ok:
+# The kernel's limit (MAXSYMLINKS): a walk that follows more is a loop, as open() would say.
+_MAX_SYMLINKS = 40
+
+
+def _look(path: str, guard: bool) -> os.stat_result:
+    """stat() of path; FileNotFoundError when nothing is there.
+
+    With guard, as root, path is followed one name at a time as the kernel would, and a
+    directory on the way that a user other than root could change is refused, before anything
+    is opened: opening is not harmless (a device, a FIFO) and nothing found through such a
+    directory can be trusted.
+    """
+    if not (guard and _euid() == 0):
+        return os.stat(path)
+    found = _walk(path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    return found
+
+
+def _same_file(path: str, looked: os.stat_result, opened: os.stat_result, guard: bool) -> None:
+    """As root, what was opened must be what the walk found (only root could swap it)."""
+    if guard and _euid() == 0 and (looked.st_dev, looked.st_ino) != (opened.st_dev, opened.st_ino):
+        raise ConfigError(f"{path} changed while pinctl read it", "run pinctl again")
+
+
+def _walk(path: str) -> Optional[os.stat_result]:
+    """lstat of what path names after following its symlinks, or None when it does not exist;
+    a ConfigError when a directory looked in on the way is not root's alone."""
+    here, here_st = "/", os.lstat("/")
+    absolute = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    pending = list(reversed(absolute.split("/")))
+    found, links = here_st, 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            here = os.path.dirname(here)
+            here_st = found = os.lstat(here)
+            continue
+        entry = os.path.join(here, name)
+        try:
+            found = os.lstat(entry)
+        except FileNotFoundError:
+            _check_directory(path, here, here_st, entry, None)
             return None
-        raise ConfigError(f"config file {path} does not exist", fix) from None
-    except IsADirectoryError:
-        raise ConfigError(f"config file {path} is a directory", fix) from None
-    except PermissionError:
-        raise ConfigError(f"cannot read config file {path}", "run pinctl as root (sudo)") from None
+        _check_directory(path, here, here_st, entry, found)
+        if stat.S_ISLNK(found.st_mode):
+            links += 1
+            if links > _MAX_SYMLINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            target = os.readlink(entry)
+            pending += reversed(target.split("/"))
+            if target.startswith("/"):
+                here, here_st = "/", os.lstat("/")
+        elif pending and not stat.S_ISDIR(found.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+        else:
+            here, here_st = entry, found
+    return found
+
+
+def _check_directory(path: str, directory: str, st: os.stat_result, entry: str,
+                     entry_st: Optional[os.stat_result]) -> None:
+    """Refuse looking up entry in a directory someone other than root could change it in.
+
+    sshd refuses every group- or world-writable directory. A sticky one owned by root is
+    accepted here for root's entries (and absent ones): nobody else can rename or remove
+    those, and anything they add is theirs, which is refused in turn. That keeps /tmp usable.
+    """
+    if st.st_uid == 0 and not st.st_mode & 0o022:
+        return
+    if st.st_uid == 0 and st.st_mode & stat.S_ISVTX:
+        if entry_st is None or entry_st.st_uid == 0:
+            return
+        subject = "it" if entry == path else entry
+        raise ConfigError(
+            f"refusing {path}: {subject} is owned by uid {entry_st.st_uid} in the shared directory {directory}, "
+            f"who could replace it",
+            f"chown -h root:root {entry}",
+        )
+    raise ConfigError(
+        f"refusing {path}: directory {directory} is writable by a user other than root "
+        f"(owner uid {st.st_uid}, mode {st.st_mode & 0o7777:04o}), who could replace what pinctl reads there",
+        f"chown root:root {directory} && chmod go-w {directory}",
+    )
+
+
+class NotRegularFile(Exception):
+    """A path that names a FIFO, a device, a socket or a directory where a file is wanted."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _require_regular(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(next((kind for test, kind in _KINDS if test(mode)), "not a file"))
+
+
+# O_NONBLOCK: opening a FIFO must not wait for a writer; it changes nothing for a regular file.
+_OPEN_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_OPEN_DIRECTORY = _OPEN_FILE | os.O_DIRECTORY
+
+
+def read_regular(path: str, guard: bool = False) -> bytes:
+    """The bytes of the regular file at path.
+
+    Raises FileNotFoundError, NotRegularFile or another OSError; with guard, a ConfigError when
+    running as root and a user other than root could have changed the file or its directories.
+    """
+    # Looking first spares a device the side effects of an open; the open file's fstat decides.
+    looked = _look(path, guard)
+    _require_regular(looked.st_mode)
+    fd = os.open(path, _OPEN_FILE)
+    try:
+        opened = os.fstat(fd)
+        _require_regular(opened.st_mode)
+        if guard:
+            _check_owner(path, opened)
+        _same_file(path, looked, opened, guard)
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def _list_directory(path: str) -> Optional[list[str]]:
+    """The names in a directory, root-guarded as the files are; None when nothing is at path."""
+    try:
+        looked = _look(path, guard=True)
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise  # a dangling symlink is something
+        return None
+    if not stat.S_ISDIR(looked.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+    fd = os.open(path, _OPEN_DIRECTORY)
+    try:
+        opened = os.fstat(fd)
+        _check_owner(path, opened)
+        _same_file(path, looked, opened, guard=True)
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def _reason(err: OSError) -> str:
+    """"too many levels of symbolic links": the system's words, lower case, to follow a colon."""
+    text = err.strerror or str(err)
+    return text[:1].lower() + text[1:]
+
+
+def unreadable(err: Exception, what: str, path: str, fix: str) -> ConfigError:
+    """One line on why `what` (e.g. "config file") at path cannot be read, with a fix."""
+    if isinstance(err, NotRegularFile):
+        return ConfigError(f"{what} {path} is {err.kind}, not a regular file", fix)
+    if isinstance(err, PermissionError):
+        return ConfigError(f"cannot read {what} {path}", "run pinctl as root (sudo)")
+    if isinstance(err, FileNotFoundError):
+        if os.path.islink(path):
+            return ConfigError(f"{what} {path} is a symlink to {os.readlink(path)}, which does not exist",
+                               "restore the file it points to, or remove the link")
+        return ConfigError(f"{what} {path} does not exist", fix)
+    if isinstance(err, OSError):
+        return ConfigError(f"cannot read {what} {path}: {_reason(err)}", fix)
+    return ConfigError(f"cannot read {what} {path}: {err}", fix)
+
+
+def _read_toml(path: str, what: str, missing_ok: bool, fix: str) -> Optional[tuple[dict[str, Any], str]]:
+    """Parsed TOML and text of one file; None when nothing is there and that is fine."""
+    try:
+        raw = read_regular(path, guard=True)
+    except FileNotFoundError as err:
+        if missing_ok and not os.path.lexists(path):
+            return None  # as root, only after the walk found its directory root's alone
+        raise unreadable(err, what, path, fix) from None
+    except (OSError, NotRegularFile) as err:
+        raise unreadable(err, what, path, fix) from None
     return _parse(path, raw)
 
 
@@ -449,6 +639,12 @@ def _parse(path: str, raw: bytes) -> tuple[dict[str, Any], str]:
         return toml.loads(text), text
     except toml.TOMLDecodeError as err:
         raise ConfigError(_syntax_message(path, text, err), "fix the TOML syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: {TOO_DEEP}", "pinctl's keys are flat: strings, numbers and lists of strings") from None
+
+
+# Python's TOML reader recurses once per level of nesting; "a = [[[[..." thousands deep exhausts the stack.
+TOO_DEEP = "nested too deeply to read"
 
 
 def _syntax_message(path: str, text: str, err: Exception) -> str:
@@ -475,11 +671,28 @@ def toml_reader() -> Any:
 
 # -- finding lines -----------------------------------------------------------------------
 # tomllib reports no positions for values. The file is flat, so a key's line is the line that
-# starts with it, and a pattern's line is where its string first appears after that.
+# starts with it, and a list's strings are the strings written after it up to the first "]"
+# outside a string or comment (the list was checked to hold only strings). Line numbers come
+# from one pass over the text, so 10,000 patterns cost no more each than ten.
 
-_NEXT_KEY: re.Pattern[str] = re.compile(
-    r"""^[ \t]*(?:\[|(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*[=.])""", re.MULTILINE
+_STRING_OR_COMMENT: re.Pattern[str] = re.compile(
+    r'''"""(?P<multi_basic>(?:\\[\s\S]|[^\\])*?)"""(?P<multi_basic_end>"{0,2})'''
+    r"""|'''(?P<multi_literal>[\s\S]*?)'''(?P<multi_literal_end>'{0,2})"""
+    r'''|"(?P<basic>(?:\\.|[^"\\\n])*)"'''
+    r"""|'(?P<literal>[^'\n]*)'"""
+    r"""|\#[^\n]*"""
+    r"""|(?P<end>\])"""
 )
+
+
+class _Lines:
+    """Line numbers of offsets into one text: its newlines found once, then a bisect each."""
+
+    def __init__(self, text: str) -> None:
+        self.newlines = [found.start() for found in re.finditer("\n", text)]
+
+    def at(self, offset: int) -> int:
+        return bisect_left(self.newlines, offset) + 1
 
 
 def _key_match(text: str, key: str) -> Optional[re.Match[str]]:
@@ -489,37 +702,35 @@ def _key_match(text: str, key: str) -> Optional[re.Match[str]]:
     return re.search(pattern, text, re.MULTILINE)
 
 
-def _line_at(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
-def _key_line(text: str, key: str) -> Optional[int]:
+def _key_line(text: str, key: str, lines: Optional[_Lines] = None) -> Optional[int]:
     found = _key_match(text, key)
-    return _line_at(text, found.start()) if found else None
+    return (lines or _Lines(text)).at(found.start()) if found else None
 
 
-def _item_lines(text: str, key: str, items: Sequence[str]) -> list[Optional[int]]:
+def _item_lines(text: str, key: str, items: Sequence[str], lines: _Lines) -> list[Optional[int]]:
     """The line of each string of a list key; the key's line when a string is written escaped."""
     found = _key_match(text, key)
     if found is None:
         return [None] * len(items)
-    key_line = _line_at(text, found.start())
-    line_end = text.find("\n", found.end())
-    following = _NEXT_KEY.search(text, line_end + 1) if line_end >= 0 else None
-    end = following.start() if following else len(text)
-    lines: list[Optional[int]] = []
-    position = found.end()
-    for item in items:
-        at = _find_string(text, item, position, end)
-        lines.append(key_line if at < 0 else _line_at(text, at))
-        position = position if at < 0 else at + len(item) + 2
-    return lines
+    key_line = lines.at(found.start())
+    strings = _strings(text, found.end())
+    if len(strings) != len(items):
+        return [key_line] * len(items)  # written in a way this reading does not follow
+    # A string written with escapes reads differently from its value: it gets the key's line.
+    return [lines.at(at) if written == item else key_line for (at, written), item in zip(strings, items)]
 
 
-def _find_string(text: str, item: str, start: int, end: int) -> int:
-    hits = [text.find(q + item + q, start, end) for q in ('"', "'")]
-    hits = [hit for hit in hits if hit >= 0]
-    return min(hits) if hits else -1
+def _strings(text: str, start: int) -> list[tuple[int, str]]:
+    """(offset, text between the quotes) of each string of the list that follows start."""
+    strings: list[tuple[int, str]] = []
+    for found in _STRING_OR_COMMENT.finditer(text, start):
+        if found["end"]:
+            break
+        parts = found.group("basic", "literal", "multi_basic", "multi_literal")
+        written = next((part for part in parts if part is not None), None)
+        if written is not None:  # else a comment
+            strings.append((found.start(), written + (found["multi_basic_end"] or found["multi_literal_end"] or "")))
+    return strings
 
 
 # -- CRI-O -------------------------------------------------------------------------------
@@ -555,11 +766,11 @@ def _read_crio(path: str, explicit: Optional[bool]) -> tuple[list[PatternEntry],
 
 def _crio_files(path: str, explicit: bool) -> Iterator[tuple[str, Any, str]]:
     fix = "give the path of CRI-O's crio.conf"
-    main = _read_toml(path, missing_ok=not explicit, fix=fix)
+    main = _read_toml(path, "CRI-O config", missing_ok=not explicit, fix=fix)
     if main is not None:
         yield (path, *main)
     for dropin in _crio_dropins(f"{path}.d"):
-        parsed = _read_toml(dropin, missing_ok=False, fix=fix)
+        parsed = _read_toml(dropin, "CRI-O drop-in", missing_ok=False, fix=f"check {path}.d")
         if parsed is not None:
             yield (dropin, *parsed)
 
@@ -567,17 +778,27 @@ def _crio_files(path: str, explicit: bool) -> Iterator[tuple[str, Any, str]]:
 def _crio_dropins(directory: str) -> list[str]:
     """Files below a CRI-O drop-in directory in the order Go's filepath.Walk visits them."""
     try:
-        _check_owner(directory, os.stat(directory))
-        names = sorted(os.listdir(directory))
-    except (FileNotFoundError, NotADirectoryError):
+        names = _list_directory(directory)
+    except NotADirectoryError:
         return []
     except PermissionError:
         raise ConfigError(f"cannot read CRI-O's drop-ins in {directory}", "run pinctl as root (sudo)") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read CRI-O's drop-ins in {directory}: {_reason(err)}",
+                          "give the path of CRI-O's crio.conf") from None
     found: list[str] = []
-    for name in names:
+    for name in sorted(names or []):
         child = os.path.join(directory, name)
-        found += _crio_dropins(child) if os.path.isdir(child) and not os.path.islink(child) else [child]
+        # As filepath.Walk: a symlink is a file, even one to a directory (which is then an error).
+        found += _crio_dropins(child) if _is_directory_itself(child) else [child]
     return found
+
+
+def _is_directory_itself(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False  # read as a file, which names the problem
 
 
 def _crio_pinned(path: str, data: dict[str, Any], text: str) -> Optional[list[str]]:

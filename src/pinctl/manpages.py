@@ -324,8 +324,12 @@ that an earlier file set.
 _CONF_PERMISSIONS = """
 Running as root, pinctl refuses a config file, a drop-in or the drop-in directory that a user
 other than root could write: one not owned by root, or writable by its group or by others.
-These files decide which images survive garbage collection. The error names the file and the
-fix, chown root:root FILE and chmod go-w FILE.
+As sshd's StrictModes, it also refuses one reached through such a directory, up to /: whoever
+can rename config.d away can unpin what its drop-ins hold. A sticky directory owned by root,
+such as /tmp, is accepted for entries root owns, which nobody else can rename there. These
+files decide which images survive garbage collection. The error names the file or directory
+and the fix, chown root:root PATH and chmod go-w PATH. A drop-in that cannot be read (a
+dangling symlink, a FIFO) is an error too, never skipped.
 """
 
 _CONF_PATTERNS = """

@@ -221,7 +221,12 @@ def print_config(cfg: Any, fmt: str, out: TextIO = sys.stdout) -> None:
     if fmt == "json":
         out.write(envelope(config=values, pinned_images=patterns, files=list(cfg.files)) + "\n")
         return
-    rows = [[key, _config_text(item["value"]), item["source"]] for key, item in values.items()]
+    from pinctl.service.namespaces import DEFAULT_NAMESPACES
+
+    # An empty list of namespaces is no namespace at all to read, but each command's default.
+    default_namespaces = f"({' and '.join(DEFAULT_NAMESPACES)} where they exist)"
+    rows = [[key, default_namespaces if key == "namespaces" and not item["value"] else _config_text(item["value"]),
+             item["source"]] for key, item in values.items()]
     rows += [["pinned_images", f"{p['pattern']} ({p['dialect']})", p["source"]] for p in patterns]
     if not patterns:
         rows.append(["pinned_images", "(none)", "default"])
@@ -242,7 +247,9 @@ def print_problems(problems: Sequence[Any], fmt: str, out: TextIO = sys.stdout) 
         return
     for p in problems:
         where = f"{p.source}: " if p.source else ""
-        out.write(f"{where}{p.kind}: {p.message}\n")
+        # An invalid pattern's error names its place itself; say it once, before the kind.
+        message = p.message[len(where):] if where and p.message.startswith(where) else p.message
+        out.write(f"{where}{p.kind}: {message}\n")
     count = len(problems)
     warn(f"config lint: {count} problem{'s' if count != 1 else ''}" if count else "config lint: no problems")
 

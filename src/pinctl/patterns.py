@@ -93,6 +93,76 @@ def shadowed_by(narrow: Pattern, broad: Pattern) -> bool:
     return needle.startswith(broad.needle) if start else needle.endswith(broad.needle)
 
 
+Shape = tuple[bool, bool, str]  # anchored_start, anchored_end, needle: all shadowing looks at
+
+
+def first_shadowing(patterns: Sequence[Pattern]) -> list[Optional[int]]:
+    """For each pattern, the position of the first other one that shadows it, or None.
+
+    Of two equivalent patterns only the later is shadowed (by the earlier). This is the double
+    loop over shadowed_by without its n^2: patterns of one shape behave alike, and the shapes a
+    pattern could shadow are looked up in a _NameIndex of all needles, as the Matcher looks up
+    names. The cost follows the number of (narrow, broad) pairs that do shadow.
+    """
+    groups: dict[Shape, list[int]] = {}
+    for position, pattern in enumerate(patterns):
+        if not _dead(pattern):
+            groups.setdefault((pattern.anchored_start, pattern.anchored_end, pattern.needle), []).append(position)
+    other, equal = _first_broad_per_shape(patterns, groups)
+    first: list[Optional[int]] = [None] * len(patterns)
+    for shape, positions in groups.items():
+        for position in positions:
+            earlier_equal = equal.get(shape, position)
+            found = [c for c in (other.get(shape), earlier_equal if earlier_equal < position else None) if c is not None]
+            first[position] = min(found, default=None)
+    _add_dead(patterns, first)
+    return first
+
+
+def _first_broad_per_shape(patterns: Sequence[Pattern],
+                           groups: dict[Shape, list[int]]) -> tuple[dict[Shape, int], dict[Shape, int]]:
+    """Per shape: the first pattern shadowing it that is not equivalent, and the first equivalent one."""
+    shapes = list(groups)
+    index = _NameIndex([needle for _, _, needle in shapes])
+    other: dict[Shape, int] = {}
+    equal: dict[Shape, int] = {}
+    # Broad shapes in order of first appearance: the first to shadow a shape is the one to name.
+    for broad_shape in sorted(shapes, key=lambda shape: groups[shape][0]):
+        broad_first = groups[broad_shape][0]
+        broad = patterns[broad_first]
+        for narrow_shape in (shapes[i] for i in _candidates(index, broad_shape)):
+            if narrow_shape in other:
+                continue
+            narrow = patterns[groups[narrow_shape][0]]
+            if not shadowed_by(narrow, broad):
+                continue
+            if narrow_shape == broad_shape or shadowed_by(broad, narrow):
+                equal.setdefault(narrow_shape, broad_first)
+            else:
+                other[narrow_shape] = broad_first
+    return other, equal
+
+
+def _candidates(index: _NameIndex, shape: Shape) -> list[int]:
+    """The needles a pattern of this shape could shadow (a superset; shadowed_by decides)."""
+    anchored_start, anchored_end, needle = shape
+    if not needle:
+        return list(range(index.count))
+    return index.lookup(anchored_start, anchored_end, needle)
+
+
+def _add_dead(patterns: Sequence[Pattern], first: list[Optional[int]]) -> None:
+    # A pattern that can match nothing is shadowed by any other; two such are equivalent.
+    live = next((position for position, pattern in enumerate(patterns) if not _dead(pattern)), None)
+    first_dead: Optional[int] = None
+    for position, pattern in enumerate(patterns):
+        if not _dead(pattern):
+            continue
+        candidates = [c for c in (live, first_dead) if c is not None]
+        first[position] = min(candidates, default=None)
+        first_dead = position if first_dead is None else first_dead
+
+
 class Matcher:
     """Many patterns against many names at once, fast enough for 1,000 x 10,000 in CPython."""
 

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import pathlib
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
-from typing import Any, Optional
+from types import FrameType
+from typing import Any, Iterator, Optional
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pinctl import config
+from pinctl.backends._socket import check_socket
+from pinctl.backends.containerd import read_sandbox_image
 from pinctl.config import Config, PatternEntry, Value
-from pinctl.errors import ConfigError
+from pinctl.errors import ConfigError, UsageError
 
 REAL_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not REAL_ROOT, reason="chown to another uid needs root")
@@ -237,6 +245,55 @@ def test_escaped_pattern_falls_back_to_the_key_line(tmp_path: pathlib.Path) -> N
     main = tmp_path / "config.toml"
     write(main, 'timeout = 1\npinned_images = [\n  "example.test/\\u0061pp",\n]\n')
     assert load(main).patterns == [PatternEntry("example.test/app", f"{main}:2", "pinctl")]
+
+
+def test_quotes_in_comments_are_not_patterns(tmp_path: pathlib.Path) -> None:
+    main = tmp_path / "config.toml"
+    write(main, "\n".join([
+        "pinned_images = [",
+        '  # "registry.example/a" moved here from the old file',
+        """  "registry.example/a",  # 'quoted' note""",
+        "  'registry.example/b',",
+        '  "registry.example/#c",',
+        "]",
+    ]) + "\n")
+    assert [p.source for p in load(main).patterns] == [f"{main}:3", f"{main}:4", f"{main}:5"]
+
+
+def test_multiline_strings_get_the_line_they_start_on(tmp_path: pathlib.Path) -> None:
+    main = tmp_path / "config.toml"
+    write(main, "\n".join([
+        "pinned_images = [",
+        '  """registry.example/a""",',
+        "  '''registry.example/b''',",
+        '  """',
+        'registry.example/c""",',  # the newline after the opening quotes is no part of the string
+        '  "registry.example/d",',
+        "]",
+    ]) + "\n")
+    assert [(p.text, p.source) for p in load(main).patterns] == [
+        ("registry.example/a", f"{main}:2"), ("registry.example/b", f"{main}:3"),
+        ("registry.example/c", f"{main}:1"), ("registry.example/d", f"{main}:6")]
+
+
+QUOTES = ['"{}"', "'{}'", '"""{}"""', "'''{}'''"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text("ab/:*#[]' ", min_size=1, max_size=8), st.sampled_from(QUOTES),
+                          st.sampled_from(["", "  # a 'note' with ] and \"quotes\"", ", # ]"])), max_size=6))
+def test_each_way_of_quoting_gets_its_line(written: list[tuple[str, str, str]]) -> None:
+    # TOML cannot hold a ' in a literal string, nor pinctl an empty pattern.
+    kept = [(text, quote, after) for text, quote, after in written
+            if text.strip() and not ("'" in text and quote.startswith("'"))]
+    lines = ["pinned_images = [  # ']' \"x\""]
+    lines += ["  " + quote.format(text) + ("" if after.startswith(",") else ",") + after for text, quote, after in kept]
+    lines.append("]")
+    with tempfile.TemporaryDirectory() as directory:
+        main = pathlib.Path(directory) / "config.toml"
+        write(main, "\n".join(lines) + "\n")
+        cfg = config.load(None, {}, config_path=str(main))
+    assert cfg.patterns == [PatternEntry(text, f"{main}:{n}", "pinctl") for n, (text, _, _) in enumerate(kept, 2)]
 
 
 @settings(max_examples=50, deadline=None)
@@ -550,6 +607,286 @@ def test_the_uid_check_asks_the_kernel() -> None:
     assert KERNEL_EUID() == os.geteuid()
 
 
+# -- who may change the directories on the way (as sshd's StrictModes) -------------------
+
+
+def writable_by_others(directory: pathlib.Path, change: str) -> None:
+    if change == "owner":
+        os.chown(directory, NOBODY, NOBODY)
+    else:
+        directory.chmod({"world-writable": 0o777, "group-writable": 0o775}[change])
+
+
+def directory_refusal(path: pathlib.Path, directory: pathlib.Path) -> str:
+    st = directory.stat()
+    return (f"refusing {path}: directory {directory} is writable by a user other than root (owner uid {st.st_uid}, "
+            f"mode {st.st_mode & 0o7777:04o}), who could replace what pinctl reads there "
+            f"(chown root:root {directory} && chmod go-w {directory})")
+
+
+@needs_root
+@pytest.mark.parametrize("change", ["world-writable", "group-writable", "owner"])
+def test_a_parent_directory_others_can_change_is_refused_as_root(tmp_path: pathlib.Path, as_root: None,
+                                                                 change: str) -> None:
+    main, _, _ = root_owned_setup(tmp_path)
+    writable_by_others(main.parent, change)
+    assert config_error(main=main) == directory_refusal(main, main.parent)
+
+
+@needs_root
+def test_any_ancestor_others_can_change_is_refused_as_root(tmp_path: pathlib.Path, as_root: None) -> None:
+    deep = tmp_path / "a" / "b"
+    main, _, _ = root_owned_setup(deep)
+    (tmp_path / "a").chmod(0o777)
+    assert config_error(main=main) == directory_refusal(main, tmp_path / "a")
+
+
+@needs_root
+def test_config_d_renamed_away_by_another_user_is_refused_as_root(tmp_path: pathlib.Path, as_root: None) -> None:
+    # Issue 10: in a world-writable directory anyone can move config.d aside, and a prune
+    # would then unpin what its drop-ins held. That the drop-ins are gone must not pass.
+    main, dropin_dir, _ = root_owned_setup(tmp_path)
+    main.parent.chmod(0o777)
+    dropin_dir.rename(main.parent / "config.d.moved")
+    assert config_error(main=main) == directory_refusal(main, main.parent)
+
+
+@needs_root
+def test_a_missing_file_in_a_directory_others_can_write_is_refused_as_root(as_root: None) -> None:
+    directory = pathlib.Path(config.DEFAULT_PATH).parent
+    directory.mkdir(parents=True)
+    directory.chmod(0o777)
+    assert config_error() == directory_refusal(pathlib.Path(config.DEFAULT_PATH), directory)
+
+
+@needs_root
+def test_root_entries_of_a_sticky_root_directory_are_accepted_as_root(tmp_path: pathlib.Path, as_root: None) -> None:
+    # As /tmp: others may add entries, but only root may rename or remove root's.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    main, _, _ = root_owned_setup(shared)
+    assert texts(load(main)) == ["registry.example/a", "registry.example/b"]
+    alone = write(shared / "config.toml", 'pinned_images = ["registry.example/c"]\n')
+    assert texts(load(pathlib.Path(alone))) == ["registry.example/c"]  # no config.d: only root could remove it
+
+
+@needs_root
+def test_another_users_entry_in_a_sticky_directory_is_refused_as_root(tmp_path: pathlib.Path, as_root: None) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    main, _, _ = root_owned_setup(shared)
+    os.chown(shared / "etc", NOBODY, NOBODY)
+    assert config_error(main=main) == (
+        f"refusing {main}: {shared / 'etc'} is owned by uid {NOBODY} in the shared directory {shared}, "
+        f"who could replace it (chown -h root:root {shared / 'etc'})")
+
+
+@needs_root
+def test_a_symlink_others_can_replace_is_refused_as_root(tmp_path: pathlib.Path, as_root: None) -> None:
+    main, _, _ = root_owned_setup(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "config.toml").symlink_to(main)
+    assert config_error(main=shared / "config.toml") == directory_refusal(shared / "config.toml", shared)
+
+
+@needs_root
+def test_a_symlink_into_a_directory_others_can_change_is_refused_as_root(tmp_path: pathlib.Path,
+                                                                        as_root: None) -> None:
+    main, _, _ = root_owned_setup(tmp_path)
+    theirs = tmp_path / "theirs"
+    write(theirs / "config.toml", 'pinned_images = ["registry.example/x"]\n')
+    os.chown(theirs, NOBODY, NOBODY)
+    main.unlink()
+    main.symlink_to(theirs / "config.toml")
+    assert config_error(main=main) == directory_refusal(main, theirs)
+
+
+@needs_root
+def test_symlinks_between_root_directories_are_followed_as_root(tmp_path: pathlib.Path, as_root: None) -> None:
+    main, _, _ = root_owned_setup(tmp_path / "srv")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "pinctl").symlink_to("../srv/etc")
+    cfg = load(tmp_path / "etc" / "pinctl" / "config.toml")
+    assert texts(cfg) == ["registry.example/a", "registry.example/b"]
+    # ".." after a symlink leaves its target, as the kernel reads it, not the name before it.
+    dotted = tmp_path / "etc" / "pinctl" / ".." / "etc" / "config.toml"
+    assert texts(load(dotted)) == texts(cfg)
+
+
+@needs_root
+def test_a_file_replaced_between_the_walk_and_the_open_is_refused_as_root(tmp_path: pathlib.Path, as_root: None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    main, _, _ = root_owned_setup(tmp_path)
+    other = write(tmp_path / "etc" / "other.toml", "pinned_images = []\n")
+    real_open = os.open
+
+    def replace_then_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path) == str(main) and os.path.exists(other):
+            os.replace(other, main)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", replace_then_open)
+    assert config_error(main=main) == f"{main} changed while pinctl read it (run pinctl again)"
+
+
+@needs_root
+def test_writable_directories_do_not_matter_when_not_root(tmp_path: pathlib.Path) -> None:
+    main, _, _ = root_owned_setup(tmp_path)
+    main.parent.chmod(0o777)
+    tmp_path.chmod(0o777)
+    assert texts(load(main)) == ["registry.example/a", "registry.example/b"]
+
+
+# -- what cannot be read ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail where a blocking open (of a FIFO, say) would hang the test."""
+    def expire(signum: int, frame: Optional[FrameType]) -> None:
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def symlink_loop(directory: pathlib.Path, name: str = "config.toml") -> pathlib.Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).symlink_to(directory / f"{name}.other")
+    (directory / f"{name}.other").symlink_to(directory / name)
+    return directory / name
+
+
+def unix_socket(path: pathlib.Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    return listener
+
+
+def named(path: pathlib.Path, how: str) -> dict[str, Any]:
+    """load()'s arguments naming the main file by flag or by environment variable."""
+    return {"main": path} if how == "flag" else {"env": {"PINCTL_CONFIG": str(path)}}
+
+
+FIX = {"flag": "fix --config", "env": "fix PINCTL_CONFIG"}
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_symlink_loop_as_the_config_is_a_config_error(tmp_path: pathlib.Path, how: str) -> None:
+    path = symlink_loop(tmp_path)
+    assert config_error(**named(path, how)) == (
+        f"cannot read config file {path}: too many levels of symbolic links ({FIX[how]})")
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_too_long_path_as_the_config_is_a_config_error(tmp_path: pathlib.Path, how: str) -> None:
+    path = tmp_path / ("x" * 300) / "config.toml"
+    assert config_error(**named(path, how)) == f"cannot read config file {path}: file name too long ({FIX[how]})"
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_fifo_as_the_config_is_refused_without_blocking(tmp_path: pathlib.Path, how: str) -> None:
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    with deadline(5):
+        message = config_error(**named(fifo, how))
+    assert message == f"config file {fifo} is a FIFO, not a regular file ({FIX[how]})"
+
+
+@pytest.mark.parametrize("path, kind", [("/dev/null", "a character device"), ("/", "a directory")])
+def test_other_files_that_are_not_regular_are_refused(path: str, kind: str) -> None:
+    assert config_error(main=pathlib.Path(path)) == f"config file {path} is {kind}, not a regular file (fix --config)"
+
+
+def test_a_socket_as_the_config_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "config.toml"
+    with unix_socket(path):
+        assert config_error(main=path) == f"config file {path} is a socket, not a regular file (fix --config)"
+
+
+def test_a_file_swapped_for_a_fifo_after_the_first_look_is_refused(tmp_path: pathlib.Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The type seen before opening only spares devices an open; what was opened decides.
+    main = write(tmp_path / "config.toml", "timeout = 1\n")
+    real_open = os.open
+
+    def swap_then_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path) == main and not os.path.islink(main) and os.path.isfile(main):
+            os.unlink(main)
+            os.mkfifo(main)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", swap_then_open)
+    with deadline(5):
+        assert "is a FIFO, not a regular file" in config_error(main=pathlib.Path(main))
+
+
+def test_a_config_nested_too_deep_is_a_config_error(tmp_path: pathlib.Path) -> None:
+    main = write(tmp_path / "config.toml", "a = " + "[" * 50000 + "\n")
+    assert config_error(main=pathlib.Path(main)) == (
+        f"{main}: nested too deeply to read (pinctl's keys are flat: strings, numbers and lists of strings)")
+
+
+@pytest.mark.parametrize("target", ["missing.toml", "loop", "fifo", "directory"])
+def test_a_dropin_that_cannot_be_read_is_an_error_not_an_absence(tmp_path: pathlib.Path, target: str) -> None:
+    # Skipping it would let sync --prune unpin whatever it held.
+    main = tmp_path / "config.toml"
+    write(main, 'pinned_images = ["registry.example/a"]\n')
+    dropins = tmp_path / "config.d"
+    write(dropins / "10-fine.toml", 'pinned_images = ["registry.example/b"]\n')
+    dropin = dropins / "20-team.toml"
+    expected = {
+        "missing.toml": f"drop-in {dropin} is a symlink to {tmp_path / 'gone.toml'}, which does not exist "
+                        f"(restore the file it points to, or remove the link)",
+        "loop": f"cannot read drop-in {dropin}: too many levels of symbolic links (check {dropins})",
+        "fifo": f"drop-in {dropin} is a FIFO, not a regular file (check {dropins})",
+        "directory": f"drop-in {dropin} is a directory, not a regular file (check {dropins})",
+    }[target]
+    if target == "missing.toml":
+        dropin.symlink_to(tmp_path / "gone.toml")
+    elif target == "loop":
+        symlink_loop(dropins, "20-team.toml")
+    elif target == "fifo":
+        os.mkfifo(dropin)
+    else:
+        dropin.mkdir()
+    with deadline(5):
+        assert config_error(main=main) == expected
+
+
+def test_a_dangling_symlink_as_the_default_config_is_an_error() -> None:
+    default = pathlib.Path(config.DEFAULT_PATH)
+    default.parent.mkdir(parents=True)
+    default.symlink_to(default.parent / "gone.toml")
+    assert config_error().startswith(f"config file {default} is a symlink to {default.parent / 'gone.toml'}, "
+                                     "which does not exist")
+
+
+def test_a_symlink_loop_as_config_d_is_an_error(tmp_path: pathlib.Path) -> None:
+    main = pathlib.Path(write(tmp_path / "config.toml", ""))
+    loop = symlink_loop(tmp_path, "config.d")
+    assert config_error(main=main) == (
+        f"cannot read the drop-in directory {loop}: too many levels of symbolic links "
+        f"(make it a directory of *.toml drop-ins)")
+
+
+def test_a_fifo_as_config_d_is_not_a_directory(tmp_path: pathlib.Path) -> None:
+    main = pathlib.Path(write(tmp_path / "config.toml", ""))
+    os.mkfifo(tmp_path / "config.d")
+    with deadline(5):
+        assert "is not a directory" in config_error(main=main)
+
+
 # -- CRI-O -------------------------------------------------------------------------------
 
 
@@ -629,6 +966,45 @@ def test_crio_files_writable_by_others_are_refused_as_root(crio: pathlib.Path, a
         config.read_crio_patterns(str(crio))
 
 
+@pytest.mark.parametrize("where", ["main", "dropin"])
+@pytest.mark.parametrize("what", ["loop", "fifo", "dangling"])
+def test_crio_files_that_cannot_be_read_are_errors(crio: pathlib.Path, where: str, what: str) -> None:
+    dropins = pathlib.Path(f"{crio}.d")
+    target = crio if where == "main" else dropins / "10.conf"
+    target.parent.mkdir(exist_ok=True)
+    target.unlink(missing_ok=True)
+    if what == "loop":
+        symlink_loop(target.parent, target.name)
+    elif what == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(target.parent / "gone.conf")
+    with deadline(5), pytest.raises(ConfigError) as info:
+        config.read_crio_patterns(str(crio))
+    assert info.value.exit_code == 2 and str(target) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_crio_nested_too_deep_is_an_error(crio: pathlib.Path) -> None:
+    write(crio, "[crio.image]\npinned_images = " + "[" * 50000 + "\n")
+    with pytest.raises(ConfigError, match=f"^{crio}: nested too deeply"):
+        config.read_crio_patterns(str(crio))
+
+
+@needs_root
+def test_crio_directories_others_can_change_are_refused_as_root(crio: pathlib.Path, as_root: None) -> None:
+    nested = pathlib.Path(f"{crio}.d") / "10-team"
+    write(nested / "a.conf", '[crio.image]\npinned_images = ["example.test/x"]\n')
+    nested.chmod(0o777)
+    with pytest.raises(ConfigError) as info:
+        config.read_crio_patterns(str(crio))
+    assert str(info.value).startswith(f"refusing {nested}: it is writable by a user other than root")
+    nested.chmod(0o755)
+    crio.parent.chmod(0o777)
+    with pytest.raises(ConfigError) as info:
+        config.read_crio_patterns(str(crio))
+    assert str(info.value) == directory_refusal(crio, crio.parent)
+
+
 def test_load_adds_crio_patterns_after_pinctls(tmp_path: pathlib.Path, crio: pathlib.Path) -> None:
     main = tmp_path / "config.toml"
     write(main, 'pinned_images = ["registry.example/own:1"]\n')
@@ -638,6 +1014,52 @@ def test_load_adds_crio_patterns_after_pinctls(tmp_path: pathlib.Path, crio: pat
         PatternEntry("registry.example/main:1", f"crio {crio}", "crio"),
     ]
     assert cfg.files == [str(main), str(crio)]
+
+
+# -- containerd's config and the engines' sockets -----------------------------------------
+
+
+def test_containerd_config_gives_the_sandbox_image(tmp_path: pathlib.Path) -> None:
+    path = write(tmp_path / "containerd.toml", '[plugins."io.containerd.grpc.v1.cri"]\nsandbox_image = "p.example/pause:3"\n')
+    assert read_sandbox_image(path) == "p.example/pause:3"
+
+
+@pytest.mark.parametrize("what, expected", [
+    ("loop", "cannot read containerd config {path}: too many levels of symbolic links (fix --containerd-config)"),
+    ("fifo", "containerd config {path} is a FIFO, not a regular file (fix --containerd-config)"),
+    ("nested", "containerd config {path}: nested too deeply to read (fix the file)"),
+])
+def test_containerd_config_that_cannot_be_read_is_a_config_error(tmp_path: pathlib.Path, what: str,
+                                                                 expected: str) -> None:
+    path = tmp_path / "containerd.toml"
+    if what == "loop":
+        symlink_loop(tmp_path, path.name)
+    elif what == "fifo":
+        os.mkfifo(path)
+    else:
+        write(path, "version = 2\nx = " + "[" * 50000 + "\n")
+    with deadline(5), pytest.raises(ConfigError) as info:
+        read_sandbox_image(str(path))
+    assert info.value.exit_code == 2 and str(info.value) == expected.format(path=path)
+
+
+@needs_root
+def test_containerd_config_is_not_held_to_root_ownership(tmp_path: pathlib.Path, as_root: None) -> None:
+    # It only names the sandbox image, which decides no pin; containerd itself reads it as it is.
+    path = write(tmp_path / "open" / "containerd.toml", '[plugins.cri]\nsandbox_image = "p.example/pause:3"\n', 0o666)
+    (tmp_path / "open").chmod(0o777)
+    assert read_sandbox_image(path) == "p.example/pause:3"
+
+
+@pytest.mark.parametrize("what", ["loop", "long"])
+def test_a_socket_path_that_cannot_be_resolved_is_a_usage_error(tmp_path: pathlib.Path, what: str) -> None:
+    path = symlink_loop(tmp_path, "containerd.sock") if what == "loop" else tmp_path / ("s" * 300)
+    reason = "too many levels of symbolic links" if what == "loop" else "file name too long"
+    with pytest.raises(UsageError) as info:
+        check_socket(str(path), "containerd", "--address or CONTAINERD_ADDRESS")
+    assert info.value.exit_code == 2
+    assert str(info.value) == (f"cannot use containerd socket {path}: {reason} "
+                               f"(point --address or CONTAINERD_ADDRESS at containerd's socket)")
 
 
 # -- dialects ----------------------------------------------------------------------------
@@ -669,3 +1091,35 @@ def test_import_stays_light() -> None:
     code = f"import sys, pinctl.config; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- how config show and config lint put it ----------------------------------------------
+
+
+def test_lint_names_each_location_once(tmp_path: pathlib.Path) -> None:
+    from pinctl import output
+    from pinctl.service import lint
+
+    main = tmp_path / "config.toml"
+    write(main, 'pinned_images = [\n  "a.example/*/b",\n  "registry.example/*",\n  "registry.example/x:1",\n]\n')
+    out = io.StringIO()
+    output.print_problems(lint.lint(load(main), None), "table", out)
+    assert out.getvalue().splitlines() == [
+        f"{main}:2: invalid: pattern 'a.example/*/b' has a * that is not at the end "
+        "(a * may only end a prefix (registry.example/team/*) or surround a keyword (*app*))",
+        f"{main}:4: shadowed: 'registry.example/x:1' is shadowed by 'registry.example/*' ({main}:3)",
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "namespaces = []\n"])
+def test_config_show_says_what_no_namespaces_means(tmp_path: pathlib.Path, text: str) -> None:
+    from pinctl import output
+
+    cfg = load(pathlib.Path(write(tmp_path / "config.toml", text)))
+    out = io.StringIO()
+    output.print_config(cfg, "table", out)
+    row = next(line for line in out.getvalue().splitlines() if line.startswith("namespaces"))
+    assert row.split()[1:-1] == "(k8s.io and moby where they exist)".split()
+    out = io.StringIO()
+    output.print_config(cfg, "json", out)
+    assert json.loads(out.getvalue())["config"]["namespaces"]["value"] == []

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, S
 
 from pinctl import writes
 from pinctl.backends import _grpc, oci
-from pinctl.config import toml_reader
+from pinctl.config import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
 from pinctl.model import Descriptor, LabelChange, ResolvedTarget, StoredImage, WriteOutcome
 
@@ -344,22 +344,29 @@ def _update_error(err: Any, store: ContainerdStore) -> str:
 
 
 def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:
-    """The CRI sandbox image from containerd's config (schema 1, 2 or 3); None when unset."""
+    """The CRI sandbox image from containerd's config (schema 1, 2 or 3); None when unset.
+
+    Only a regular file is read (a FIFO would block). It is not held to root's ownership as
+    pinctl's own config is: it names no pin that sync or prune act on, and containerd reads it
+    as it is.
+    """
     explicit = config_path is not None
     path = config_path or DEFAULT_CONFIG
+    fix = "fix --containerd-config"
     try:
-        with open(path, "rb") as handle:
-            config = toml_reader().load(handle)
-    except FileNotFoundError:
+        raw = read_regular(path)
+    except (FileNotFoundError, PermissionError) as err:
         if explicit:
-            raise ConfigError(f"containerd config {path} does not exist", "fix --containerd-config") from None
+            raise unreadable(err, "containerd config", path, fix) from None
         return None
-    except PermissionError:
-        if explicit:
-            raise ConfigError(f"cannot read containerd config {path}", "run pinctl as root (sudo)") from None
-        return None
+    except (OSError, NotRegularFile) as err:
+        raise unreadable(err, "containerd config", path, fix) from None
+    try:
+        config = toml_reader().loads(raw.decode("utf-8"))
     except ValueError as err:
         raise ConfigError(f"containerd config {path} is not valid TOML: {err}", "fix the file") from None
+    except RecursionError:
+        raise ConfigError(f"containerd config {path}: {TOO_DEEP}", "fix the file") from None
     return _sandbox_from_config(config)
 
 

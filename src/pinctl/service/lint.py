@@ -40,19 +40,16 @@ def lint(cfg: Config, sources: Optional[Callable[[], Sources]]) -> list[Problem]
 
 def shadowed(patterns: Sequence[Pattern]) -> list[Problem]:
     """Each pattern that another one already covers; of two identical ones, the later."""
-    from pinctl.patterns import shadowed_by
+    from pinctl.patterns import first_shadowing, shadowed_by
 
     problems: list[Problem] = []
-    for i, narrow in enumerate(patterns):
-        for j, broad in enumerate(patterns):
-            if i == j or not shadowed_by(narrow, broad):
-                continue
-            if shadowed_by(broad, narrow) and j > i:
-                continue  # equivalent: report the later one only
-            what = "duplicates" if shadowed_by(broad, narrow) else "is shadowed by"
-            problems.append(Problem("shadowed", narrow.text, narrow.source,
-                                    f"{narrow.text!r} {what} {broad.text!r} ({broad.source})"))
-            break
+    for narrow, found in zip(patterns, first_shadowing(patterns)):
+        if found is None:
+            continue
+        broad = patterns[found]
+        what = "duplicates" if shadowed_by(broad, narrow) else "is shadowed by"
+        problems.append(Problem("shadowed", narrow.text, narrow.source,
+                                f"{narrow.text!r} {what} {broad.text!r} ({broad.source})"))
     return problems
 
 
