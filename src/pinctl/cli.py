@@ -157,8 +157,7 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     policy = load_policy(cfg)
     if quiet and not (filters or drift or cri or pinned is not None):
         # Names alone need no manifest reads: what shell completion calls must be quick.
-        for _namespace, ref in sources.list_names(open_sources(cfg)):
-            click.echo(ref)
+        output.print_names([ref for _namespace, ref in sources.list_names(open_sources(cfg))])
         return EXIT_OK
     result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
     if cri:
