@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TextIO, TypeVar
 
 import click
@@ -295,14 +294,14 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str
     cfg = load_config(ctx)
     policy = load_policy(cfg)
     runtime, version = sources.open_runtime(cfg, output.warn)
-    deadline = time.monotonic() + wait
-    while True:
+
+    def read() -> check.CheckResult:
         rows = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels")).rows
-        result = check.check_runtime(rows, runtime, version, refs)
-        if result.agree or time.monotonic() >= deadline:
-            break
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-    output.print_check(result, fmt)
+        return check.check_runtime(rows, runtime, version, refs)
+
+    with output.check_progress(active=wait > 0) as progress:
+        result, waited = check.wait_for_agreement(read, wait, progress=progress)
+    output.print_check(result, fmt, waited=waited if wait > 0 else None)
     return EXIT_OK if result.agree else EXIT_ERROR
 
 
