@@ -35,10 +35,26 @@ def _translate(err: OSError, fd: int) -> Exception:
     return OutputError(fd, os.strerror(err.errno) if err.errno else str(err))
 
 
+class _Closed(io.TextIOBase):
+    """A descriptor the process was started without (pinctl ls >&-): Python leaves None there."""
+
+    encoding = "utf-8"
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def write(self, text: str) -> int:
+        raise OutputError(self.fd, os.strerror(errno.EBADF))
+
+    def isatty(self) -> bool:
+        return False
+
+
 def install() -> None:
     """Put guarded streams in place of sys.stdout and sys.stderr; once, at process start."""
-    sys.stdout = _guarded(sys.stdout, "backslashreplace") or sys.stdout
-    sys.stderr = _guarded(sys.stderr, "backslashreplace") or sys.stderr
+    sys.stdout = _guarded(sys.stdout, "backslashreplace") or sys.stdout or _Closed(1)
+    sys.stderr = _guarded(sys.stderr, "backslashreplace") or sys.stderr or _Closed(2)
 
 
 def _guarded(stream: Optional[TextIO], errors: str) -> Optional[TextIO]:
@@ -49,8 +65,9 @@ def _guarded(stream: Optional[TextIO], errors: str) -> Optional[TextIO]:
         raw = _GuardedFile(stream.fileno(), "w", closefd=False)
     except (OSError, ValueError):
         return None  # no such descriptor (started with it closed): nothing to guard
-    buffered = io.BufferedWriter(raw)
-    return io.TextIOWrapper(buffered, encoding=stream.encoding, errors=errors,
+    # Buffered as Python made the stream (PYTHONUNBUFFERED gives it no buffer at all).
+    binary: Any = io.BufferedWriter(raw) if isinstance(stream.buffer, io.BufferedWriter) else raw
+    return io.TextIOWrapper(binary, encoding=stream.encoding, errors=errors,
                             line_buffering=stream.line_buffering, write_through=stream.write_through)
 
 

@@ -44,10 +44,14 @@ SNOW = "example.test/snow\u2603:1"
 
 def pinctl_env(daemon: ContainerdDaemon, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path)}
-    for name in ("CONTAINERD_NAMESPACE", "PYTHONIOENCODING", "NO_COLOR"):
+    for name in ("CONTAINERD_NAMESPACE", "PYTHONIOENCODING", "NO_COLOR", "PYTHONUNBUFFERED"):
         env.pop(name, None)
     env.update(extra or {})
     return env
+
+
+# Python buffers stdout and stderr unless PYTHONUNBUFFERED is set (as CI systems often do).
+BUFFERING = {"buffered": {}, "unbuffered": {"PYTHONUNBUFFERED": "1"}}
 
 
 def run_bytes(daemon: ContainerdDaemon, *args: str, env: dict[str, str] | None = None,
@@ -115,25 +119,47 @@ def test_head_closing_the_pipe_ends_quietly_with_141(containerd17: ContainerdDae
     assert line.startswith(first)
 
 
+@pytest.mark.parametrize("buffering", list(BUFFERING))
 @pytest.mark.parametrize("args", [["namespaces"], ["namespaces", "-q"], ["ls", "-q"], ["ls"], ["--help"]])
-def test_a_reader_gone_before_the_first_write(containerd17: ContainerdDaemon, args: list[str]) -> None:
+def test_a_reader_gone_before_the_first_write(containerd17: ContainerdDaemon, args: list[str], buffering: str) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        result = run_bytes(containerd17, *args, stdout=write_end)
+        result = run_bytes(containerd17, *args, stdout=write_end, env=BUFFERING[buffering])
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (141, b"")
 
 
+@pytest.mark.parametrize("buffering", list(BUFFERING))
 @pytest.mark.parametrize("args", [["ls"], ["ls", "-q"], ["ls", "-o", "json"], ["namespaces"],
                                   ["pin", "--dry-run", "example.test/pipe/base:1"], ["completion", "bash"]])
-def test_a_full_device_is_one_plain_error(containerd17: ContainerdDaemon, pipe_ns: str, args: list[str]) -> None:
+def test_a_full_device_is_one_plain_error(containerd17: ContainerdDaemon, pipe_ns: str, args: list[str],
+                                          buffering: str) -> None:
     with open("/dev/full", "wb") as full:
         result = subprocess.run([*PINCTL, "-n", pipe_ns, *args], stdout=full, stderr=subprocess.PIPE, text=True,
-                                env=pinctl_env(containerd17), timeout=120)
+                                env=pinctl_env(containerd17, BUFFERING[buffering]), timeout=120)
     assert_one_line_error(result, 1, "pinctl: cannot write output: No space left on device")
     assert result.stderr == "pinctl: cannot write output: No space left on device\n"
+
+
+@pytest.mark.parametrize("buffering", list(BUFFERING))
+def test_unwritable_diagnostics_fail_without_a_traceback(containerd17: ContainerdDaemon, pipe_ns: str,
+                                                         buffering: str) -> None:
+    """pin's summary goes to stderr; with stderr on a full device there is nobody to tell: exit 1,
+    not Python's 120 for a flush that failed at exit."""
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([*PINCTL, "-n", pipe_ns, "pin", "--dry-run", "example.test/pipe/base:1"],
+                                stdout=subprocess.PIPE, stderr=full, env=pinctl_env(containerd17, BUFFERING[buffering]),
+                                timeout=120)
+    assert result.returncode == 1
+    assert result.stdout.decode().splitlines()[1].split() == ["would", "be", "pinned", pipe_ns, "example.test/pipe/base:1"]
+
+
+def test_a_stdout_closed_at_start_is_one_plain_error(containerd17: ContainerdDaemon, pipe_ns: str) -> None:
+    result = subprocess.run(["bash", "-c", '"$@" >&-', "bash", *PINCTL, "-n", pipe_ns, "ls", "-q"],
+                            capture_output=True, text=True, env=pinctl_env(containerd17), timeout=120)
+    assert_one_line_error(result, 1, "pinctl: cannot write output: Bad file descriptor")
 
 
 # -- 2. output encodings that cannot write every name ------------------------------------------
@@ -357,7 +383,8 @@ def test_check_wait_shows_a_status_line_on_a_terminal_only(k8s: ContainerdDaemon
     lines = terminal.wait_for(r"^EXIT=\d+$").rstrip().split("\n")
     assert lines[-2:] == ["EXIT=1", "$"]
     assert "waiting for the runtime" not in "\n".join(lines)  # the status line went with the wait
-    assert re.fullmatch(r"pinctl: check: .* disagree on 1 of \d+ images \(after 4\.\d s\)", lines[-3]), lines
+    verdict = re.fullmatch(r"pinctl: check: .* disagree on 1 of \d+ images \(after (\d+\.\d) s\)", lines[-3])
+    assert verdict and float(verdict.group(1)) >= 4.0, lines  # the last read ends past the deadline
 
 
 def test_check_wait_prints_no_status_into_a_pipe(k8s: ContainerdDaemon) -> None:
@@ -365,7 +392,8 @@ def test_check_wait_prints_no_status_into_a_pipe(k8s: ContainerdDaemon) -> None:
                        env={"CONTAINER_RUNTIME_ENDPOINT": f"unix://{k8s.address}"})
     assert result.returncode == 1
     [verdict] = result.stderr.decode().splitlines()
-    assert re.search(r"disagree on 1 of \d+ images \(after 1\.\d s\)$", verdict), verdict
+    waited = re.search(r"disagree on 1 of \d+ images \(after (\d+\.\d) s\)$", verdict)
+    assert waited and float(waited.group(1)) >= 1.5, verdict
     assert b"waiting" not in result.stderr and b"\x1b" not in result.stderr + result.stdout
 
 

@@ -57,3 +57,27 @@ def test_the_guarded_stream_escapes_what_its_encoding_cannot_carry(tmp_path: pyt
 
 def test_a_stream_without_a_descriptor_is_left_alone() -> None:
     assert streams._guarded(io.StringIO(), "strict") is None  # type: ignore[arg-type]
+
+
+def test_an_unbuffered_stream_fails_at_the_write_itself() -> None:
+    """PYTHONUNBUFFERED leaves a stream without a buffer: a diagnostic must fail as it is written,
+    not at exit, where Python could only say 'Exception ignored' and exit 120."""
+    with open("/dev/full", "wb", buffering=0) as raw:
+        unbuffered = io.TextIOWrapper(raw, write_through=True)  # type: ignore[arg-type]
+        guarded = streams._guarded(unbuffered, "backslashreplace")
+        assert guarded is not None
+        with pytest.raises(OutputError):
+            guarded.write("pinctl: a warning\n")
+        unbuffered.detach()
+
+
+def test_a_descriptor_closed_at_start_is_a_write_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdout", None)
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    streams.install()
+    import sys
+
+    assert not sys.stdout.isatty()
+    with pytest.raises(OutputError) as caught:
+        sys.stdout.write("example.test/app:1\n")
+    assert str(caught.value) == "cannot write output: Bad file descriptor" and caught.value.fd == 1
