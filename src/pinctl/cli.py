@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TextIO, TypeVar
 
 import click
 
 from pinctl import __version__
 from pinctl.config import CRIO_DEFAULT_PATH, KEYS
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, PinctlError, UsageError
+from pinctl.errors import (
+    EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError, UsageError,
+)
 
 if TYPE_CHECKING:
     from pinctl.config import Config
@@ -239,8 +240,7 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     policy = load_policy(cfg)
     if quiet and not (filters or drift or cri or pinned is not None):
         # Names alone need no manifest reads: what shell completion calls must be quick.
-        for _namespace, ref in sources.list_names(open_sources(cfg)):
-            click.echo(ref)
+        output.print_names([ref for _namespace, ref in sources.list_names(open_sources(cfg))])
         return EXIT_OK
     result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
     if cri:
@@ -380,14 +380,14 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str
     cfg = load_config(ctx)
     policy = load_policy(cfg)
     runtime, version = sources.open_runtime(cfg, output.warn)
-    deadline = time.monotonic() + wait
-    while True:
+
+    def read() -> check.CheckResult:
         rows = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels")).rows
-        result = check.check_runtime(rows, runtime, version, refs)
-        if result.agree or time.monotonic() >= deadline:
-            break
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-    output.print_check(result, fmt)
+        return check.check_runtime(rows, runtime, version, refs)
+
+    with output.check_progress(active=wait > 0) as progress:
+        result, waited = check.wait_for_agreement(read, wait, progress=progress)
+    output.print_check(result, fmt, waited=waited if wait > 0 else None)
     return EXIT_OK if result.agree else EXIT_ERROR
 
 
@@ -496,13 +496,26 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    from pinctl import streams
+
+    streams.install()
     sys.exit(run(argv))
 
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI and turn every failure into one line on stderr and a documented exit code."""
     try:
+        return _run(argv)
+    except OutputClosed as err:  # from a command or from a handler's own message
+        return _output_failed(err, quiet=True)
+    except OutputError as err:
+        return _output_failed(err, quiet=False)
+
+
+def _run(argv: Optional[Sequence[str]]) -> int:
+    try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="pinctl", standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit: a write error must still reach the handlers below
         return code if isinstance(code, int) else EXIT_OK
     except NO_ARGS_IS_HELP as err:
         # A group named without its subcommand: show what it offers, as git does.
@@ -512,14 +525,16 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return _usage_error(err, err.ctx)
     except click.exceptions.Abort:
         return 130
+    except (OutputClosed, OutputError):
+        raise
     except PinctlError as err:
-        click.echo(f"pinctl: {err}", err=True)
+        click.echo(f"pinctl: {_visible(str(err))}", err=True)
         return err.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        _silence_stdout()
-        return EXIT_OK
+        _discard(sys.stdout)  # stdout without pinctl's guard (run() called in-process)
+        return EXIT_PIPE
     except Exception as err:  # noqa: BLE001 - the last net: one line, not a traceback
         if os.environ.get("PINCTL_DEBUG"):
             raise
@@ -530,11 +545,33 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
 
 def _usage_error(err: click.UsageError, ctx: Optional[click.Context]) -> int:
     where = ctx.command_path if ctx else "pinctl"
-    click.echo(f"pinctl: {err.format_message()} (see '{where} --help')", err=True)
+    click.echo(f"pinctl: {_visible(err.format_message())} (see '{where} --help')", err=True)
     return EXIT_USAGE
 
 
-def _silence_stdout() -> None:
-    # The reader went away (| head); point stdout at /dev/null so the exit flush stays quiet.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+def _visible(message: str) -> str:
+    from pinctl.display import visible
+
+    return visible(message)
+
+
+def _output_failed(err: OutputClosed | OutputError, quiet: bool) -> int:
+    """A closed pipe ends quietly; a failed write says so once, on the other stream when it can."""
+    from pinctl import streams
+
+    streams.discard(err.fd)  # what is still buffered for it goes nowhere, and the exit stays quiet
+    if not quiet and err.fd != 2:
+        try:
+            click.echo(f"pinctl: {err}", err=True)
+        except (OutputClosed, OutputError, OSError):
+            pass
+    return err.exit_code
+
+
+def _discard(stream: TextIO) -> None:
+    from pinctl import streams
+
+    try:
+        streams.discard(stream.fileno())
+    except (OSError, ValueError):
+        pass

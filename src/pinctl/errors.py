@@ -6,6 +6,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
+# 128 + SIGPIPE: what a shell reports for a writer whose reader went away (| head).
+EXIT_PIPE = 141
 
 
 class PinctlError(Exception):
@@ -56,3 +58,21 @@ class AmbiguousRef(PinctlError):
 
 class PatternError(ConfigError):
     """A pinned-image pattern that cannot be used."""
+
+
+class OutputClosed(PinctlError):
+    """The reader of stdout or stderr went away (| head): end quietly, as a writer killed by SIGPIPE."""
+
+    exit_code = EXIT_PIPE
+
+    def __init__(self, fd: int) -> None:
+        super().__init__("the output pipe was closed by its reader")
+        self.fd = fd
+
+
+class OutputError(PinctlError):
+    """stdout or stderr cannot be written: a full disk, a device error."""
+
+    def __init__(self, fd: int, reason: str) -> None:
+        super().__init__(f"cannot write {'output' if fd == 1 else 'diagnostics'}: {reason}")
+        self.fd = fd

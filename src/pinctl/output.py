@@ -1,20 +1,39 @@
 """Rendering results: tables for people, a versioned JSON envelope for programs.
 
 Data goes to stdout, diagnostics to stderr. Colour only on a terminal and never with NO_COLOR
-(rich honours both); rich itself is imported only when a table is drawn.
+(rich honours both); rich itself is imported only when a table is drawn on a terminal.
+
+On a terminal a table fits the window, as kubectl's and crictl's do: sha256: references
+abbreviated, long explanations cut with an ellipsis or set on their own indented lines, and
+no line padded past its last cell. Pipes and files get plain columns with every value in full:
+scripts read them. Every name is shown through display.visible, so control characters in
+image names (containerd accepts any string) cannot forge rows or reach the terminal.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
-from typing import Any, Optional, Sequence, TextIO
+import textwrap
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TextIO
 
 from pinctl import refs
-from pinctl.model import CHANGED_UNDER_US, ImageRow, ItemResult, Reason
+from pinctl.display import exact, visible
+from pinctl.model import ImageRow, ItemResult, Reason
+
+if TYPE_CHECKING:
+    from pinctl.service.check import CheckResult
 
 RESULT_VERSION = 1
 FORMATS = ("table", "wide", "json")
+# Room between columns on a terminal; pipes keep their three spaces (scripts split on them).
+TERMINAL_GAP = 2
+# A column cut to fit keeps at least this many cells: a shorter stub tells nothing.
+CUT_MIN = 8
+FULL_DIGEST_REF = re.compile(r"sha256:[0-9a-f]{64}")
+Notes = Sequence[tuple[str, str]]
 
 
 def envelope(**fields: Any) -> str:
@@ -89,11 +108,12 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
 
 
 def print_images(
-    rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: TextIO = sys.stdout,
+    rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: Optional[TextIO] = None,
     show_drift: bool = False, show_cri: bool = False,
 ) -> None:
+    out = out or sys.stdout
     if quiet:
-        out.write("".join(f"{row.ref}\n" for row in rows))
+        print_names([row.ref for row in rows], out)
     elif fmt == "json":
         out.write(envelope(images=[image_dict(r) for r in rows], errors=list(errors)) + "\n")
     else:
@@ -101,6 +121,21 @@ def print_images(
     if fmt != "json":
         for error in errors:
             warn(f"{error['namespace']}/{error['ref']}: {error['message']}")
+
+
+def print_names(names: Sequence[str], out: Optional[TextIO] = None) -> None:
+    """One name a line, each exactly as containerd has it. A name that cannot be one exact line
+    (a control character, or a character the output's encoding lacks) is left out, and said so
+    once: an escaped name would look real and match nothing."""
+    out = out or sys.stdout
+    encoding = getattr(out, "encoding", None)
+    shown = [name for name in names if exact(name, encoding)]
+    out.write("".join(f"{name}\n" for name in shown))
+    left_out = len(names) - len(shown)
+    if left_out:
+        what = "1 name holds" if left_out == 1 else f"{left_out} names hold"
+        warn(f"{what} control characters or characters the output encoding ({encoding or 'unknown'}) cannot "
+             f"write, left out here; -o json shows every name exactly")
 
 
 DRIFT_TEXT = {
@@ -112,10 +147,11 @@ DRIFT_TEXT = {
 def _print_image_table(
     rows: Sequence[ImageRow], wide: bool, out: TextIO, show_drift: bool = False, show_cri: bool = False
 ) -> None:
+    fit = out.isatty() and not wide
     headers = ["NAMESPACE", "REF", "IMAGE ID", "SIZE", "PINNED", "WHY"]
     if wide:
         headers = ["NAMESPACE", "REF", "IMAGE ID", "DIGEST", "SIZE", "PINNED", "WHY", "LABELS"]
-    table_rows = [_image_cells(row, wide) for row in rows]
+    table_rows = [_image_cells(row, wide, _ellipsis(out) if fit else "") for row in rows]
     if show_drift:
         headers.insert(headers.index("WHY"), "DRIFT")
         for row, cells in zip(rows, table_rows):
@@ -124,86 +160,185 @@ def _print_image_table(
         headers.insert(headers.index("PINNED") + 1, "CRI PINNED")
         for row, cells in zip(rows, table_rows):
             cells.insert(headers.index("CRI PINNED"), {True: "yes", False: "no", None: "-"}[row.cri_pinned])
-    print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}, "CRI PINNED": {"yes": "green"}})
+    print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}, "CRI PINNED": {"yes": "green"}},
+                cut=("WHY", "DRIFT") if fit else ())
 
 
-def _image_cells(row: ImageRow, wide: bool) -> list[str]:
+def _image_cells(row: ImageRow, wide: bool, ellipsis: str) -> list[str]:
+    """ellipsis: set when the table must fit a terminal; sha256: references are then shortened."""
     pinned = "yes" if row.pinned else "no"
     where = row.namespace or "docker"
     if not wide:
-        return [where, row.ref, refs.short_id(row.image_id), human_size(row.size), pinned, why(row)]
+        ref = abbreviate(row.ref, ellipsis) if ellipsis else row.ref
+        return [where, ref, refs.short_id(row.image_id), human_size(row.size), pinned, why(row)]
     labels = ",".join(f"{k}={v}" for k, v in sorted({**(row.config_labels or {}), **row.labels}.items())) or "-"
     return [where, row.ref, row.image_id or "<none>", row.digest, human_size(row.size), pinned, why(row), labels]
 
 
+def abbreviate(ref: str, ellipsis: str = "…") -> str:
+    """sha256:<64 hex> as sha256:<12 hex>…, like a short image ID; any other reference whole."""
+    if FULL_DIGEST_REF.fullmatch(ref):
+        return ref[: len("sha256:") + 12] + ellipsis
+    return ref
+
+
 def print_results(
     command: str, results: Sequence[ItemResult], status: str, dry_run: bool, fmt: str, quiet: bool,
-    out: TextIO = sys.stdout,
+    out: Optional[TextIO] = None,
 ) -> None:
+    """On a terminal each failure shows once, under its row. When the table goes to a pipe or a
+    file, failures are also said on stderr, where the person running the command sees them."""
+    out = out or sys.stdout
     if fmt == "json":
         body = [result_dict(r) for r in results]
         out.write(envelope(command=command, dry_run=dry_run, status=status, results=body) + "\n")
         return
+    on_terminal = not quiet and out.isatty()
     if quiet:
-        out.write("".join(f"{r.ref}\n" for r in results if r.action in CHANGED))
+        print_names([r.ref for r in results if r.action in CHANGED], out)
+    elif on_terminal:
+        _print_results_fitted(results, dry_run, out, ellipsis="" if fmt == "wide" else _ellipsis(out))
     else:
-        headers = ["ACTION", "NAMESPACE", "REF", "ERROR"]
-        cells = [[_action_text(r.action, dry_run), r.namespace or "-", r.ref, r.error or ""] for r in results]
-        print_table(headers, cells, out, highlight={"ACTION": {"failed": "red"}})
-    for r in results:
-        if not r.done:
-            warn(f"{command} {r.ref}: {r.action}: {r.error}" if r.action == CHANGED_UNDER_US else f"{command} {r.ref}: {r.error}")
-    if len(results) != 1 or not results[0].failed:
-        warn(summary(command, results, dry_run))  # a lone failure has said it all already
+        _print_results_plain(results, dry_run, out)
+    if not on_terminal:
+        for r in results:
+            if not r.done:
+                warn(f"{command} {r.ref}: {r.error}")
+    if on_terminal or len(results) != 1 or not results[0].failed:
+        warn(summary(command, results, dry_run))  # a lone failure on stderr has said it all already
+
+
+def _print_results_plain(results: Sequence[ItemResult], dry_run: bool, out: TextIO) -> None:
+    failed = not all(r.done for r in results)
+    headers = ["ACTION", "NAMESPACE", "REF", *(["ERROR"] if failed else [])]
+    cells = [[action_text(r.action, dry_run), r.namespace or "-", r.ref, *([r.error or ""] if failed else [])]
+             for r in results]
+    print_table(headers, cells, out)
+
+
+def _print_results_fitted(results: Sequence[ItemResult], dry_run: bool, out: TextIO, ellipsis: str) -> None:
+    """ellipsis: what ends an abbreviated sha256: reference; none (-o wide) keeps them whole."""
+    cells = [[action_text(r.action, dry_run), r.namespace or "-", abbreviate(r.ref, ellipsis) if ellipsis else r.ref]
+             for r in results]
+    notes = [[("error", r.error or "")] if not r.done else [] for r in results]
+    print_table(["ACTION", "NAMESPACE", "REF"], cells, out, highlight={"ACTION": {"failed": "red"}}, notes=notes)
 
 
 CHANGED = ("pinned", "unpinned", "pruned", "adopted")
+# How people read each action; JSON keeps the action values themselves (docs/json.md).
+ACTION_TEXT = {
+    "already-pinned": "already pinned",
+    "already-unpinned": "already unpinned",
+    "adopted": "taken over from sync",
+    "changed-under-us": "changed under pinctl",
+}
+# The order a summary counts them in: changes first, failures last.
+ACTION_ORDER = ("pinned", "unpinned", "pruned", "adopted", "already-pinned", "already-unpinned",
+                "changed-under-us", "failed")
 
 
-def _action_text(action: str, dry_run: bool) -> str:
-    return f"would be {action}" if dry_run and action in CHANGED else action
+def action_text(action: str, dry_run: bool) -> str:
+    """One vocabulary for the ACTION column and the summary: 'would be pinned' in a dry run."""
+    text = ACTION_TEXT.get(action, action)
+    return f"would be {text}" if dry_run and action in CHANGED else text
 
 
 def summary(command: str, results: Sequence[ItemResult], dry_run: bool) -> str:
     counts: dict[str, int] = {}
     for r in results:
         counts[r.action] = counts.get(r.action, 0) + 1
-    parts = [f"{n} {action.replace('-', ' ')}" for action, n in sorted(counts.items())] or ["nothing to do"]
+    ordered = sorted(counts.items(), key=lambda item: _order(item[0]))
+    parts = [f"{n} {action_text(action, dry_run)}" for action, n in ordered] or ["nothing to do"]
     return f"{command}{' (dry run)' if dry_run else ''}: " + ", ".join(parts)
+
+
+def _order(action: str) -> tuple[int, str]:
+    return (ACTION_ORDER.index(action) if action in ACTION_ORDER else len(ACTION_ORDER), action)
 
 
 def print_table(
     headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO,
-    highlight: Optional[dict[str, dict[str, str]]] = None,
+    highlight: Optional[dict[str, dict[str, str]]] = None, *, cut: Sequence[str] = (),
+    notes: Optional[Sequence[Notes]] = None,
 ) -> None:
+    """cut: columns a terminal may shorten with an ellipsis. notes: per row, (label, text) lines
+    shown indented under it, folded to the window; on a terminal only: pipes get columns."""
+    encoding = getattr(out, "encoding", None)
+    shown = [[visible(cell, encoding) for cell in row] for row in rows]
+    notes = [[(label, visible(text, encoding)) for label, text in row_notes] for row_notes in notes or []]
     if not out.isatty():
-        _plain_table(headers, rows, out)
+        _plain_table(headers, shown, out)
         return
+    _terminal_table(headers, shown, out, highlight or {}, cut, notes)
+
+
+def _terminal_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, styles: dict[str, dict[str, str]],
+    cut: Sequence[str], notes: Sequence[Notes],
+) -> None:
+    from rich.cells import cell_len
     from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for header in headers:
-        table.add_column(header, no_wrap=True)
-    styles = highlight or {}
-    for cells in rows:
-        table.add_row(*[_styled(h, c, styles) for h, c in zip(headers, cells)])
-    # Never shrink a column to the terminal: a cut reference or ID is worse than a long line.
-    console = Console(file=out)
-    console.width = max(console.width, _natural_width(headers, rows))
-    console.print(table)
-
-
-def _styled(header: str, cell: str, styles: dict[str, dict[str, str]]) -> Any:
     from rich.text import Text
 
-    style = styles.get(header, {}).get(cell)
-    return Text(cell, style=style or "")
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    natural = [max([cell_len(h), *(cell_len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    minimum = [min(n, max(cell_len(h), CUT_MIN)) if h in cut else n for n, h in zip(natural, headers)]
+    widths = fit_widths(natural, minimum, console.width, TERMINAL_GAP)
+    ellipsis = _ellipsis(out)
+    text = Text()
+    text.append_text(_line(headers, widths, ellipsis, lambda _h, _c: "bold"))
+    for index, cells in enumerate(rows):
+        text.append_text(_line(cells, widths, ellipsis, lambda h, c: styles.get(headers[h], {}).get(c, "")))
+        row_notes = notes[index] if index < len(notes) else ()
+        label_width = max((len(label) for label, _ in row_notes), default=0)
+        for label, note in row_notes:
+            text.append(_note(f"{label}:".ljust(label_width + 1), note, console.width))
+    console.print(text, end="")
 
 
-def _natural_width(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    return sum(widths) + 2 * (len(widths) - 1)
+def fit_widths(natural: Sequence[int], minimum: Sequence[int], width: int, gap: int) -> list[int]:
+    """Column widths within width: the widest shrinkable column gives a cell at a time, down to
+    its minimum. What cannot shrink stays whole, and the line is then longer than width."""
+    widths = list(natural)
+    excess = sum(widths) + gap * (len(widths) - 1) - width
+    while excess > 0:
+        shrinkable = [i for i, w in enumerate(widths) if w > minimum[i]]
+        if not shrinkable:
+            break
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
+def _line(cells: Sequence[str], widths: Sequence[int], ellipsis: str, style: Callable[[int, str], str]) -> Any:
+    from rich.cells import cell_len, set_cell_size
+    from rich.text import Text
+
+    line = Text()
+    for index, (cell, width) in enumerate(zip(cells, widths)):
+        if cell_len(cell) > width:
+            cell = set_cell_size(cell, max(width - cell_len(ellipsis), 0)) + ellipsis
+        line.append(cell, style=style(index, cell) or None)
+        if index < len(cells) - 1:
+            line.append(" " * (width - cell_len(cell) + TERMINAL_GAP))
+    line.rstrip()
+    line.append("\n")
+    return line
+
+
+def _note(label: str, note: str, width: int) -> str:
+    """  label: text, folded to width with the continuation under the text."""
+    lead = f"  {label} "
+    room = width - len(lead)
+    if room < 20:
+        return f"{lead}{note}\n"  # too narrow to fold usefully: let the terminal wrap it
+    folded = textwrap.wrap(note, room, break_long_words=False, break_on_hyphens=False) or [""]
+    return lead + ("\n" + " " * len(lead)).join(folded) + "\n"
+
+
+def _ellipsis(out: TextIO) -> str:
+    return "…" if exact("…", getattr(out, "encoding", None)) else "..."
 
 
 def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
@@ -254,22 +389,34 @@ def print_problems(problems: Sequence[Any], fmt: str, out: TextIO = sys.stdout) 
     warn(f"config lint: {count} problem{'s' if count != 1 else ''}" if count else "config lint: no problems")
 
 
-def print_check(result: Any, fmt: str, out: TextIO = sys.stdout) -> None:
-    """Every disagreement with its cause and fix; JSON and wide list the agreeing images too."""
+def print_check(result: Any, fmt: str, out: Optional[TextIO] = None, waited: Optional[float] = None) -> None:
+    """Every disagreement with its cause and fix; JSON and wide list the agreeing images too.
+    waited: how long check --wait polled, said in the verdict."""
+    out = out or sys.stdout
     runtime = {"endpoint": result.endpoint, "name": result.runtime.name, "version": result.runtime.version}
     if fmt == "json":
         items = [_check_dict(item) for item in result.items]
         out.write(envelope(runtime=runtime, agree=result.agree, images=items) + "\n")
         return
     shown = result.items if fmt == "wide" else [i for i in result.items if not i.agrees]
-    cells = [[i.refs[0], refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
-              i.cause or "agrees", i.fix or "-"] for i in shown]
-    if shown:
-        print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", "CAUSE", "FIX"], cells, out,
-                    highlight={"CAUSE": {"agrees": "green"}})
+    if shown and out.isatty():
+        _print_check_fitted(shown, out, ellipsis="" if fmt == "wide" else _ellipsis(out))
+    elif shown:
+        cells = [[i.refs[0], refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
+                  i.cause or "agrees", i.fix or "-"] for i in shown]
+        print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", "CAUSE", "FIX"], cells, out)
     bad = sum(not i.agrees for i in result.items)
     verdict = "agree" if not bad else f"disagree on {bad} of {len(result.items)} image{'s' if len(result.items) != 1 else ''}"
-    warn(f"check: pinctl and {result.runtime} at {result.endpoint} {verdict}")
+    after = f" (after {waited:.1f} s)" if waited is not None else ""
+    warn(f"check: pinctl and {result.runtime} at {result.endpoint} {verdict}{after}")
+
+
+def _print_check_fitted(shown: Sequence[Any], out: TextIO, ellipsis: str) -> None:
+    """Cause and fix are sentences and commands: each gets its own lines under the image, whole."""
+    cells = [[abbreviate(i.refs[0], ellipsis) if ellipsis else i.refs[0], refs.short_id(i.image_id), _yes(i.desired),
+              _yes(i.cri_pinned)] for i in shown]
+    notes = [[("cause", i.cause), ("fix", i.fix or "-")] if i.cause else [] for i in shown]
+    print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED"], cells, out, notes=notes)
 
 
 def _yes(value: bool) -> str:
@@ -289,5 +436,35 @@ def _check_dict(item: Any) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def check_progress(
+    active: bool = True, stream: Optional[TextIO] = None
+) -> Iterator[Callable[[CheckResult, float], None]]:
+    """A transient status line while check --wait polls, on a terminal only: it is erased when
+    the wait ends, and nothing of it reaches a pipe or a log."""
+    err = stream or sys.stderr
+    if not (active and err.isatty()):
+        yield lambda _result, _left: None
+        return
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    spinner = Spinner("dots", text="check: asking the runtime")
+    # stdout stays where it is (it may be a pipe); a warning on stderr meanwhile shows above the line.
+    with Live(spinner, console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
+              refresh_per_second=8):
+        yield lambda result, left: spinner.update(text=_waiting_text(result, left))
+
+
+def _waiting_text(result: CheckResult, seconds_left: float) -> str:
+    bad = sum(not item.agrees for item in result.items)
+    images = "1 image disagrees" if bad == 1 else f"{bad} images disagree"
+    return f"check: {images}; waiting for the runtime, {seconds_left:.0f} s left"
+
+
 def warn(message: str) -> None:
-    sys.stderr.write(f"pinctl: {message}\n")
+    """One line on stderr, whatever names the message carries. Data written before it goes out
+    first: the two stay in order on a shared terminal, and a failing stdout is said alone."""
+    sys.stdout.flush()
+    sys.stderr.write(f"pinctl: {visible(message)}\n")

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import io
+import json
+import re
+import time
 
 import pytest
 
 from pinctl import output
+from pinctl.backends.cri import RuntimeVersion
+from pinctl.display import visible
+from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
+from pinctl.service.check import CheckItem, CheckResult
 
 
 class Terminal(io.StringIO):
@@ -53,3 +60,308 @@ def test_a_narrow_terminal_never_cuts_a_reference(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize("size, text", [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (5 * 1024**3, "5.0 GiB")])
 def test_human_size(size: int, text: str) -> None:
     assert output.human_size(size) == text
+
+
+# -- names as containerd may hold them --------------------------------------------------------
+
+FORGED = "example.test/evil:1\nk8s.io   example.test/forged:1"
+ESCAPE = "example.test/esc\x1b[31m:1"
+RTL = "example.test/rtl\u202e:1"
+
+
+def image_row(ref: str, reasons: list[Reason] | None = None, image_id: str = "sha256:" + "3a" * 32) -> ImageRow:
+    target = Descriptor("application/vnd.oci.image.manifest.v1+json", "sha256:" + "d" * 64, 400)
+    return ImageRow("k8s.io", ref, image_id, target, 1234, {}, pinned=bool(reasons), reasons=reasons or [])
+
+
+def test_visible_escapes_what_a_terminal_would_obey() -> None:
+    assert visible(FORGED) == "example.test/evil:1\\nk8s.io   example.test/forged:1"
+    assert visible(ESCAPE) == "example.test/esc\\x1b[31m:1"
+    assert visible(RTL) == "example.test/rtl\\u202e:1"
+    assert visible("example.test/café:1") == "example.test/café:1"
+    assert visible("example.test/café:1", "ascii") == "example.test/caf\\xe9:1"
+    assert visible("example.test/snow\u2603:1", "latin-1") == "example.test/snow\\u2603:1"
+    assert visible("example.test/app:1", "ascii") == "example.test/app:1"
+
+
+def test_a_piped_table_shows_control_characters_escaped_one_row_each() -> None:
+    out = io.StringIO()
+    output.print_images([image_row(r) for r in ("example.test/app:1", FORGED, ESCAPE, RTL)], [], "table", False, out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 5
+    assert "\x1b" not in out.getvalue() and "\u202e" not in out.getvalue()
+    assert "evil:1\\nk8s.io" in lines[2] and "esc\\x1b[31m:1" in lines[3] and "rtl\\u202e:1" in lines[4]
+    assert all(line.startswith("k8s.io ") for line in lines[1:])
+
+
+def test_a_terminal_table_shows_control_characters_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    out = Terminal()
+    output.print_images([image_row(r) for r in (FORGED, ESCAPE)], [], "table", False, out)
+    text = strip_ansi(out.getvalue())
+    assert "evil:1\\nk8s.io" in text and "esc\\x1b[31m:1" in text
+    assert len(text.splitlines()) == 3
+
+
+def test_quiet_leaves_out_what_cannot_be_one_exact_line(capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    output.print_images([image_row(r) for r in ("example.test/app:1", FORGED, ESCAPE, "example.test/café:1")], [],
+                        "table", True, out)
+    assert out.getvalue() == "example.test/app:1\nexample.test/café:1\n"
+    [warning] = capsys.readouterr().err.splitlines()
+    assert "2 names hold control characters" in warning and "-o json" in warning
+
+
+def test_quiet_leaves_out_what_the_encoding_cannot_write(capsys: pytest.CaptureFixture[str]) -> None:
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii")
+    output.print_names(["example.test/app:1", "example.test/café:1"], out)
+    out.flush()
+    assert raw.getvalue() == b"example.test/app:1\n"
+    err = capsys.readouterr().err
+    assert "1 name holds" in err and "(ascii)" in err
+
+
+def test_an_ascii_output_lists_every_name_escaped() -> None:
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii")
+    output.print_images([image_row(r) for r in ("example.test/café:1", "example.test/snow\u2603:1")], [], "table",
+                        False, out)
+    out.flush()
+    text = raw.getvalue().decode("ascii")
+    assert "example.test/caf\\xe9:1" in text and "example.test/snow\\u2603:1" in text
+
+
+def test_json_keeps_names_exact_and_ascii() -> None:
+    out = io.StringIO()
+    output.print_images([image_row(r) for r in (FORGED, "example.test/café:1")], [], "json", False, out)
+    assert out.getvalue().isascii()
+    assert [image["ref"] for image in json.loads(out.getvalue())["images"]] == [FORGED, "example.test/café:1"]
+
+
+def test_warnings_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    output.warn(f"pin {FORGED}: failed")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\\n" in err
+
+
+def test_watch_text_log_lines_stay_one_line() -> None:
+    from pinctl.service.watch import Log
+
+    stream = io.StringIO()
+    Log("text", stream)("info", "pinned", namespace="k8s.io", ref=FORGED)
+    Log("text", stream)("info", "pinned", namespace="k8s.io", ref=ESCAPE)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and "\x1b" not in stream.getvalue()
+    assert "ref=example.test/evil:1\\nk8s.io" in lines[0] and "ref=example.test/esc\\x1b[31m:1" in lines[1]
+    json_stream = io.StringIO()
+    Log("json", json_stream)("info", "pinned", ref=FORGED)
+    assert json.loads(json_stream.getvalue())["ref"] == FORGED
+
+
+# -- a terminal of 80 columns ------------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LONG_WHY = [Reason("pattern", "example.test/platform/base/*", "/etc/pinctl/config.d/50-platform-team.toml:12"),
+            Reason("pattern", "*base*", "env PINCTL_PINNED_IMAGES")]
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+def assert_fits(text: str, width: int = 80) -> list[str]:
+    lines = strip_ansi(text).splitlines()
+    assert lines and all(len(line) <= width for line in lines), "\n".join(lines)
+    assert all(line.strip() and line == line.rstrip() for line in lines), "\n".join(lines)
+    return lines
+
+
+def ls_rows() -> list[ImageRow]:
+    digest_ref = "sha256:" + "3a" * 32
+    return [image_row("example.test/base/app:1", LONG_WHY), image_row(digest_ref, LONG_WHY),
+            image_row("example.test/other:1")]
+
+
+def test_ls_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    output.print_images(ls_rows(), [], "table", False, out)
+    lines = assert_fits(out.getvalue())
+    assert len(lines) == 4  # a header and one line per row
+    assert "example.test/base/app:1" in lines[1]
+    assert "sha256:3a3a3a3a3a3a…" in lines[2] and "3a" * 32 not in out.getvalue()
+    assert lines[1].endswith("…") and lines[1].split()[-1] != "-"
+    assert lines[3].endswith(" -")
+
+
+def test_ls_on_a_wide_terminal_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    out = Terminal()
+    output.print_images(ls_rows(), [], "table", False, out)
+    text = strip_ansi(out.getvalue())
+    assert "…" not in text.replace("sha256:3a3a3a3a3a3a…", "")
+    assert output.why(ls_rows()[0]) in text
+
+
+def test_ls_wide_on_a_terminal_shows_everything_unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    output.print_images(ls_rows(), [], "wide", False, out)
+    lines = strip_ansi(out.getvalue()).splitlines()
+    assert len(lines) == 4 and all(line == line.rstrip() for line in lines)
+    assert "sha256:" + "3a" * 32 in lines[2] and output.why(ls_rows()[0]) in lines[1]
+
+
+def test_ls_in_a_pipe_keeps_full_values() -> None:
+    out = io.StringIO()
+    output.print_images(ls_rows(), [], "table", False, out)
+    lines = out.getvalue().splitlines()
+    assert lines[2].split()[1] == "sha256:" + "3a" * 32
+    assert lines[1].endswith(output.why(ls_rows()[0]))
+    assert "…" not in out.getvalue()
+
+
+def test_ellipsis_is_ascii_where_the_terminal_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    raw = io.BytesIO()
+
+    class AsciiTerminal(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return True
+
+    out = AsciiTerminal(raw, encoding="ascii")
+    output.print_images(ls_rows(), [], "table", False, out)
+    out.flush()
+    text = raw.getvalue().decode("ascii")
+    assert "sha256:3a3a3a3a3a3a..." in text
+    assert_fits(text)
+
+
+def test_fit_widths_shrinks_only_what_may_be_cut() -> None:
+    assert output.fit_widths([10, 40, 30], [10, 40, 8], 70, 2) == [10, 40, 16]
+    assert output.fit_widths([10, 40, 30], [10, 40, 30], 70, 2) == [10, 40, 30]  # nothing to cut: it overflows
+    assert output.fit_widths([10, 20], [10, 8], 80, 2) == [10, 20]
+
+
+def check_result(bad: int = 1) -> CheckResult:
+    items = [CheckItem("sha256:" + "b" * 64, ["example.test/base/app:1"], True, False,
+                       cause="pattern known only to pinctl: containerd reads labels, not patterns",
+                       fix="pinctl sync (or pinctl config export --for containerd)") for _ in range(bad)]
+    items.append(CheckItem("sha256:" + "c" * 64, ["example.test/other:1"], False, False))
+    return CheckResult("unix:///run/containerd/containerd.sock", RuntimeVersion("containerd", "1.7.24", "v1"), items)
+
+
+def test_check_on_a_terminal_gives_cause_and_fix_whole_lines(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    output.print_check(check_result(), "table", out)
+    lines = assert_fits(out.getvalue())
+    assert lines[0].split() == ["IMAGE", "IMAGE", "ID", "WANTED", "CRI", "PINNED"]
+    assert lines[1].split() == ["example.test/base/app:1", "b" * 12, "yes", "no"]
+    joined = " ".join(line.strip() for line in lines[2:])
+    assert "cause: pattern known only to pinctl: containerd reads labels, not patterns" in joined
+    assert "fix:   pinctl sync (or pinctl config export --for containerd)" in joined
+    assert "disagree on 1 of 2 images" in capsys.readouterr().err
+
+
+def test_check_folds_a_long_cause_under_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    out = Terminal()
+    output.print_check(check_result(), "table", out)
+    lines = assert_fits(out.getvalue(), 60)
+    cause = [i for i, line in enumerate(lines) if line.startswith("  cause: ")][0]
+    assert lines[cause + 1].startswith(" " * len("  cause: ")) and lines[cause + 1].strip()
+
+
+def test_check_in_a_pipe_keeps_its_columns() -> None:
+    out = io.StringIO()
+    output.print_check(check_result(), "table", out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[-2:] == ["CAUSE", "FIX"] and len(lines) == 2
+    assert lines[1].endswith("pinctl sync (or pinctl config export --for containerd)")
+
+
+def test_check_verdict_says_how_long_it_waited(capsys: pytest.CaptureFixture[str]) -> None:
+    output.print_check(check_result(0), "table", io.StringIO(), waited=3.24)
+    assert capsys.readouterr().err.rstrip().endswith("agree (after 3.2 s)")
+    output.print_check(check_result(0), "table", io.StringIO())
+    assert "after" not in capsys.readouterr().err
+
+
+def test_check_progress_is_silent_off_a_terminal() -> None:
+    err = io.StringIO()
+    with output.check_progress(stream=err) as progress:
+        progress(check_result(2), 12.0)
+    assert err.getvalue() == ""
+
+
+def test_check_progress_on_a_terminal_is_transient(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
+    err = Terminal()
+    with output.check_progress(stream=err) as progress:
+        progress(check_result(2), 12.0)
+        time.sleep(0.3)  # rich redraws the line on its own thread
+    text = err.getvalue()
+    assert "2 images disagree" in text and "12 s left" in text
+    assert "\x1b[2K" in text  # the line is erased at the end
+
+
+# -- pin, unpin, sync results ------------------------------------------------------------------
+
+FAILED = ItemResult("", "nothing.example/x:1", "failed", "no image matches nothing.example/x:1 in k8s.io")
+RESULTS = [ItemResult("k8s.io", "example.test/app:1", "pinned"), ItemResult("k8s.io", "example.test/b:1", "already-pinned")]
+
+
+def test_a_failure_shows_once_on_a_terminal(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    output.print_results("pin", [*RESULTS, FAILED], "partial", False, "table", False, out)
+    err = capsys.readouterr().err
+    screen = strip_ansi(out.getvalue()) + err
+    assert screen.count("no image matches") == 1
+    assert "  error: no image matches nothing.example/x:1 in k8s.io" in out.getvalue()
+    assert err.strip() == "pinctl: pin: 1 pinned, 1 already pinned, 1 failed"
+
+
+def test_a_failure_in_a_pipe_is_also_said_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    output.print_results("pin", [*RESULTS, FAILED], "partial", False, "table", False, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["ACTION", "NAMESPACE", "REF", "ERROR"]
+    assert lines[-1].endswith("no image matches nothing.example/x:1 in k8s.io")
+    assert "pin nothing.example/x:1: no image matches" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_no_error_column_without_a_failure(terminal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out: io.StringIO = Terminal() if terminal else io.StringIO()
+    output.print_results("pin", RESULTS, "success", False, "table", False, out)
+    assert strip_ansi(out.getvalue()).splitlines()[0].split() == ["ACTION", "NAMESPACE", "REF"]
+
+
+def test_one_vocabulary_for_table_and_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    output.print_results("sync", RESULTS, "success", True, "table", False, out)
+    actions = [line.split("   ")[0] for line in out.getvalue().splitlines()[1:]]
+    assert actions == ["would be pinned", "already pinned"]
+    assert capsys.readouterr().err.strip() == "pinctl: sync (dry run): 1 would be pinned, 1 already pinned"
+    output.print_results("sync", RESULTS, "success", False, "table", False, io.StringIO())
+    assert capsys.readouterr().err.strip() == "pinctl: sync: 1 pinned, 1 already pinned"
+
+
+def test_json_action_values_are_unchanged() -> None:
+    out = io.StringIO()
+    output.print_results("sync", RESULTS, "success", True, "json", False, out)
+    assert [r["action"] for r in json.loads(out.getvalue())["results"]] == ["pinned", "already-pinned"]
+
+
+def test_wide_keeps_full_references_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    digest_ref = "sha256:" + "3a" * 32
+    for fmt, full in (("table", False), ("wide", True)):
+        out = Terminal()
+        output.print_results("unpin", [ItemResult("k8s.io", digest_ref, "unpinned")], "success", False, fmt, False, out)
+        assert (digest_ref in out.getvalue()) is full

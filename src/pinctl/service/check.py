@@ -3,8 +3,9 @@ with the likely cause and fix of every difference."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from pinctl import labels as pin_labels
 from pinctl.model import ImageRow, Reason
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
 # An ineffective label still says what the operator meant: it counts as wanting a pin.
 WANTED = ("label", "pattern", "docker-label", "sandbox", "ineffective-label")
+# check --wait asks again this often: the CRI plugin sees a label change within about a second.
+POLL_SECONDS = 1.0
 
 
 @dataclass
@@ -70,6 +73,40 @@ def check_runtime(
     listed = list({s.id: s for s in statuses.values() if s is not None}.values())
     unknown = [ref for ref, status in statuses.items() if status is None]
     return check(rows, listed, version, runtime.endpoint, unknown)
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def wait_for_agreement(
+    read: Callable[[], CheckResult],
+    wait: float,
+    clock: Clock = SystemClock(),
+    progress: Callable[[CheckResult, float], None] = lambda _result, _seconds_left: None,
+) -> tuple[CheckResult, float]:
+    """read() again until pinctl and the runtime agree or wait seconds have passed: a runtime may
+    lag a label change. Returns the last result and the seconds it took; progress hears of each
+    disagreeing result with the seconds left."""
+    start = clock.now()
+    deadline = start + wait
+    while True:
+        result = read()
+        now = clock.now()
+        if result.agree or now >= deadline:
+            return result, now - start
+        progress(result, deadline - now)
+        clock.sleep(min(POLL_SECONDS, deadline - now))
 
 
 class _Index:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from pinctl import labels as pin_labels
+from pinctl.display import visible
 from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.model import CHANGED_UNDER_US, MANAGED_LABEL, MANAGED_VALUE, ItemResult
 from pinctl.service import namespaces as ns_select
@@ -47,8 +48,10 @@ class Log:
         if self.fmt == "json":
             line = json.dumps({"time": now, "level": level, "msg": message, **fields}, sort_keys=True)
         else:
-            extra = " ".join(f"{k}={v}" for k, v in sorted(fields.items()))
-            line = f"{now} {level} {message}" + (f" ({extra})" if extra else "")
+            # Names come from containerd and may hold a newline or an ESC: one line, nothing the terminal obeys.
+            encoding = getattr(self.stream, "encoding", None)
+            extra = " ".join(f"{k}={visible(str(v), encoding)}" for k, v in sorted(fields.items()))
+            line = f"{now} {level} {visible(message, encoding)}" + (f" ({extra})" if extra else "")
         self.stream.write(line + "\n")
         self.stream.flush()
 

@@ -1,0 +1,48 @@
+"""Names as a terminal or a line-reading script can take them.
+
+containerd accepts any string as an image name, control characters included: written as it is,
+a newline forges a table row or a log line and an ESC reaches the terminal. Human output shows
+such characters escaped, as Python writes them (\\n, \\x1b, \\u202e); output that must stay exact
+(-q, JSON) either leaves a name out or escapes it in its own syntax.
+"""
+
+from __future__ import annotations
+
+import codecs
+from functools import lru_cache
+from typing import Optional
+
+
+def visible(text: str, encoding: Optional[str] = None) -> str:
+    """text with every character that would not show as itself escaped: control and format
+    characters, separators other than the space, and what encoding cannot carry."""
+    if exact(text, encoding):
+        return text
+    return "".join(ch if exact(ch, encoding) else _escape(ch) for ch in text)
+
+
+def exact(text: str, encoding: Optional[str] = None) -> bool:
+    """True when text can be written as itself, on one line, in encoding."""
+    return text.isprintable() and _encodable(text, encoding)
+
+
+def _escape(ch: str) -> str:
+    return ch.encode("unicode_escape").decode("ascii")
+
+
+def _encodable(text: str, encoding: Optional[str]) -> bool:
+    if encoding is None or _is_utf(encoding):
+        return True  # printable text has no lone surrogates, the one thing UTF-8 cannot carry
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+@lru_cache(maxsize=8)
+def _is_utf(encoding: str) -> bool:
+    try:
+        return codecs.lookup(encoding).name.startswith("utf")
+    except LookupError:
+        return False
