@@ -28,7 +28,7 @@ REQUIRED_SECTIONS = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS"
 def all_option_names(root: click.Command) -> set[str]:
     return {
         name
-        for ctx in completion.contexts(root)
+        for ctx in completion.tree.contexts(root)
         for param in ctx.command.get_params(ctx)
         if isinstance(param, click.Option)
         for name in (*param.opts, *param.secondary_opts)
@@ -36,7 +36,7 @@ def all_option_names(root: click.Command) -> set[str]:
 
 
 def command_paths(root: click.Command) -> list[tuple[str, ...]]:
-    return [completion.command_path(ctx) for ctx in completion.contexts(root)]
+    return [completion.tree.command_path(ctx) for ctx in completion.tree.contexts(root)]
 
 
 # -- the scripts -----------------------------------------------------------------------------
@@ -73,13 +73,13 @@ def test_script_is_deterministic_and_versioned(shell: str) -> None:
 @pytest.mark.parametrize("shell", completion.SHELLS)
 def test_dynamic_parts_ask_pinctl_quietly(shell: str) -> None:
     script = completion.render(shell, cli)
-    assert " ".join(completion.REFS_CALL) in script and " ".join(completion.NAMESPACES_CALL) in script
-    assert " ".join(completion.PINNED_REFS_CALL) in script
+    assert " ".join(completion.calls.REFS_CALL) in script and " ".join(completion.calls.NAMESPACES_CALL) in script
+    assert " ".join(completion.calls.PINNED_REFS_CALL) in script
     assert "2>/dev/null </dev/null" in script
 
 
 def test_only_unpin_completes_pinned_refs() -> None:
-    kinds = {node.key: [arg.value.kind for arg in node.args] for node in completion.tree(cli).walk()}
+    kinds = {node.key: [arg.value.kind for arg in node.args] for node in completion.tree.tree(cli).walk()}
     assert kinds["pinctl unpin"] == ["pinned-refs"]
     assert kinds["pinctl pin"] == ["refs"] and kinds["pinctl ls"] == ["refs"]
     assert [key for key, found in kinds.items() if "pinned-refs" in found] == ["pinctl unpin"]
@@ -144,7 +144,7 @@ def awkward_tree() -> click.Group:
 
 
 def test_model_kinds() -> None:
-    node = completion.tree(awkward_tree(), "tool")
+    node = completion.tree.tree(awkward_tree(), "tool")
     root_opts = {o.names: o for o in node.opts}
     assert root_opts[("-x", "--ex-tra")].value.kind == "files"  # type: ignore[union-attr]
     assert root_opts[("--help",)].final and not root_opts[("-x", "--ex-tra")].final
@@ -156,10 +156,10 @@ def test_model_kinds() -> None:
 
 
 def test_summary_is_the_first_sentence() -> None:
-    assert completion.summary("Add patterns from PATH and PATH.d/. Default PATH: /x.") == \
+    assert completion.tree.summary("Add patterns from PATH and PATH.d/. Default PATH: /x.") == \
         "Add patterns from PATH and PATH.d/"
-    assert completion.summary("  one line\n  two.  ") == "one line two"
-    assert completion.summary("word " * 40).endswith("...")
+    assert completion.tree.summary("  one line\n  two.  ") == "one line two"
+    assert completion.tree.summary("word " * 40).endswith("...")
 
 
 def test_unsafe_choice_is_refused() -> None:
@@ -215,8 +215,8 @@ def test_th_line_is_fixed() -> None:
 
 def test_page_lists_every_option_of_its_command() -> None:
     pages = manpages.render_pages(cli)
-    for ctx in completion.contexts(cli):
-        text = pages["-".join(completion.command_path(ctx)) + ".8"]
+    for ctx in completion.tree.contexts(cli):
+        text = pages["-".join(completion.tree.command_path(ctx)) + ".8"]
         for param in ctx.command.get_params(ctx):
             if isinstance(param, click.Option):
                 for name in param.opts:
@@ -284,6 +284,6 @@ def test_generator_reports_orphans(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_cli_doc_is_each_help_at_a_fixed_width() -> None:
     doc = (ROOT / "docs" / "cli.md").read_text()
-    for ctx in completion.contexts(cli, terminal_width=100, max_content_width=100):
+    for ctx in completion.tree.contexts(cli, terminal_width=100, max_content_width=100):
         assert f"## {ctx.command_path}\n\n```text\n{ctx.command.get_help(ctx).rstrip()}\n```" in doc
     assert max(len(line) for line in doc.splitlines() if not line.startswith(("#", "-", "<!--"))) <= 100
