@@ -85,7 +85,7 @@ def generate_manpages(out: Path) -> list[Path]:
 def generate_cli_doc(out: Path) -> list[Path]:
     """docs/cli.md: every command's --help, formatted by click at a fixed width."""
     from pinctl.cli import cli
-    from pinctl.completion import contexts
+    from pinctl.completion.tree import contexts
 
     sections = []
     toc = []

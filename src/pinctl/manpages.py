@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 import click
 
 from pinctl import __version__, config
-from pinctl.completion import PROG, command_path, contexts, option_names, summary
+from pinctl.completion.tree import PROG, command_path, contexts, option_names, summary
 
 # The date of the pages for this version; bump it with __version__, never from the clock.
 DATE = "2026-11-30"

@@ -175,7 +175,7 @@ def bash_complete(sandbox: Sandbox, line: str, load: str = "plain", tracer: list
 def test_bash_completes_commands_options_and_choices_without_pinctl(sandbox: Sandbox, load: str) -> None:
     expected = {
         "pinctl pi": ["pin"],
-        "pinctl ": [p[1] for p in (completion.command_path(c) for c in completion.contexts(cli)) if len(p) == 2],
+        "pinctl ": [p[1] for p in (completion.tree.command_path(c) for c in completion.tree.contexts(cli)) if len(p) == 2],
         "pinctl config s": ["show"],
         "pinctl ls --dr": ["--drift"],
         "pinctl ls -o ": ["table", "wide", "json"],

@@ -58,13 +58,13 @@ def assert_one_line(result: subprocess.CompletedProcess[str], code: int, *needle
 
 
 def commands() -> list[click.Context]:
-    return list(completion.contexts(cli))
+    return list(completion.tree.contexts(cli))
 
 
 # -- own options first ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ctx", commands(), ids=lambda ctx: " ".join(completion.command_path(ctx)))
+@pytest.mark.parametrize("ctx", commands(), ids=lambda ctx: " ".join(completion.tree.command_path(ctx)))
 def test_own_options_come_before_the_common_ones(ctx: click.Context) -> None:
     options = [p for p in ctx.command.get_params(ctx) if isinstance(p, click.Option)]
     kinds = [isinstance(p, CommonOption) for p in options]
@@ -80,7 +80,7 @@ def test_own_options_come_before_the_common_ones(ctx: click.Context) -> None:
 
 
 def test_pin_help_shows_its_options_first() -> None:
-    ctx = next(c for c in commands() if completion.command_path(c) == ("pinctl", "pin"))
+    ctx = next(c for c in commands() if completion.tree.command_path(c) == ("pinctl", "pin"))
     lines = ctx.command.get_help(ctx).splitlines()
     first = lines.index("Options:")
     assert [line.split()[0] for line in lines[first + 1 : first + 5]] == ["-o,", "-q,", "--dry-run", "-h,"]
@@ -94,7 +94,7 @@ def test_root_help_lists_commands_before_common_options() -> None:
 def test_no_range_noise_in_help() -> None:
     for ctx in commands():
         text = ctx.command.get_help(ctx)
-        assert "[x>=" not in text and "x<=" not in text, completion.command_path(ctx)
+        assert "[x>=" not in text and "x<=" not in text, completion.tree.command_path(ctx)
 
 
 # -- short names -------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_every_command_takes_a_and_r_and_no_name_is_used_twice() -> None:
             continue
         names = [n for p in ctx.command.get_params(ctx) if isinstance(p, click.Option) for n in p.opts + p.secondary_opts]
         assert len(names) == len(set(names)), sorted(names)
-        assert {"-a", "-r", "--address", "--runtime-endpoint"} <= set(names), completion.command_path(ctx)
+        assert {"-a", "-r", "--address", "--runtime-endpoint"} <= set(names), completion.tree.command_path(ctx)
 
 
 @pytest.mark.parametrize("where", ["before", "after", "attached"])

@@ -1,34 +1,47 @@
 """Completion scripts, man pages and docs/cli.md, as text: complete, deterministic, escaped.
 
-Driving the real shells is in tests/integration/test_shells.py; here only `bash -n` runs,
-since bash is on every machine that runs the suite.
+Driving the real shells is in tests/integration/test_shells.py; here only `bash -n` and
+shellcheck run (with CI=true a missing shellcheck fails rather than skips).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import NoReturn
 
 import click
 import pytest
 
 from pinctl import __version__, completion, config, manpages
+from pinctl.completion import template
 from pinctl.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = {"bash": "completions/bash/pinctl", "zsh": "completions/zsh/_pinctl", "fish": "completions/fish/pinctl.fish"}
+SHELL_DATA = ROOT / "src" / "pinctl" / "completion" / "shell"
 REQUIRED_SECTIONS = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS", "ENVIRONMENT", "FILES", "SEE ALSO")
+
+
+def tool_missing(reason: str) -> NoReturn:
+    """Skip locally, fail in CI: a skipped linter there would pass what it should check."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
 
 
 def all_option_names(root: click.Command) -> set[str]:
     return {
         name
-        for ctx in completion.contexts(root)
+        for ctx in completion.tree.contexts(root)
         for param in ctx.command.get_params(ctx)
         if isinstance(param, click.Option)
         for name in (*param.opts, *param.secondary_opts)
@@ -36,7 +49,7 @@ def all_option_names(root: click.Command) -> set[str]:
 
 
 def command_paths(root: click.Command) -> list[tuple[str, ...]]:
-    return [completion.command_path(ctx) for ctx in completion.contexts(root)]
+    return [completion.tree.command_path(ctx) for ctx in completion.tree.contexts(root)]
 
 
 # -- the scripts -----------------------------------------------------------------------------
@@ -73,13 +86,13 @@ def test_script_is_deterministic_and_versioned(shell: str) -> None:
 @pytest.mark.parametrize("shell", completion.SHELLS)
 def test_dynamic_parts_ask_pinctl_quietly(shell: str) -> None:
     script = completion.render(shell, cli)
-    assert " ".join(completion.REFS_CALL) in script and " ".join(completion.NAMESPACES_CALL) in script
-    assert " ".join(completion.PINNED_REFS_CALL) in script
+    assert " ".join(completion.calls.REFS_CALL) in script and " ".join(completion.calls.NAMESPACES_CALL) in script
+    assert " ".join(completion.calls.PINNED_REFS_CALL) in script
     assert "2>/dev/null </dev/null" in script
 
 
 def test_only_unpin_completes_pinned_refs() -> None:
-    kinds = {node.key: [arg.value.kind for arg in node.args] for node in completion.tree(cli).walk()}
+    kinds = {node.key: [arg.value.kind for arg in node.args] for node in completion.tree.tree(cli).walk()}
     assert kinds["pinctl unpin"] == ["pinned-refs"]
     assert kinds["pinctl pin"] == ["refs"] and kinds["pinctl ls"] == ["refs"]
     assert [key for key, found in kinds.items() if "pinned-refs" in found] == ["pinctl unpin"]
@@ -91,6 +104,27 @@ def test_short_engine_options_are_passed_on_by_their_long_name(shell: str) -> No
     script = completion.render(shell, cli)
     assert "-a=" not in script and '"$1=$value"' not in script and '"$word=' not in script
     assert "--address=" in script
+
+
+@pytest.mark.parametrize("shell", completion.SHELLS)
+def test_every_shell_passes_on_the_options_decided_once(shell: str) -> None:
+    passed = {p.long for p in completion.calls.passed_on(completion.tree.tree(cli))}
+    assert {"--address", "--namespace"} <= passed and "--runtime-endpoint" not in passed
+    script = completion.render(shell, cli)
+    # bash and zsh: pass+=("--address=..."); fish: set -a pass "--address=..."
+    written = set(re.findall(r'(?:pass\+=\(|set -a pass )"(--[\w-]+)=', script))
+    assert written == passed
+
+
+def test_template_fills_every_placeholder_once() -> None:
+    text = "case $1 in\n    # @ARMS@\nesac\nrun @CALL@\n"
+    filled = template.fill(text, {"ARMS": ["a) x ;;", "", "b) y ;;"]}, {"CALL": "ls -q"})
+    assert filled == "case $1 in\n    a) x ;;\n\n    b) y ;;\nesac\nrun ls -q\n"
+    with pytest.raises(ValueError, match="CALL"):
+        template.fill(text, {"ARMS": []}, {})
+    with pytest.raises(ValueError, match="EXTRA"):
+        template.fill(text, {"ARMS": [], "EXTRA": []}, {"CALL": ""})
+    assert template.fill("@A@ @B@", {}, {"A": "@B@", "B": "b"}) == "@B@ b"  # filled text is not searched again
 
 
 def test_zsh_has_compdef_header_and_descriptions() -> None:
@@ -113,6 +147,62 @@ def test_bash_registers_a_function_and_parses() -> None:
     assert script.rstrip().endswith("complete -F _pinctl pinctl")
     result = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+# -- shellcheck over the bash script ---------------------------------------------------------
+# shellcheck reads sh, bash, dash and ksh only, so the zsh and fish scripts have no linter here;
+# tests/integration/test_shells.py runs all three in the real shells.
+
+# Findings that are right as they stand: (code, the line's text) with why. Anything else fails.
+MEANT_FINDINGS = [
+    # A list of names, split into words on purpose; tree._check_word lets no glob character in.
+    ("SC2086", r'_pinctl_add "\$cur" \$(opts|subs)'),
+    # An argument's index after the closing quote, like the '*' of 'pinctl ls|#'* for many.
+    ("SC2026", r"'[^']*\|#'[0-9]+\)"),
+]
+# nspass is read only by the _pinctl_value arms that the renderer splices in.
+MEANT_IN_DATA_FILE_ONLY = [("SC2034", r"local -a words pass=\(\) nspass=\(\)")]
+
+
+def shellcheck(path: Path) -> list[tuple[str, str]]:
+    """(code, the line's text) for each finding of shellcheck on the bash script at path."""
+    found = shutil.which("shellcheck")
+    if found is None:
+        tool_missing("shellcheck is not installed (it is in scripts/test-packages.txt)")
+    result = subprocess.run([found, "--shell=bash", "--format=json1", str(path)], capture_output=True, text=True)
+    assert result.returncode in (0, 1) and not result.stderr, result.stderr  # 1: findings, listed below
+    lines = path.read_text().splitlines()
+    return [(f"SC{c['code']}", lines[c["line"] - 1].strip()) for c in json.loads(result.stdout)["comments"]]
+
+
+def unmeant(findings: list[tuple[str, str]], meant: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(code, line) for code, line in findings if not any(
+        code == meant_code and re.fullmatch(pattern, line) for meant_code, pattern in meant)]
+
+
+def test_bash_data_file_passes_shellcheck() -> None:
+    data_files = sorted(SHELL_DATA.glob("*.bash"))
+    assert data_files
+    for path in data_files:
+        assert unmeant(shellcheck(path), MEANT_FINDINGS + MEANT_IN_DATA_FILE_ONLY) == [], path.name
+
+
+def test_rendered_bash_script_passes_shellcheck(tmp_path: Path) -> None:
+    script = tmp_path / "pinctl.bash"
+    script.write_text(completion.render("bash", cli))
+    findings = shellcheck(script)
+    assert unmeant(findings, MEANT_FINDINGS) == []
+    for code, pattern in MEANT_FINDINGS:  # one that no longer occurs must leave the list
+        assert any(c == code and re.fullmatch(pattern, line) for c, line in findings), (code, pattern)
+
+
+def test_shell_data_files_are_package_data() -> None:
+    # The wheel ships what pyproject.toml's package-data names; render() reads these at run time.
+    package_data = config.toml_reader().loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = ROOT / "src" / "pinctl"
+    for path in SHELL_DATA.iterdir():
+        rel = path.relative_to(package).as_posix()
+        assert any(fnmatch.fnmatch(rel, glob) for glob in package_data["pinctl"]), rel
 
 
 def test_unknown_shell() -> None:
@@ -144,7 +234,7 @@ def awkward_tree() -> click.Group:
 
 
 def test_model_kinds() -> None:
-    node = completion.tree(awkward_tree(), "tool")
+    node = completion.tree.tree(awkward_tree(), "tool")
     root_opts = {o.names: o for o in node.opts}
     assert root_opts[("-x", "--ex-tra")].value.kind == "files"  # type: ignore[union-attr]
     assert root_opts[("--help",)].final and not root_opts[("-x", "--ex-tra")].final
@@ -156,10 +246,10 @@ def test_model_kinds() -> None:
 
 
 def test_summary_is_the_first_sentence() -> None:
-    assert completion.summary("Add patterns from PATH and PATH.d/. Default PATH: /x.") == \
+    assert completion.tree.summary("Add patterns from PATH and PATH.d/. Default PATH: /x.") == \
         "Add patterns from PATH and PATH.d/"
-    assert completion.summary("  one line\n  two.  ") == "one line two"
-    assert completion.summary("word " * 40).endswith("...")
+    assert completion.tree.summary("  one line\n  two.  ") == "one line two"
+    assert completion.tree.summary("word " * 40).endswith("...")
 
 
 def test_unsafe_choice_is_refused() -> None:
@@ -215,8 +305,8 @@ def test_th_line_is_fixed() -> None:
 
 def test_page_lists_every_option_of_its_command() -> None:
     pages = manpages.render_pages(cli)
-    for ctx in completion.contexts(cli):
-        text = pages["-".join(completion.command_path(ctx)) + ".8"]
+    for ctx in completion.tree.contexts(cli):
+        text = pages["-".join(completion.tree.command_path(ctx)) + ".8"]
         for param in ctx.command.get_params(ctx):
             if isinstance(param, click.Option):
                 for name in param.opts:
@@ -284,6 +374,6 @@ def test_generator_reports_orphans(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_cli_doc_is_each_help_at_a_fixed_width() -> None:
     doc = (ROOT / "docs" / "cli.md").read_text()
-    for ctx in completion.contexts(cli, terminal_width=100, max_content_width=100):
+    for ctx in completion.tree.contexts(cli, terminal_width=100, max_content_width=100):
         assert f"## {ctx.command_path}\n\n```text\n{ctx.command.get_help(ctx).rstrip()}\n```" in doc
     assert max(len(line) for line in doc.splitlines() if not line.startswith(("#", "-", "<!--"))) <= 100
