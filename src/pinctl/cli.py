@@ -271,7 +271,9 @@ and labels that one reference. sha256:<id> or a unique ID prefix (4+ hex digits,
 sha256:) labels every reference of the image; a prefix counts as matching an image when it starts
 its ID or the manifest digest of one of its references. A quoted
 PATTERN ('registry.example/*', '*word*') labels every reference it matches now. Only that one
-label is written. Already pinned references are reported and skipped.""")
+label is written. Already pinned references are reported and skipped; one that sync pinned
+becomes a hand pin (sync's mark is removed, so sync --prune leaves it). A reference another
+client re-points while pinctl writes is left alone, or the write undone, and reported.""")
 def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str, quiet: bool, **_: Any) -> int:
     return _run_change(ctx, "pin", refs, dry_run, fmt, quiet)
 

@@ -17,7 +17,7 @@ import re
 import sys
 import textwrap
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from pinctl import refs
 from pinctl.display import exact, visible
@@ -107,6 +107,22 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
     return f"{reason.kind} {reason.detail}"
 
 
+BRIEF_KINDS = {
+    "label": "label",
+    "sandbox": "sandbox",
+    "pattern": "pattern",
+    "docker-label": "docker label",
+    "ineffective-label": "ineffective label",
+    "ignored": "ignored by the runtime",
+}
+
+
+def why_brief(row: ImageRow) -> str:
+    """WHY as reason kinds only, for a terminal too narrow for the details (-o wide has them)."""
+    kinds = dict.fromkeys(BRIEF_KINDS.get(r.kind, r.kind) for r in row.reasons)
+    return "; ".join(kinds) or "-"
+
+
 def print_images(
     rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: Optional[TextIO] = None,
     show_drift: bool = False, show_cri: bool = False,
@@ -160,8 +176,9 @@ def _print_image_table(
         headers.insert(headers.index("PINNED") + 1, "CRI PINNED")
         for row, cells in zip(rows, table_rows):
             cells.insert(headers.index("CRI PINNED"), {True: "yes", False: "no", None: "-"}[row.cri_pinned])
+    brief = {"WHY": [why_brief(row) for row in rows]} if fit else {}
     print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}, "CRI PINNED": {"yes": "green"}},
-                cut=("WHY", "DRIFT") if fit else ())
+                cut=("WHY", "DRIFT") if fit else (), brief=brief)
 
 
 def _image_cells(row: ImageRow, wide: bool, ellipsis: str) -> list[str]:
@@ -259,31 +276,29 @@ def _order(action: str) -> tuple[int, str]:
 def print_table(
     headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO,
     highlight: Optional[dict[str, dict[str, str]]] = None, *, cut: Sequence[str] = (),
-    notes: Optional[Sequence[Notes]] = None,
+    notes: Optional[Sequence[Notes]] = None, brief: Optional[Mapping[str, Sequence[str]]] = None,
 ) -> None:
-    """cut: columns a terminal may shorten with an ellipsis. notes: per row, (label, text) lines
-    shown indented under it, folded to the window; on a terminal only: pipes get columns."""
+    """cut: columns a terminal may shorten with an ellipsis. brief: shorter cells for a column,
+    used on a terminal too narrow for the table. notes: per row, (label, text) lines shown
+    indented under it, folded to the window; on a terminal only: pipes get columns."""
     encoding = getattr(out, "encoding", None)
     shown = [[visible(cell, encoding) for cell in row] for row in rows]
     notes = [[(label, visible(text, encoding)) for label, text in row_notes] for row_notes in notes or []]
     if not out.isatty():
         _plain_table(headers, shown, out)
         return
-    _terminal_table(headers, shown, out, highlight or {}, cut, notes)
+    _terminal_table(headers, shown, out, highlight or {}, cut, notes, brief or {})
 
 
 def _terminal_table(
     headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, styles: dict[str, dict[str, str]],
-    cut: Sequence[str], notes: Sequence[Notes],
+    cut: Sequence[str], notes: Sequence[Notes], brief: Mapping[str, Sequence[str]],
 ) -> None:
-    from rich.cells import cell_len
     from rich.console import Console
     from rich.text import Text
 
     console = Console(file=out, highlight=False, soft_wrap=True)
-    natural = [max([cell_len(h), *(cell_len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    minimum = [min(n, max(cell_len(h), CUT_MIN)) if h in cut else n for n, h in zip(natural, headers)]
-    widths = fit_widths(natural, minimum, console.width, TERMINAL_GAP)
+    rows, widths = _fitted(headers, rows, out, cut, brief, console.width)
     ellipsis = _ellipsis(out)
     text = Text()
     text.append_text(_line(headers, widths, ellipsis, lambda _h, _c: "bold"))
@@ -294,6 +309,31 @@ def _terminal_table(
         for label, note in row_notes:
             text.append(_note(f"{label}:".ljust(label_width + 1), note, console.width))
     console.print(text, end="")
+
+
+def _fitted(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, cut: Sequence[str],
+    brief: Mapping[str, Sequence[str]], width: int,
+) -> tuple[Sequence[Sequence[str]], list[int]]:
+    """The rows to show and their column widths: whole when they fit; else brief cells; then
+    cut columns shortened, to CUT_MIN first and to their header's width at the very least."""
+    from rich.cells import cell_len
+
+    def natural_of(table: Sequence[Sequence[str]]) -> list[int]:
+        return [max([cell_len(h), *(cell_len(r[i]) for r in table)]) for i, h in enumerate(headers)]
+
+    natural = natural_of(rows)
+    if sum(natural) + TERMINAL_GAP * (len(natural) - 1) > width and brief:
+        encoding = getattr(out, "encoding", None)
+        columns = {headers.index(h): [visible(c, encoding) for c in cells] for h, cells in brief.items()}
+        rows = [[columns[i][n] if i in columns else cell for i, cell in enumerate(row)] for n, row in enumerate(rows)]
+        natural = natural_of(rows)
+    for floor in (CUT_MIN, 0):
+        minimum = [min(n, max(cell_len(h), floor)) if h in cut else n for n, h in zip(natural, headers)]
+        widths = fit_widths(natural, minimum, width, TERMINAL_GAP)
+        if sum(widths) + TERMINAL_GAP * (len(widths) - 1) <= width:
+            break
+    return rows, widths
 
 
 def fit_widths(natural: Sequence[int], minimum: Sequence[int], width: int, gap: int) -> list[int]:

@@ -191,8 +191,17 @@ def test_ls_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(lines) == 4  # a header and one line per row
     assert "example.test/base/app:1" in lines[1]
     assert "sha256:3a3a3a3a3a3a…" in lines[2] and "3a" * 32 not in out.getvalue()
-    assert lines[1].endswith("…") and lines[1].split()[-1] != "-"
+    # Too narrow for the patterns themselves: WHY names the kinds of reason (details: -o wide).
+    assert lines[1].endswith("  pattern") and lines[1].split()[-1] != "-"
     assert lines[3].endswith(" -")
+
+
+def test_ls_cuts_the_brief_why_when_even_that_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "72")
+    out = Terminal()
+    output.print_images(ls_rows(), [], "table", False, out)
+    lines = assert_fits(out.getvalue(), 72)
+    assert lines[1].endswith("  patt…")
 
 
 def test_ls_on_a_wide_terminal_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
