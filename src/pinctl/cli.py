@@ -12,14 +12,14 @@ import click
 from pinctl import __version__
 from pinctl.config import CRIO_DEFAULT_PATH, KEYS
 from pinctl.errors import (
-    EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError, UsageError,
+    EXIT_ERROR, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError, UsageError,
 )
 
 if TYPE_CHECKING:
     from pinctl.config import Config
-    from pinctl.service.pinning import Plan
+    from pinctl.service.commands import ChangeReport
     from pinctl.service.policy import Policy
-    from pinctl.service.sources import Sources
+    from pinctl.service.sources import Node
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -187,9 +187,9 @@ def load_config(ctx: click.Context) -> Config:
     return config.load(flags, os.environ, config_path=pick("config_path"), from_crio=pick("from_crio"))
 
 
-def open_sources(cfg: Config) -> Sources:
+def open_node(cfg: Config) -> Node:
     from pinctl import output
-    from pinctl.service.sources import open_sources as open_all
+    from pinctl.service.sources import open_node as open_all
 
     return open_all(cfg, output.warn)
 
@@ -234,22 +234,17 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     and where it came from, and labels that look like pins but are not.
     """
     from pinctl import output
-    from pinctl.service import listing, sources
+    from pinctl.service import commands, sources
 
     cfg = load_config(ctx)
-    policy = load_policy(cfg)
-    if quiet and not (filters or drift or cri or pinned is not None):
-        # Names alone need no manifest reads: what shell completion calls must be quick.
-        output.print_names([ref for _namespace, ref in sources.list_names(open_sources(cfg))])
+    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.get("pattern_dialect"))
+    node = open_node(cfg)
+    if quiet and query.names_only_will_do and not cri:
+        output.print_names(commands.ls_names(node))
         return EXIT_OK
-    result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
-    if cri:
-        from pinctl.service.check import annotate_cri
-
-        runtime, _version = sources.open_runtime(cfg, output.warn)
-        annotate_cri(result.rows, runtime.list_images())
-    rows = listing.filter_rows(result.rows, filters, pinned, drift, cfg.get("pattern_dialect"))
-    output.print_images(rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)
+    runtime = sources.open_runtime(cfg, output.warn)[0] if cri else None
+    result = commands.ls(node, load_policy(cfg), cfg.get("docker_pinned_image_labels"), query, runtime)
+    output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)
     return EXIT_OK
 
 
@@ -288,22 +283,18 @@ def unpin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: s
 
 
 def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: bool, fmt: str, quiet: bool) -> int:
-    from pinctl.service import pinning, sources
+    from pinctl.service import commands
 
     cfg = load_config(ctx)
-    found = open_sources(cfg)
-    plan = pinning.make_plan(sources.views(found), command, args, cfg.get("pattern_dialect"), found.docker)
-    return _apply(command, plan, dry_run, fmt, quiet)
+    report = commands.change(open_node(cfg), command, args, cfg.get("pattern_dialect"), dry_run)
+    return _print_change(report, fmt, quiet)
 
 
-def _apply(command: str, plan: Plan, dry_run: bool, fmt: str, quiet: bool) -> int:
+def _print_change(report: ChangeReport, fmt: str, quiet: bool) -> int:
     from pinctl import output
-    from pinctl.service import pinning
 
-    results = pinning.apply_plan(plan, dry_run)
-    status = pinning.status_of(results)
-    output.print_results(command, results, status, dry_run, fmt, quiet)
-    return {"success": EXIT_OK, "partial": EXIT_PARTIAL}.get(status, EXIT_ERROR)
+    output.print_results(report.command, report.results, report.status, report.dry_run, fmt, quiet)
+    return report.exit_code
 
 
 @cli.command("sync", epilog=EXIT_CODES_HELP)
@@ -328,30 +319,25 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     io.pinctl.managed=true to record that sync put it there. --prune removes pins carrying
     that mark when no pattern covers them any more; a pin set by anyone else is never removed.
     """
-    from pinctl.service import pinning, sources
+    from pinctl.service import commands
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
-    if prune and not policy and not allow_empty_policy:
-        read = ", ".join(cfg.files) or "no config file"
-        raise UsageError(f"the policy has no pinned_images (read: {read}); --prune would remove every pin sync added",
-                         "fix the config, or pass --allow-empty-policy if that is what you want")
     if watch:
         if dry_run:
             raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
+        commands.refuse_empty_prune(policy, prune, allow_empty_policy, cfg.files)
         return _watch(ctx, prune, log_format)
-    plan = pinning.make_sync_plan(sources.views(open_sources(cfg)), policy, prune)
-    return _apply("sync", plan, dry_run, fmt, quiet)
+    report = commands.sync(open_node(cfg), policy, prune, dry_run, allow_empty_policy, cfg.files)
+    return _print_change(report, fmt, quiet)
 
 
 def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
-    from pinctl.backends.containerd import ContainerdStore
     from pinctl.service import watch
 
     def load() -> watch.Settings:
         cfg = load_config(ctx)
-        store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"))
-        return watch.Settings(store, load_policy(cfg), cfg.get("namespaces"))
+        return watch.Settings(lambda: open_node(cfg), load_policy(cfg), cfg.get("containerd_address"))
 
     watcher = watch.Watcher(load, watch.Log(log_format), prune)
     watcher.install_signal_handlers()
@@ -377,20 +363,17 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str
     the images every 5 minutes, so it may lag behind the runtime.
     """
     from pinctl import output
-    from pinctl.service import check, sources
+    from pinctl.service import commands, sources
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
     runtime, version = sources.open_runtime(cfg, output.warn)
-
-    def read() -> check.CheckResult:
-        rows = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels")).rows
-        return check.check_runtime(rows, runtime, version, refs)
-
+    node = open_node(cfg)
+    rules = cfg.get("docker_pinned_image_labels")
     with output.check_progress(active=wait > 0) as progress:
-        result, waited = check.wait_for_agreement(read, wait, progress=progress)
-    output.print_check(result, fmt, waited=waited if wait > 0 else None)
-    return EXIT_OK if result.agree else EXIT_ERROR
+        report = commands.check(node, policy, rules, runtime, version, refs, wait, progress)
+    output.print_check(report.result, fmt, waited=report.waited)
+    return report.exit_code
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)
@@ -399,13 +382,11 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str
 @click.pass_context
 def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
     """List containerd's namespaces; those pinctl reads by default are marked."""
-    from pinctl.backends.containerd import ContainerdStore
-    from pinctl.service.namespaces import DEFAULT_NAMESPACES
+    from pinctl import output
+    from pinctl.service import commands
 
-    cfg = load_config(ctx)
-    store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"))
-    for name in store.namespaces():
-        click.echo(name if quiet or name not in DEFAULT_NAMESPACES else f"{name}\t(default)")
+    found = commands.namespaces(open_node(load_config(ctx)))
+    output.print_namespaces(found, quiet)
     return EXIT_OK
 
 
@@ -458,12 +439,12 @@ def config_lint(ctx: click.Context, offline: bool, fmt: str, **_: Any) -> int:
     one; globs that CRI-O would match differently (CRI-O does not anchor them).
     """
     from pinctl import output
-    from pinctl.service import lint
+    from pinctl.service import commands
 
     cfg = load_config(ctx)
-    problems = lint.lint(cfg, None if offline else lambda: open_sources(cfg))
-    output.print_problems(problems, fmt)
-    return EXIT_ERROR if problems else EXIT_OK
+    report = commands.lint(cfg.patterns, None if offline else lambda: open_node(cfg))
+    output.print_problems(report.problems, fmt)
+    return report.exit_code
 
 
 @config_group.command("export", epilog=EXIT_CODES_HELP)
@@ -482,15 +463,11 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
     present now, and each such compromise is said on stderr.
     """
     from pinctl import output
-    from pinctl.service import export, sources
+    from pinctl.service import commands
 
     cfg = load_config(ctx)
-    policy = load_policy(cfg)
-    present: Optional[list[str]] = None
-    if not offline:
-        rows = sources.list_rows(open_sources(cfg), policy, []).rows
-        present = [row.ref for row in rows if not row.ref.startswith("sha256:")]
-    result = export.export(target, policy, present, cfg.get("docker_pinned_image_labels"))
+    node = None if offline else open_node(cfg)
+    result = commands.export(target, load_policy(cfg), cfg.get("docker_pinned_image_labels"), node)
     click.echo(result.text, nl=False)
     for note in result.notes:
         output.warn(note)

@@ -139,6 +139,12 @@ def print_images(
             warn(f"{error['namespace']}/{error['ref']}: {error['message']}")
 
 
+def print_namespaces(found: Sequence[tuple[str, bool]], quiet: bool, out: Optional[TextIO] = None) -> None:
+    """One namespace a line; those pinctl reads by default marked, unless only names are asked."""
+    out = out or sys.stdout
+    out.write("".join(f"{name}\n" if quiet or not default else f"{name}\t(default)\n" for name, default in found))
+
+
 def print_names(names: Sequence[str], out: Optional[TextIO] = None) -> None:
     """One name a line, each exactly as containerd has it. A name that cannot be one exact line
     (a control character, or a character the output's encoding lacks) is left out, and said so
@@ -389,8 +395,9 @@ def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: Tex
         out.write("   ".join(padded).rstrip() + "\n")
 
 
-def print_config(cfg: Any, fmt: str, out: TextIO = sys.stdout) -> None:
+def print_config(cfg: Any, fmt: str, out: Optional[TextIO] = None) -> None:
     """The effective configuration: every key with its value and source, then every pattern."""
+    out = out or sys.stdout
     values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.values.items())}
     patterns = [{"pattern": p.text, "dialect": p.dialect, "source": p.source} for p in cfg.patterns]
     if fmt == "json":
@@ -416,7 +423,8 @@ def _config_text(value: Any) -> str:
     return str(value)
 
 
-def print_problems(problems: Sequence[Any], fmt: str, out: TextIO = sys.stdout) -> None:
+def print_problems(problems: Sequence[Any], fmt: str, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
     if fmt == "json":
         out.write(envelope(problems=[p.as_dict() for p in problems]) + "\n")
         return
@@ -508,3 +516,4 @@ def warn(message: str) -> None:
     first: the two stay in order on a shared terminal, and a failing stdout is said alone."""
     sys.stdout.flush()
     sys.stderr.write(f"pinctl: {visible(message)}\n")
+    sys.stderr.flush()

@@ -16,6 +16,7 @@ import pytest
 
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
+from tests.harness.docker import DockerDaemon, load_images_docker
 
 PIN = "io.cri-containerd.pinned"
 LoadImages = Callable[..., list[images.ImageInfo]]
@@ -32,8 +33,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemo
 
 
 class WatchProcess:
-    def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str) -> None:
-        env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config)}
+    def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config), **(env or {})}
         env.pop("CONTAINERD_NAMESPACE", None)
         self.log_path = config.parent / "watch.log"
         self.proc = subprocess.Popen(
@@ -77,10 +78,11 @@ def watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable[..., Wa
             process.proc.wait()
 
 
-def labelled_within(daemon: ContainerdDaemon, ref: str, timeout: float = DEADLINE, value: str | None = "pinned") -> float:
+def labelled_within(daemon: ContainerdDaemon, ref: str, timeout: float = DEADLINE, value: str | None = "pinned",
+                    namespace: str = "k8s.io") -> float:
     start = time.monotonic()
     while True:
-        labels = {row.ref: row.labels for row in daemon.images()}
+        labels = {row.ref: row.labels for row in daemon.images(namespace)}
         if labels.get(ref, {}).get(PIN) == value:
             return time.monotonic() - start
         assert time.monotonic() - start < timeout, f"{ref} labels {labels.get(ref)} after {timeout}s"
@@ -169,3 +171,51 @@ def test_watch_and_dry_run_refused(daemon: ContainerdDaemon, tmp_path: Path) -> 
     result = subprocess.run([sys.executable, "-m", "pinctl", "sync", "--watch", "--dry-run", "--address", daemon.address],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "--watch and --dry-run" in result.stderr
+
+
+def test_watch_follows_dockers_own_containerd_as_sync_does(
+    containerd16: ContainerdDaemon, dockerd_containerd_store: DockerDaemon, tmp_path: Path,
+    clean_docker: Callable[[DockerDaemon], DockerDaemon],
+) -> None:
+    """pinctl's containerd is one daemon (1.6 here); Docker keeps its images in another (the 1.7
+    one, namespace moby). An image tagged there while the watcher runs gets its pin."""
+    docker = clean_docker(dockerd_containerd_store)
+    moby = docker.containerd
+    assert moby is not None and moby.address != containerd16.address
+    config = tmp_path / "config.toml"
+    config.write_text(f'pinned_images = ["example.test/dkw/*"]\ndocker_containerd_address = "{moby.address}"\n')
+    load_images_docker(docker, tmp_path / "archives", [images.recipe("example.test/dkw-base:1", seed="dkw")])
+    env = {"DOCKER_HOST": docker.host}
+    process = WatchProcess(containerd16, config, env=env)
+    try:
+        process.wait_log("full sync")
+        docker.docker("tag", "example.test/dkw-base:1", "example.test/dkw/app:1")
+        labelled_within(moby, "example.test/dkw/app:1", namespace="moby")
+        assert process.proc.poll() is None
+    finally:
+        process.proc.kill()
+        process.proc.wait()
+    # One-shot sync covers the same daemons: the same kind of image, tagged with no watcher.
+    docker.docker("tag", "example.test/dkw-base:1", "example.test/dkw/two:1")
+    once = subprocess.run([sys.executable, "-m", "pinctl", "sync"], capture_output=True, text=True,
+                          env={**os.environ, **env, "CONTAINERD_ADDRESS": containerd16.address,
+                               "PINCTL_CONFIG": str(config)})
+    assert once.returncode == 0, once.stderr
+    labelled_within(moby, "example.test/dkw/two:1", timeout=0.1, namespace="moby")
+
+
+def test_reloads_leave_no_connection_behind(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess]) -> None:
+    proc = watch('pinned_images = ["example.test/keep/*"]\n')
+    fds = Path(f"/proc/{proc.proc.pid}/fd")
+
+    def reload(times: int) -> int:
+        before = sum(line["msg"] == "full sync" for line in proc.lines())
+        for _ in range(times):
+            proc.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.02)
+        proc.wait_log("full sync", before + 1)
+        time.sleep(0.5)  # let the last session settle
+        return len(list(fds.iterdir()))
+
+    settled = reload(10)
+    assert reload(100) <= settled + 2, proc.log_path.read_text()[-2000:]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from pinctl.errors import UnknownNamespace
 from pinctl import writes
@@ -25,6 +25,7 @@ class FakeStore:
         self.fail_names: set[str] = set()
         self._sandbox = sandbox
         self.runtime_version = "1.7.24"
+        self.closed = 0
 
     def add(self, namespace: str, name: str, image_seed: str, labels: Optional[dict[str, str]] = None) -> None:
         target = Descriptor(MANIFEST, digest("m" + image_seed), 500)
@@ -44,6 +45,19 @@ class FakeStore:
 
     def list_images(self, namespace: str) -> list[StoredImage]:
         return list(self.records.get(namespace, {}).values())
+
+    def get_images(self, namespace: str, names: Sequence[str]) -> list[StoredImage]:
+        found = self.records.get(namespace, {})
+        return [found[name] for name in names if name in found]
+
+    def config_labels(self, namespace: str, config_digests: Iterable[str]) -> dict[str, dict[str, str]]:
+        return {digest: {} for digest in config_digests}
+
+    def subscribe_images(self) -> NoEvents:
+        return NoEvents()
+
+    def close(self) -> None:
+        self.closed += 1
 
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
         return {t: ResolvedTarget(self.ids[t], 1234) for t in targets}
@@ -70,3 +84,13 @@ class FakeStore:
 
     def sandbox_image(self) -> Optional[str]:
         return self._sandbox
+
+
+class NoEvents:
+    """An event stream with nothing in it (the watcher is tested against real containerd)."""
+
+    def cancel(self) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[tuple[str, str, str, dict[str, str]]]:
+        return iter(())

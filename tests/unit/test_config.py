@@ -1103,7 +1103,7 @@ def test_lint_names_each_location_once(tmp_path: pathlib.Path) -> None:
     main = tmp_path / "config.toml"
     write(main, 'pinned_images = [\n  "a.example/*/b",\n  "registry.example/*",\n  "registry.example/x:1",\n]\n')
     out = io.StringIO()
-    output.print_problems(lint.lint(load(main), None), "table", out)
+    output.print_problems(lint.lint(load(main).patterns, None), "table", out)
     assert out.getvalue().splitlines() == [
         f"{main}:2: invalid: pattern 'a.example/*/b' has a * that is not at the end "
         "(a * may only end a prefix (registry.example/team/*) or surround a keyword (*app*))",

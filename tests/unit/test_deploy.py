@@ -509,7 +509,7 @@ def check_config(text: str, tmp_path: pathlib.Path) -> None:
     assert cfg.get("pattern_dialect") in config.DIALECTS
     assert cfg.patterns, "a policy with no patterns pins nothing"
     assert compile_policy(cfg.patterns)
-    problems = lint.lint(cfg, None)
+    problems = lint.lint(cfg.patterns, None)
     assert not problems, [p.message for p in problems]
 
 

@@ -1,4 +1,4 @@
-"""Engine backends: one module per engine behind the ImageStore protocol.
+"""Engine backends: one module per engine, behind the protocols below.
 
 Modules here import their heavy dependencies (grpc, protobuf, docker) when first used,
 so that `pinctl --help` never pays for them.
@@ -6,13 +6,16 @@ so that `pinctl --help` never pays for them.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Protocol, Sequence
+from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
 from pinctl.model import LabelChange, ResolvedTarget, StoredImage, WriteOutcome
 
+# (namespace, topic, image name, labels) of one image event.
+ImageEvent = tuple[str, str, str, dict[str, str]]
 
-class ImageStore(Protocol):
-    """What the service layer needs from an engine that keeps labelled image records."""
+
+class ImageRecords(Protocol):
+    """Reading an engine that keeps image records in namespaces."""
 
     address: str
 
@@ -22,17 +25,52 @@ class ImageStore(Protocol):
     def namespaces(self) -> list[str]:
         """Every namespace the engine has."""
 
+    def require_namespaces(self, wanted: Sequence[str]) -> None:
+        """Raise UnknownNamespace for the first of wanted that does not exist."""
+
     def list_images(self, namespace: str) -> list[StoredImage]:
         """Every image record in a namespace."""
+
+    def get_images(self, namespace: str, names: Sequence[str]) -> list[StoredImage]:
+        """The named records as they are now; those gone are left out."""
 
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
         """Image ID and size for each target digest, read from the manifests."""
 
+    def config_labels(self, namespace: str, config_digests: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The labels in each image config (what `docker inspect` shows as Config.Labels)."""
+
+    def sandbox_image(self) -> Optional[str]:
+        """The image the runtime keeps for pod sandboxes, when its config can be read."""
+
+    def close(self) -> None:
+        """Release the connection; the next call opens a new one."""
+
+
+class LabelWriter(Protocol):
     def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
         """Set (value) or remove (None) the named labels on many images, touching no other label.
 
         Each change applies only to the record as planned (pinctl.writes): one outcome per change.
         """
 
-    def sandbox_image(self) -> Optional[str]:
-        """The image the runtime keeps for pod sandboxes, when its config can be read."""
+
+class ImageEventStream(Protocol):
+    def cancel(self) -> None:
+        """End the stream; iteration then stops."""
+
+    def __iter__(self) -> Iterator[ImageEvent]:
+        """Events until cancelled; a lost engine raises EngineError."""
+
+
+class EventSource(Protocol):
+    def subscribe_images(self) -> ImageEventStream:
+        """A live stream of image record changes in every namespace."""
+
+
+class ImageStore(ImageRecords, LabelWriter, Protocol):
+    """Records that can be read and labelled: what pin, unpin, sync and ls need."""
+
+
+class FollowableStore(ImageStore, EventSource, Protocol):
+    """A store whose changes can be followed as they happen: what sync --watch needs."""

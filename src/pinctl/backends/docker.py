@@ -66,8 +66,10 @@ class DockerEngine:
         except (docker.errors.DockerException, requests.RequestException) as err:
             raise self._fail(err) from None
 
-    def version(self) -> str:
-        return str(self._call("version").get("Version", ""))
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def image_store(self) -> ImageStoreKind:
         info = self._call("info")

@@ -12,7 +12,7 @@ from pinctl.model import ImageRow, Reason
 from pinctl.service.namespaces import CRI_NAMESPACE
 
 if TYPE_CHECKING:
-    from pinctl.backends.cri import CriImage, CriRuntime, RuntimeVersion
+    from pinctl.backends.cri import CriImage, RuntimeVersion
 
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
@@ -63,8 +63,18 @@ def check(
     return CheckResult(endpoint, runtime, sorted(items, key=lambda i: (i.refs[:1], i.image_id)))
 
 
+class RuntimeImages(Protocol):
+    """What check asks of a CRI runtime (CriRuntime; a fake in unit tests)."""
+
+    endpoint: str
+
+    def list_images(self) -> list[CriImage]: ...
+
+    def image_status(self, ref: str) -> Optional[CriImage]: ...
+
+
 def check_runtime(
-    rows: Sequence[ImageRow], runtime: CriRuntime, version: RuntimeVersion, refs: Sequence[str] = ()
+    rows: Sequence[ImageRow], runtime: RuntimeImages, version: RuntimeVersion, refs: Sequence[str] = ()
 ) -> CheckResult:
     """Every image the runtime lists or, given refs, those asked one by one with ImageStatus."""
     if not refs:

@@ -9,9 +9,9 @@ from pinctl.errors import PinctlError
 from pinctl.service.policy import Policy, compile_collecting
 
 if TYPE_CHECKING:
-    from pinctl.config import Config
+    from pinctl.config import PatternEntry
     from pinctl.patterns import Pattern
-    from pinctl.service.sources import Sources
+    from pinctl.service.sources import Node
 
 # Names a problem's message quotes at most, so one line stays one line.
 EXAMPLES = 2
@@ -28,13 +28,13 @@ class Problem:
         return {"kind": self.kind, "pattern": self.pattern, "source": self.source, "message": self.message}
 
 
-def lint(cfg: Config, sources: Optional[Callable[[], Sources]]) -> list[Problem]:
+def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]]) -> list[Problem]:
     """Check the patterns themselves and, given a way to reach the engines, against the images present."""
-    policy, invalid = compile_collecting(cfg.patterns)
+    policy, invalid = compile_collecting(entries)
     problems = [Problem("invalid", entry.text, entry.source, str(err)) for entry, err in invalid]
     problems += shadowed(policy.patterns)
-    if sources is not None:
-        problems += _against_images(policy, sources)
+    if open_node is not None:
+        problems += _against_images(policy, open_node)
     return problems
 
 
@@ -53,11 +53,13 @@ def shadowed(patterns: Sequence[Pattern]) -> list[Problem]:
     return problems
 
 
-def _against_images(policy: Policy, sources: Callable[[], Sources]) -> list[Problem]:
-    from pinctl.service.sources import list_rows
-
+def _against_images(policy: Policy, open_node: Callable[[], Node]) -> list[Problem]:
     try:
-        rows = list_rows(sources(), Policy(), []).rows
+        node = open_node()
+        try:
+            rows = node.rows(Policy(), []).rows
+        finally:
+            node.close()
         names = {n for row in rows for n in (row.ref, row.image_id) if n}
     except PinctlError as err:
         return [Problem("engine", "", "", f"cannot check the patterns against images: {err}")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from pinctl import labels as pin_labels
 from pinctl import refs, writes
@@ -26,10 +26,11 @@ from pinctl.service.policy import Policy, could_match_an_id, coverage, sync_targ
 
 if TYPE_CHECKING:
     from pinctl.patterns import Pattern
-    from pinctl.service.docker import DockerView
 
     # What one command-line argument asks for: a reference or ID, or a pattern.
     Wanted = Union[refs.Selector, Pattern]
+    # Why an argument names an image no view can label (Docker's classic store), or None.
+    Refusal = Callable[[refs.Selector], Optional[str]]
 
 UNPIN = "unpin"
 SYNC = "sync"
@@ -135,9 +136,10 @@ def make_plan(
     command: str,
     args: Sequence[str],
     dialect: str = "pinctl",
-    docker: Optional[DockerView] = None,
+    refusal: Optional[Refusal] = None,
 ) -> Plan:
-    """Every argument is parsed first, so a malformed one changes nothing (UsageError)."""
+    """Every argument is parsed first, so a malformed one changes nothing (UsageError).
+    refusal says why an argument found in no view names an image that cannot be labelled."""
     from pinctl import patterns
 
     parsed: list[Wanted] = [
@@ -147,7 +149,7 @@ def make_plan(
     plan = Plan(command)
     seen: set[tuple[str, str]] = set()
     for arg, what in zip(args, parsed):
-        _plan_argument(plan, arg, what, views, seen, docker)
+        _plan_argument(plan, arg, what, views, seen, refusal)
     return plan
 
 
@@ -157,7 +159,7 @@ def _plan_argument(
     what: Wanted,
     views: Sequence[NamespaceView],
     seen: set[tuple[str, str]],
-    docker: Optional[DockerView] = None,
+    refusal: Optional[Refusal] = None,
 ) -> None:
     found = False
     for view in views:
@@ -174,8 +176,8 @@ def _plan_argument(
         found = found or bool(targets)
     if found:
         return
-    refusal = docker.classic_refusal(what) if docker is not None and isinstance(what, refs.Selector) else None
-    error = refusal or str(_not_found(arg, what, views))
+    refused = refusal(what) if refusal is not None and isinstance(what, refs.Selector) else None
+    error = refused or str(_not_found(arg, what, views))
     plan.settled.append(ItemResult("", arg, "failed", error))
 
 

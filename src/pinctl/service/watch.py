@@ -20,12 +20,12 @@ from pinctl import labels as pin_labels
 from pinctl.display import visible
 from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.model import CHANGED_UNDER_US, MANAGED_LABEL, MANAGED_VALUE, ItemResult
-from pinctl.service import namespaces as ns_select
 from pinctl.service import pinning
 
 if TYPE_CHECKING:
-    from pinctl.backends.containerd import ContainerdStore, ImageEvents
+    from pinctl.backends import ImageEventStream
     from pinctl.service.policy import Policy
+    from pinctl.service.sources import Followed, Node
 
 CHANGING_TOPICS = ("/images/create", "/images/update")
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
@@ -34,6 +34,8 @@ BATCH_MAX = 512
 # Signals cancel the stream, which wakes the loop at once; this timeout is only a safety net.
 POLL_SECONDS = 5.0
 Event = tuple[str, str, str, dict[str, str]]
+# An event and the position of the followed source (in Node.followed()) it came from.
+SourcedEvent = tuple[int, Event]
 
 
 class Log:
@@ -58,11 +60,12 @@ class Log:
 
 @dataclass
 class Settings:
-    """What a (re)load of the configuration gives the watcher."""
+    """What a (re)load of the configuration gives the watcher: a way to open the node (every
+    session opens it afresh and closes it after, so a reload leaves no connection behind)."""
 
-    store: ContainerdStore
+    open_node: Callable[[], Node]
     policy: Policy
-    requested_namespaces: list[str]
+    address: str
 
 
 class Watcher:
@@ -73,7 +76,7 @@ class Watcher:
         self.settings = load()
         self._stop = threading.Event()
         self._reload = threading.Event()
-        self._stream: Optional[ImageEvents] = None
+        self._streams: list[ImageEventStream] = []
         self._delay = BACKOFF_FIRST
 
     # -- signals ----------------------------------------------------------------------------
@@ -92,13 +95,13 @@ class Watcher:
         self._interrupt()
 
     def _interrupt(self) -> None:
-        if self._stream is not None:
-            self._stream.cancel()
+        for stream in list(self._streams):
+            stream.cancel()
 
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        self.log("info", "watching", address=self.settings.store.address, patterns=len(self.settings.policy.patterns))
+        self.log("info", "watching", address=self.settings.address, patterns=len(self.settings.policy.patterns))
         while not self._stop.is_set():
             try:
                 self._reload_if_asked()
@@ -121,22 +124,28 @@ class Watcher:
     def _session(self) -> None:
         """Subscribe first, then sync everything, then follow the events: nothing falls between.
 
-        A reader thread drains the stream into a queue, so a burst is handled in batches whose
-        reads and writes overlap, instead of one round trip after another.
+        Every source with an event stream (pinctl's containerd, Docker's own) is followed; a
+        reader thread per stream drains it into one queue, so a burst is handled in batches
+        whose reads and writes overlap, instead of one round trip after another.
         """
-        stream = self._stream = self.settings.store.subscribe_images()
-        events: queue.Queue[Optional[Event] | PinctlError] = queue.Queue()
-        reader = threading.Thread(target=_read_into, args=(stream, events), daemon=True)
-        reader.start()
+        node = self.settings.open_node()
+        events: queue.Queue[Optional[SourcedEvent] | PinctlError] = queue.Queue()
         try:
-            namespaces = self._full_sync()
+            followed = node.followed()
+            self._streams = [item.store.subscribe_images() for item in followed]
+            for index, stream in enumerate(self._streams):
+                threading.Thread(target=_read_into, args=(index, stream, events), daemon=True).start()
+            self._full_sync(node)
             self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
             while not (self._stop.is_set() or self._reload.is_set()):
                 batch = _next_batch(events)
-                self._sync_batch([e for e in batch if e[1] in CHANGING_TOPICS and self._watched(e[0], namespaces)])
+                self._sync_batch(followed, [e for e in batch if e[1][1] in CHANGING_TOPICS
+                                            and followed[e[0]].watches(e[1][0])])
         finally:
-            stream.cancel()
-            self._stream = None
+            for stream in self._streams:
+                stream.cancel()
+            self._streams = []
+            node.close()
 
     def _reload_if_asked(self) -> None:
         if not self._reload.is_set():
@@ -149,32 +158,25 @@ class Watcher:
             return
         self.log("info", "config reloaded", patterns=len(self.settings.policy.patterns))
 
-    def _watched(self, namespace: str, present: list[str]) -> bool:
-        requested = self.settings.requested_namespaces
-        if ns_select.ALL in requested:
-            return True
-        return namespace in (requested or ns_select.DEFAULT_NAMESPACES) or namespace in present
-
-    def _full_sync(self) -> list[str]:
-        s = self.settings
-        namespaces = ns_select.select_namespaces(s.store, s.requested_namespaces)
-        plan = pinning.make_sync_plan([pinning.NamespaceView(s.store, ns) for ns in namespaces], s.policy, self.prune)
+    def _full_sync(self, node: Node) -> None:
+        views = node.views()
+        plan = pinning.make_sync_plan(views, self.settings.policy, self.prune)
         results = pinning.apply_plan(plan, dry_run=False)
         self._report(results)
         changed = sum(r.action in ("pinned", "pruned") for r in results)
-        self.log("info", "full sync", namespaces=",".join(namespaces) or "-", changed=changed, covered=len(results))
-        return namespaces
+        namespaces = ",".join(dict.fromkeys(view.namespace for view in views)) or "-"
+        self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results))
 
-    def _sync_batch(self, batch: list[Event]) -> None:
-        s = self.settings
-        by_namespace: dict[str, dict[str, dict[str, str]]] = {}
-        for namespace, _, name, labels in batch:
-            by_namespace.setdefault(namespace, {})[name] = labels  # the latest event of a name wins
-        for namespace, latest in by_namespace.items():
-            names = [n for n, labels in latest.items() if self._may_need_change(n, labels)]
+    def _sync_batch(self, followed: list[Followed], batch: list[SourcedEvent]) -> None:
+        latest: dict[tuple[int, str], dict[str, dict[str, str]]] = {}
+        for index, (namespace, _, name, labels) in batch:
+            latest.setdefault((index, namespace), {})[name] = labels  # the latest event of a name wins
+        for (index, namespace), by_name in latest.items():
+            store = followed[index].store
+            names = [n for n, labels in by_name.items() if self._may_need_change(n, labels)]
             if names:
-                records = s.store.get_images(namespace, names)
-                plan = pinning.make_batch_sync_plan(s.store, namespace, records, s.policy, self.prune)
+                records = store.get_images(namespace, names)
+                plan = pinning.make_batch_sync_plan(store, namespace, records, self.settings.policy, self.prune)
                 self._report(pinning.apply_plan(plan, dry_run=False))
 
     def _may_need_change(self, name: str, labels: dict[str, str]) -> bool:
@@ -199,19 +201,19 @@ class Watcher:
                 self.log("error", "failed", namespace=r.namespace, ref=r.ref, error=r.error or "")
 
 
-def _read_into(stream: ImageEvents, events: queue.Queue[Optional[Event] | PinctlError]) -> None:
+def _read_into(index: int, stream: ImageEventStream, events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> None:
     """Runs in a thread: every event, then None when the stream ends, or the error that ended it."""
     try:
         for event in stream:
-            events.put(event)
+            events.put((index, event))
         events.put(None)
     except PinctlError as err:
         events.put(err)
 
 
-def _next_batch(events: queue.Queue[Optional[Event] | PinctlError]) -> list[Event]:
+def _next_batch(events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> list[SourcedEvent]:
     """Wait briefly for one event, then take whatever else is already queued."""
-    batch: list[Event] = []
+    batch: list[SourcedEvent] = []
     try:
         item = events.get(timeout=POLL_SECONDS)
         while True:

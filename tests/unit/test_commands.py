@@ -1,0 +1,137 @@
+"""The service functions behind each command, in-process over the fake store: what they return
+and the exit code it carries. Engine behaviour is tested against real engines elsewhere."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+
+from pinctl.backends.cri import CriImage, RuntimeVersion
+from pinctl.config import PatternEntry
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
+from pinctl.model import PIN_LABEL
+from pinctl.service import commands
+from pinctl.service.policy import Policy, compile_policy
+from pinctl.service.sources import ContainerdSource, Node
+
+from .fakes import FakeStore, digest
+
+PIN = {PIN_LABEL: "pinned"}
+RUNTIME = RuntimeVersion("containerd", "1.7.24", "v1")
+
+
+def node_of(store: FakeStore, *namespaces: str) -> Node:
+    return Node([ContainerdSource(store, list(namespaces or ["k8s.io"]))])
+
+
+def store_with_images() -> FakeStore:
+    store = FakeStore()
+    store.add("k8s.io", "example.test/app:1", "a", PIN)
+    store.add("k8s.io", "example.test/bee:1", "b")
+    store.add("k8s.io", "sha256:" + "b" * 64, "b")
+    return store
+
+
+def policy_of(*patterns: str) -> Policy:
+    return compile_policy([PatternEntry(p, "test", "pinctl") for p in patterns])
+
+
+def test_ls_filters_and_names_need_no_manifests() -> None:
+    store = store_with_images()
+    node = node_of(store)
+    pinned = commands.ls(node, Policy(), [], commands.LsQuery(pinned=True))
+    assert [row.ref for row in pinned.rows] == ["example.test/app:1"]
+    assert commands.ls_names(node) == ["example.test/app:1", "example.test/bee:1", "sha256:" + "b" * 64]
+    assert commands.LsQuery().names_only_will_do and not commands.LsQuery(drift=True).names_only_will_do
+
+
+def test_change_reports_every_item_and_its_exit_code() -> None:
+    store = store_with_images()
+    store.fail_names.add("example.test/bee:1")
+    report = commands.change(node_of(store), "pin", ["example.test/app:1", "example.test/bee:1"], "pinctl", False)
+    assert {r.ref: r.action for r in report.results} == {
+        "example.test/app:1": "already-pinned", "example.test/bee:1": "failed"}
+    assert (report.status, report.exit_code) == ("partial", EXIT_PARTIAL)
+    only_failures = commands.change(node_of(store), "pin", ["example.test/bee:1"], "pinctl", False)
+    assert only_failures.exit_code == EXIT_ERROR
+
+
+def test_sync_refuses_an_empty_policy_prune_unless_told() -> None:
+    store = store_with_images()
+    with pytest.raises(UsageError, match="--allow-empty-policy"):
+        commands.sync(node_of(store), Policy(), prune=True, dry_run=False, allow_empty_policy=False, files=["x.toml"])
+    report = commands.sync(node_of(store), Policy(), prune=True, dry_run=True, allow_empty_policy=True, files=[])
+    assert report.exit_code == EXIT_OK
+
+
+def test_sync_labels_what_the_policy_covers() -> None:
+    store = store_with_images()
+    report = commands.sync(node_of(store), policy_of("example.test/bee:*"), False, False, False, [])
+    assert [(r.ref, r.action) for r in report.results] == [("example.test/bee:1", "pinned")]
+    assert store.writes == [("k8s.io", "example.test/bee:1", "pinned")]
+
+
+class FakeRuntime:
+    """A CRI runtime whose answer changes after a number of asks, as one catching up does."""
+
+    endpoint = "unix:///fake/cri.sock"
+
+    def __init__(self, pinned_after: int) -> None:
+        self.asked = 0
+        self.pinned_after = pinned_after
+
+    def list_images(self) -> list[CriImage]:
+        self.asked += 1
+        return [CriImage(digest("a"), ("example.test/app:1",), (), 1, self.asked > self.pinned_after)]
+
+    def image_status(self, ref: str) -> Optional[CriImage]:
+        return None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.time = 0.0
+
+    def now(self) -> float:
+        return self.time
+
+    def sleep(self, seconds: float) -> None:
+        self.time += seconds
+
+
+def test_check_waits_until_the_runtime_catches_up() -> None:
+    node = node_of(store_with_images())
+    runtime = FakeRuntime(pinned_after=2)
+    heard: list[float] = []
+    report = commands.check(node, Policy(), [], runtime, RUNTIME, [], 10, lambda _r, left: heard.append(left),
+                            FakeClock())
+    assert report.exit_code == EXIT_OK and runtime.asked == 3
+    assert report.waited == 2.0 and heard == [10.0, 9.0]
+
+
+def test_check_without_wait_reports_at_once() -> None:
+    report = commands.check(node_of(store_with_images()), Policy(), [], FakeRuntime(5), RUNTIME, [], 0,
+                            lambda *_: None, FakeClock())
+    assert report.exit_code == EXIT_ERROR and report.waited is None
+
+
+def test_export_expands_over_names_not_ids() -> None:
+    store = store_with_images()
+    result = commands.export("containerd", policy_of("example.test/*"), [], node_of(store))
+    assert "example.test/bee:1" in result.text and "sha256:" not in result.text
+
+
+def test_lint_report_exit_code() -> None:
+    assert commands.lint([PatternEntry("example.test/app:1", "test", "pinctl")], None).exit_code == EXIT_OK
+    bad = commands.lint([PatternEntry("*", "test", "pinctl")], None)
+    assert bad.exit_code == EXIT_ERROR and bad.problems[0].kind == "invalid"
+
+
+def test_namespaces_marks_the_defaults_and_the_node_closes_its_stores() -> None:
+    store = store_with_images()
+    store.add("other", "example.test/x:1", "x")
+    node = node_of(store)
+    assert commands.namespaces(node) == [("k8s.io", True), ("other", False)]
+    node.close()
+    assert store.closed == 1
