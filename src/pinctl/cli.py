@@ -242,13 +242,13 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
         # Names alone need no manifest reads: what shell completion calls must be quick.
         output.print_names([ref for _namespace, ref in sources.list_names(open_sources(cfg))])
         return EXIT_OK
-    result = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels"))
+    result = sources.list_rows(open_sources(cfg), policy, list(cfg.settings.docker_pinned_image_labels))
     if cri:
         from pinctl.service.check import annotate_cri
 
         runtime, _version = sources.open_runtime(cfg, output.warn)
         annotate_cri(result.rows, runtime.list_images())
-    rows = listing.filter_rows(result.rows, filters, pinned, drift, cfg.get("pattern_dialect"))
+    rows = listing.filter_rows(result.rows, filters, pinned, drift, cfg.settings.pattern_dialect)
     output.print_images(rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)
     return EXIT_OK
 
@@ -292,7 +292,7 @@ def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: 
 
     cfg = load_config(ctx)
     found = open_sources(cfg)
-    plan = pinning.make_plan(sources.views(found), command, args, cfg.get("pattern_dialect"), found.docker)
+    plan = pinning.make_plan(sources.views(found), command, args, cfg.settings.pattern_dialect, found.docker)
     return _apply(command, plan, dry_run, fmt, quiet)
 
 
@@ -350,8 +350,8 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
 
     def load() -> watch.Settings:
         cfg = load_config(ctx)
-        store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"))
-        return watch.Settings(store, load_policy(cfg), cfg.get("namespaces"))
+        store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout)
+        return watch.Settings(store, load_policy(cfg), list(cfg.settings.namespaces))
 
     watcher = watch.Watcher(load, watch.Log(log_format), prune)
     watcher.install_signal_handlers()
@@ -384,7 +384,7 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str
     runtime, version = sources.open_runtime(cfg, output.warn)
 
     def read() -> check.CheckResult:
-        rows = sources.list_rows(open_sources(cfg), policy, cfg.get("docker_pinned_image_labels")).rows
+        rows = sources.list_rows(open_sources(cfg), policy, list(cfg.settings.docker_pinned_image_labels)).rows
         return check.check_runtime(rows, runtime, version, refs)
 
     with output.check_progress(active=wait > 0) as progress:
@@ -403,7 +403,7 @@ def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
     from pinctl.service.namespaces import DEFAULT_NAMESPACES
 
     cfg = load_config(ctx)
-    store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"))
+    store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout)
     for name in store.namespaces():
         click.echo(name if quiet or name not in DEFAULT_NAMESPACES else f"{name}\t(default)")
     return EXIT_OK
@@ -490,7 +490,7 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
     if not offline:
         rows = sources.list_rows(open_sources(cfg), policy, []).rows
         present = [row.ref for row in rows if not row.ref.startswith("sha256:")]
-    result = export.export(target, policy, present, cfg.get("docker_pinned_image_labels"))
+    result = export.export(target, policy, present, cfg.settings.docker_pinned_image_labels)
     click.echo(result.text, nl=False)
     for note in result.notes:
         output.warn(note)

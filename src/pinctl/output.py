@@ -24,6 +24,7 @@ from pinctl.display import exact, visible
 from pinctl.model import ImageRow, ItemResult, Reason
 
 if TYPE_CHECKING:
+    from pinctl.config import Config
     from pinctl.service.check import CheckResult
 
 RESULT_VERSION = 1
@@ -389,9 +390,9 @@ def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: Tex
         out.write("   ".join(padded).rstrip() + "\n")
 
 
-def print_config(cfg: Any, fmt: str, out: TextIO = sys.stdout) -> None:
+def print_config(cfg: Config, fmt: str, out: TextIO = sys.stdout) -> None:
     """The effective configuration: every key with its value and source, then every pattern."""
-    values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.values.items())}
+    values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.shown().items())}
     patterns = [{"pattern": p.text, "dialect": p.dialect, "source": p.source} for p in cfg.patterns]
     if fmt == "json":
         out.write(envelope(config=values, pinned_images=patterns, files=list(cfg.files)) + "\n")
@@ -411,7 +412,7 @@ def print_config(cfg: Any, fmt: str, out: TextIO = sys.stdout) -> None:
 def _config_text(value: Any) -> str:
     if value is None:
         return "(unset)"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value)) or "(none)"
     return str(value)
 

@@ -35,15 +35,15 @@ def open_sources(cfg: Config, warn: Callable[[str], None]) -> Sources:
     Docker is read when it answers (or was named) and the namespaces asked for include its own."""
     from pinctl.backends.containerd import ContainerdStore
 
-    store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"), cfg.get("containerd_config"))
+    store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout, cfg.settings.containerd_config)
     docker = _docker(cfg)
     try:
-        selected = ns_select.select_namespaces(store, cfg.get("namespaces"))
+        selected = ns_select.select_namespaces(store, cfg.settings.namespaces)
     except EngineUnreachable:
-        if docker is None or cfg.values["containerd_address"].source != "default":
+        if docker is None or not cfg.defaulted("containerd_address"):
             raise
         return Sources(None, [], docker, _docker_containerd(cfg, None, docker, []))
-    if not selected and not cfg.get("namespaces") and docker is None:
+    if not selected and not cfg.settings.namespaces and docker is None:
         warn(f"no k8s.io or moby namespace in containerd at {store.address}; pick one with -n NS or -n all")
     return Sources(store, selected, docker, _docker_containerd(cfg, store, docker, selected))
 
@@ -52,12 +52,12 @@ def _docker(cfg: Config) -> Optional[DockerView]:
     from pinctl.backends.docker import DockerEngine
     from pinctl.service.docker import DockerView
 
-    requested = cfg.get("namespaces")
+    requested = cfg.settings.namespaces
     if requested and not {ns_select.DOCKER_NAMESPACE, ns_select.ALL} & set(requested):
         return None
-    host = cfg.get("docker_host")
+    host = cfg.settings.docker_host
     try:
-        return DockerView.read(DockerEngine(host, cfg.get("timeout")), ns_select.DOCKER_NAMESPACE)
+        return DockerView.read(DockerEngine(host, cfg.settings.timeout), ns_select.DOCKER_NAMESPACE)
     except EngineUnreachable:
         if host is not None:
             raise
@@ -75,7 +75,7 @@ def _docker_containerd(
 
     if docker is None or not docker.store.containerd:
         return None
-    address = cfg.get("docker_containerd_address")
+    address = cfg.settings.docker_containerd_address
     if address is None:
         if docker.namespace in selected:
             return None
@@ -84,7 +84,7 @@ def _docker_containerd(
         address = DOCKER_MANAGED_CONTAINERD
     if store is not None and os.path.realpath(address) == os.path.realpath(store.address):
         return None
-    return ContainerdStore(address, cfg.get("timeout"), None)
+    return ContainerdStore(address, cfg.settings.timeout, None)
 
 
 def list_rows(sources: Sources, policy: Policy, label_rules: list[str]) -> Listing:
@@ -125,12 +125,11 @@ def open_runtime(cfg: Config, warn: Callable[[str], None]) -> tuple[CriRuntime, 
     containerd pinctl was pointed at and the usual sockets."""
     from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 
-    endpoint = cfg.get("runtime_endpoint")
+    endpoint = cfg.settings.runtime_endpoint
     if endpoint is None:
-        chosen = cfg.values["containerd_address"]
-        first = [f"unix://{chosen.value}"] if chosen.source != "default" else []
-        return discover(list(dict.fromkeys(first + list(KNOWN_ENDPOINTS))), cfg.get("timeout"), warn)
-    runtime = CriRuntime(endpoint, cfg.get("timeout"))
+        first = [] if cfg.defaulted("containerd_address") else [f"unix://{cfg.settings.containerd_address}"]
+        return discover(list(dict.fromkeys(first + list(KNOWN_ENDPOINTS))), cfg.settings.timeout, warn)
+    runtime = CriRuntime(endpoint, cfg.settings.timeout)
     return runtime, runtime.version()
 
 
