@@ -54,18 +54,13 @@ def _is_label(item: str) -> bool:
 class Settings:
     """Every setting, typed, as loaded: the defaults here, then files, environment and flags.
 
+    The order here is the order everywhere: of the options in --help, of the keys in
+    pinctl.conf(5) and in README.
+
     pinned_images holds the pattern texts of pinctl's own sources; the policy itself, with where
     each pattern came from and CRI-O's patterns, is Config.patterns.
     """
 
-    pinned_images: tuple[str, ...] = setting(
-        (), help="Patterns of images to keep pinned; every source adds to them.", example=("registry.example/team/*",),
-        env="PINCTL_PINNED_IMAGES", flag="--pinned-image", metavar="PATTERN", env_split=True,
-        flag_help="Add a pinned-image pattern (exact, glob 'repo/*' or keyword '*word*'); repeatable.")
-    pattern_dialect: Dialect = setting(
-        "pinctl", help="How pinned_images patterns are read: pinctl's or CRI-O's.", example="crio",
-        env="PINCTL_PATTERN_DIALECT", flag="--pattern-dialect",
-        flag_help="How patterns match: pinctl (strict) or crio (exactly as CRI-O).")
     namespaces: tuple[str, ...] = setting(
         (), help="containerd namespaces to work in; empty means the command's defaults.", example=("k8s.io",),
         env="CONTAINERD_NAMESPACE", flag="--namespace", short="-n", metavar="NS",
@@ -74,14 +69,14 @@ class Settings:
     containerd_address: str = setting(
         "/run/containerd/containerd.sock", help="containerd's socket.", example="/run/containerd/containerd.sock",
         env="CONTAINERD_ADDRESS", flag="--address", short="-a", metavar="SOCKET", flag_help="containerd socket.")
-    containerd_config: Optional[str] = setting(
-        None, help="containerd config to read the CRI sandbox image from.", example="/etc/containerd/config.toml",
-        env="PINCTL_CONTAINERD_CONFIG", flag="--containerd-config", metavar="PATH",
-        default_text="`/etc/containerd/config.toml` when readable")
     # A day at most: a far larger deadline overflows gRPC's and fails every call.
     timeout: float = setting(
         2.0, help="Seconds to wait for each call to the engine.", example=5.0, flag="--timeout", metavar="SECONDS",
         flag_help="Deadline in seconds for each call to the engine.", bounds=(0.05, 86400.0))
+    containerd_config: Optional[str] = setting(
+        None, help="containerd config to read the CRI sandbox image from.", example="/etc/containerd/config.toml",
+        env="PINCTL_CONTAINERD_CONFIG", flag="--containerd-config", metavar="PATH",
+        default_text="`/etc/containerd/config.toml` when readable")
     docker_host: Optional[str] = setting(
         None, help="Docker daemon to talk to, as in DOCKER_HOST.", example="unix:///run/docker.sock",
         env="DOCKER_HOST", flag="--docker-host", metavar="HOST", flag_help="Docker daemon, as in DOCKER_HOST.",
@@ -95,6 +90,14 @@ class Settings:
         None, help="CRI runtime endpoint to talk to.", example="unix:///run/containerd/containerd.sock",
         env="CONTAINER_RUNTIME_ENDPOINT", flag="--runtime-endpoint", short="-r", metavar="ENDPOINT",
         flag_help="CRI runtime socket (ls --cri, check).", default_text="the first usual socket that answers")
+    pinned_images: tuple[str, ...] = setting(
+        (), help="Patterns of images to keep pinned; every source adds to them.", example=("registry.example/team/*",),
+        env="PINCTL_PINNED_IMAGES", flag="--pinned-image", metavar="PATTERN", env_split=True,
+        flag_help="Add a pinned-image pattern (exact, glob 'repo/*' or keyword '*word*'); repeatable.")
+    pattern_dialect: Dialect = setting(
+        "pinctl", help="How pinned_images patterns are read: pinctl's or CRI-O's.", example="crio",
+        env="PINCTL_PATTERN_DIALECT", flag="--pattern-dialect",
+        flag_help="How patterns match: pinctl (strict) or crio (exactly as CRI-O).")
     docker_pinned_image_labels: tuple[str, ...] = setting(
         (), help='Docker labels ("key=value" or "key") that pin an image.', example=("team.example/keep=true",),
         item_check=_is_label, item_form='"key=value" or "key"')

@@ -446,7 +446,7 @@ def test_unknown_key_without_a_close_match_lists_the_keys(tmp_path: pathlib.Path
     main = tmp_path / "config.toml"
     write(main, "colour = 'blue'\n")
     message = config_error(main=main)
-    assert message.startswith(f"{main}:1: unknown key 'colour' (valid keys: pinned_images, ")
+    assert message.startswith(f"{main}:1: unknown key 'colour' (valid keys: namespaces, ")
     assert "docker_pinned_image_labels" in message
 
 
