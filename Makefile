@@ -22,7 +22,7 @@ MAN5 = $(wildcard man/*.5)
 
 all: check
 
-# Rewrite every generated file (protobuf stubs, completions, man pages, docs/cli.md).
+# Rewrite every generated file (protobuf stubs, completions, man pages, docs/cli.md, README's tables).
 generate:
 	$(PYTHON) tools/generate.py
 

@@ -6,7 +6,8 @@ With --out the files are written below DIR instead of the repository (the drift 
 compares that copy with the committed one). --check exits 1 and names the stale files.
 
 Generated: the protobuf stubs; the shell completions (completions/, exactly what
-`pinctl completion SHELL` prints); the man pages (man/); the CLI reference (docs/cli.md).
+`pinctl completion SHELL` prints); the man pages (man/); the CLI reference (docs/cli.md);
+README's tables of common options and config keys (between their marker lines).
 completions/ and man/ hold generated files only, so a file there that is no longer
 generated is stale too, and removed when writing.
 """
@@ -30,6 +31,7 @@ COMPLETION_FILES = {"bash": Path("completions/bash/pinctl"), "zsh": Path("comple
                     "fish": Path("completions/fish/pinctl.fish")}
 MAN_DIR = Path("man")
 CLI_DOC = Path("docs/cli.md")
+README = Path("README.md")
 HELP_WIDTH = 100  # docs/cli.md must not depend on the terminal that ran the generator
 # Directories that hold nothing but generated files.
 OWNED_DIRS = (Path("completions"), MAN_DIR)
@@ -103,11 +105,25 @@ def generate_cli_doc(out: Path) -> list[Path]:
     return [_write(out, CLI_DOC, head + "\n".join(toc) + "\n\n" + "\n".join(sections))]
 
 
+def generate_readme(out: Path) -> list[Path]:
+    """README.md with its tables of common options and config keys rewritten from the key table."""
+    from pinctl import readme
+    from pinctl.cli import cli
+    from pinctl.settings import KEYS
+
+    text = (REPO / README).read_text(encoding="utf-8")
+    try:
+        return [_write(out, README, readme.fill(text, readme.tables(cli, KEYS)))]
+    except ValueError as err:
+        raise SystemExit(f"{README}: {err}") from None
+
+
 GENERATORS: dict[str, Callable[[Path], list[Path]]] = {
     "protos": generate_protos,
     "completions": generate_completions,
     "manpages": generate_manpages,
     "cli-doc": generate_cli_doc,
+    "readme": generate_readme,
 }
 
 

@@ -90,9 +90,9 @@ complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config l
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config ls namespaces pin sync unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 
 # pinctl check
@@ -105,9 +105,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from check' -l timeout -x -d 'Dead
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from check' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from check' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -a '(__fish_pinctl_refs)'
 
@@ -131,9 +131,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subco
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 
 # pinctl config lint
@@ -146,9 +146,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subco
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from lint' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 
 # pinctl config show
@@ -160,9 +160,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subco
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 
 # pinctl ls
@@ -178,9 +178,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from ls' -l timeout -x -d 'Deadlin
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -a '(__fish_pinctl_refs)'
 
@@ -193,9 +193,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l timeout -x -d 
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from namespaces' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 
 # pinctl pin
@@ -209,9 +209,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from pin' -l timeout -x -d 'Deadli
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from pin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from pin' -a '(__fish_pinctl_refs)'
 
@@ -230,9 +230,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from sync' -l timeout -x -d 'Deadl
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from sync' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from sync' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 
 # pinctl unpin
@@ -246,8 +246,8 @@ complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l timeout -x -d 'Dead
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image from'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 complete -c pinctl -n '__fish_seen_subcommand_from unpin' -a '(__fish_pinctl_pinned_refs)'

@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TextIO, TypeVar
 
 import click
 
 from pinctl import __version__
-from pinctl.config import CRIO_DEFAULT_PATH, KEYS
+from pinctl.config import CONFIG_ENV, CRIO_DEFAULT_PATH, DEFAULT_PATH
 from pinctl.errors import (
     EXIT_ERROR, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError, UsageError,
 )
+from pinctl.settings import KEYS, KeySpec, default_sentence
 
 if TYPE_CHECKING:
     from pinctl.config import Config
@@ -54,56 +55,58 @@ class Seconds(click.ParamType):
 
 
 class CommonOption(click.Option):
-    """An option every command takes (COMMON_OPTIONS): listed after the command's own ones."""
+    """An option every command takes (COMMON_OPTIONS): listed after the command's own ones.
+
+    env_name and default_text are for README's table of them: the variable that sets the same
+    thing, and what holds when neither is given (`code` in backquotes).
+    """
+
+    def __init__(self, param_decls: Optional[Sequence[str]] = None, env_name: Optional[str] = None,
+                 default_text: str = "", **attrs: Any) -> None:
+        super().__init__(param_decls, **attrs)
+        self.env_name = env_name
+        self.default_text = default_text
 
 
 def _common(*names: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*names, cls=CommonOption, **attrs)
 
 
-TIMEOUT_LOW, TIMEOUT_HIGH = KEYS["timeout"].bounds or (0.0, math.inf)
+def setting_option(spec: KeySpec) -> Callable[[F], F]:
+    """The option that sets one config key: names, metavar, type and help from the key table.
 
-# Options every command takes, before or after its name; the one nearer the command wins.
-# -a and -r are the short names ctr and crictl users type for these.
-COMMON_OPTIONS = [
-    _common("-n", "--namespace", "namespaces", multiple=True, metavar="NS",
-            help="containerd namespace, repeatable; 'all' for every one. "
-                 "Default: $CONTAINERD_NAMESPACE, config 'namespaces', else k8s.io and moby where they exist."),
-    _common("-a", "--address", metavar="SOCKET",
-            help="containerd socket. Default: $CONTAINERD_ADDRESS, else /run/containerd/containerd.sock."),
-    _common("--timeout", type=Seconds(TIMEOUT_LOW, TIMEOUT_HIGH), metavar="SECONDS",
-            help=f"Deadline in seconds for each call to the engine ({TIMEOUT_LOW:g} to {TIMEOUT_HIGH:g}). "
-                 "Default: 2."),
-    _common("--containerd-config", metavar="PATH", type=click.Path(dir_okay=False),
-            help="containerd config to read the CRI sandbox image from. "
-                 "Default: $PINCTL_CONTAINERD_CONFIG, else /etc/containerd/config.toml when readable."),
-    _common("--docker-host", metavar="HOST",
-            help="Docker daemon, as in DOCKER_HOST. Default: $DOCKER_HOST, else unix:///var/run/docker.sock "
-                 "when it answers."),
-    _common("-r", "--runtime-endpoint", metavar="ENDPOINT",
-            help="CRI runtime socket (ls --cri, check). Default: $CONTAINER_RUNTIME_ENDPOINT, config "
-                 "'runtime_endpoint', else the first usual socket that answers."),
-    _common("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
+    Its parameter is named after the key, which is how load_config finds what it was given.
+    """
+    attrs: dict[str, Any] = {"metavar": spec.metavar, "multiple": spec.type == "list", "help": spec.option_help,
+                             "env_name": spec.env, "default_text": spec.default_markdown}
+    if spec.type == "choice":
+        attrs["type"] = click.Choice(spec.choices)
+    elif spec.type == "number":
+        attrs["type"] = Seconds(*(spec.bounds or (0.0, math.inf)))
+    elif spec.metavar == "PATH":
+        attrs["type"] = click.Path(dir_okay=False)
+    return _common(*spec.flag_names, spec.name, **attrs)
+
+
+def setting_options(keys: Mapping[str, KeySpec]) -> list[Callable[[F], F]]:
+    """One option for each key with a flag, in the table's order."""
+    return [setting_option(spec) for spec in keys.values() if spec.flag]
+
+
+# They say where the settings come from and set none themselves.
+SOURCE_OPTIONS = [
+    _common("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False), env_name=CONFIG_ENV,
+            default_text=f"`{DEFAULT_PATH}`",
             help="pinctl config file; drop-ins come from config.d beside it. "
-                 "Default: $PINCTL_CONFIG, else /etc/pinctl/config.toml."),
-    _common("--pinned-image", "pinned_images", multiple=True, metavar="PATTERN",
-            help="Add a pinned-image pattern (exact, glob 'repo/*' or keyword '*word*'); repeatable."),
-    _common("--pattern-dialect", type=click.Choice(["pinctl", "crio"]),
-            help="How patterns match: pinctl (strict, the default) or crio (exactly as CRI-O)."),
+                 + default_sentence(CONFIG_ENV, None, DEFAULT_PATH)),
     _common("--from-crio", metavar="[PATH]", is_flag=False, flag_value=CRIO_DEFAULT_PATH, default=None,
+            default_text=f"not read; PATH `{CRIO_DEFAULT_PATH}` when given alone",
             help=f"Add CRI-O's pinned_images (crio dialect) from PATH and PATH.d/. Default PATH: {CRIO_DEFAULT_PATH}."),
 ]
+# Options every command takes, before or after its name; the one nearer the command wins.
+# The settings' own come from pinctl.settings (-a and -r: the short names of ctr and crictl).
+COMMON_OPTIONS = [*setting_options(KEYS), *SOURCE_OPTIONS]
 COMMON_OPTIONS_HEADING = "Common options (before or after the command name)"
-
-FLAG_KEYS = {
-    "namespaces": "namespaces",
-    "address": "containerd_address",
-    "timeout": "timeout",
-    "containerd_config": "containerd_config",
-    "pattern_dialect": "pattern_dialect",
-    "docker_host": "docker_host",
-    "runtime_endpoint": "runtime_endpoint",
-}
 
 
 def common_options(func: F) -> F:
@@ -181,9 +184,12 @@ def load_config(ctx: click.Context) -> Config:
     def pick(name: str) -> Any:
         return next((p[name] for p in chain if p.get(name) not in (None, ())), None)
 
-    flags: dict[str, Any] = {key: pick(name) for name, key in FLAG_KEYS.items()}
-    flags["namespaces"] = list(flags["namespaces"] or [])
-    flags["pinned_images"] = [pattern for params in reversed(chain) for pattern in params.get("pinned_images", ())]
+    def gather(name: str) -> list[Any]:
+        return [item for params in reversed(chain) for item in params.get(name) or ()]
+
+    # A key that accumulates takes what was given at every level, outermost first.
+    flags = {spec.name: gather(spec.name) if spec.accumulates else pick(spec.name)
+             for spec in KEYS.values() if spec.flag}
     return config.load(flags, os.environ, config_path=pick("config_path"), from_crio=pick("from_crio"))
 
 
@@ -237,13 +243,13 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     from pinctl.service import commands, sources
 
     cfg = load_config(ctx)
-    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.get("pattern_dialect"))
+    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect)
     node = open_node(cfg)
     if quiet and query.names_only_will_do and not cri:
         output.print_names(commands.ls_names(node))
         return EXIT_OK
     runtime = sources.open_runtime(cfg, output.warn)[0] if cri else None
-    result = commands.ls(node, load_policy(cfg), cfg.get("docker_pinned_image_labels"), query, runtime)
+    result = commands.ls(node, load_policy(cfg), cfg.settings.docker_pinned_image_labels, query, runtime)
     output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)
     return EXIT_OK
 
@@ -286,7 +292,7 @@ def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: 
     from pinctl.service import commands
 
     cfg = load_config(ctx)
-    report = commands.change(open_node(cfg), command, args, cfg.get("pattern_dialect"), dry_run)
+    report = commands.change(open_node(cfg), command, args, cfg.settings.pattern_dialect, dry_run)
     return _print_change(report, fmt, quiet)
 
 
@@ -337,7 +343,7 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
 
     def load() -> watch.Settings:
         cfg = load_config(ctx)
-        return watch.Settings(lambda: open_node(cfg), load_policy(cfg), cfg.get("containerd_address"))
+        return watch.Settings(lambda: open_node(cfg), load_policy(cfg), cfg.settings.containerd_address)
 
     watcher = watch.Watcher(load, watch.Log(log_format), prune)
     watcher.install_signal_handlers()
@@ -369,7 +375,7 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str
     policy = load_policy(cfg)
     runtime, version = sources.open_runtime(cfg, output.warn)
     node = open_node(cfg)
-    rules = cfg.get("docker_pinned_image_labels")
+    rules = cfg.settings.docker_pinned_image_labels
     with output.check_progress(active=wait > 0) as progress:
         report = commands.check(node, policy, rules, runtime, version, refs, wait, progress)
     output.print_check(report.result, fmt, waited=report.waited)
@@ -467,7 +473,7 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
 
     cfg = load_config(ctx)
     node = None if offline else open_node(cfg)
-    result = commands.export(target, load_policy(cfg), cfg.get("docker_pinned_image_labels"), node)
+    result = commands.export(target, load_policy(cfg), cfg.settings.docker_pinned_image_labels, node)
     click.echo(result.text, nl=False)
     for note in result.notes:
         output.warn(note)

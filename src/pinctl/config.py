@@ -38,96 +38,18 @@ import re
 import stat
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from pinctl.errors import ConfigError
+# The settings are declared in pinctl.settings; their names stay importable from here.
+from pinctl.settings import DEFAULT_SOURCE, DIALECTS, KEYS, PATTERNS_KEY, KeySpec, Settings  # noqa: F401
 
 DEFAULT_PATH = "/etc/pinctl/config.toml"
 CRIO_DEFAULT_PATH = "/etc/crio/crio.conf"
 CONFIG_ENV = "PINCTL_CONFIG"
 DROPIN_DIR = "config.d"
-PATTERNS_KEY = "pinned_images"
 PATTERNS_FLAG_SOURCE = "flag --pinned-image"
-DIALECTS = ("pinctl", "crio")
-
-
-# -- the key table -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KeySpec:
-    """One configuration key: what it holds and where else it can be set.
-
-    type is one of "list" (of strings), "str", "optional-str" (unset is None), "number"
-    (a float > 0, and within bounds (low, high) when given) and "choice" (one of choices).
-    env_split says how a list key reads its environment variable: comma-separated items, or
-    one item. item_check, when given, accepts a list's items and item_form says what it wants.
-    example is a valid value, shown in hints and documentation.
-    """
-
-    name: str
-    type: str
-    default: Any
-    help: str
-    example: Any
-    env: Optional[str] = None
-    flag: Optional[str] = None
-    choices: tuple[str, ...] = ()
-    env_split: bool = False
-    item_check: Optional[Callable[[str], bool]] = None
-    item_form: str = ""
-    bounds: Optional[tuple[float, float]] = None
-
-    @property
-    def type_label(self) -> str:
-        """The type as the documentation states it."""
-        if self.type == "choice":
-            return "one of " + ", ".join(f'"{c}"' for c in self.choices)
-        if self.bounds:
-            return f"number from {self.bounds[0]:g} to {self.bounds[1]:g}"
-        return _TYPE_LABELS[self.type]
-
-
-_TYPE_LABELS: dict[str, str] = {
-    "list": "list of strings",
-    "str": "string",
-    "optional-str": "string (optional)",
-    "number": "number > 0",
-}
-
-
-def _is_label(item: str) -> bool:
-    return not item.startswith("=")
-
-
-KEYS: dict[str, KeySpec] = {
-    spec.name: spec
-    for spec in (
-        KeySpec("pinned_images", "list", [], "Patterns of images to keep pinned; every source adds to them.",
-                ["registry.example/team/*"], "PINCTL_PINNED_IMAGES", "--pinned-image", env_split=True),
-        KeySpec("pattern_dialect", "choice", "pinctl", "How pinned_images patterns are read: pinctl's or CRI-O's.",
-                "crio", "PINCTL_PATTERN_DIALECT", "--pattern-dialect", choices=DIALECTS),
-        KeySpec("namespaces", "list", [], "containerd namespaces to work in; empty means the command's defaults.",
-                ["k8s.io"], "CONTAINERD_NAMESPACE", "--namespace"),
-        KeySpec("containerd_address", "str", "/run/containerd/containerd.sock", "containerd's socket.",
-                "/run/containerd/containerd.sock", "CONTAINERD_ADDRESS", "--address"),
-        KeySpec("containerd_config", "optional-str", None, "containerd config to read the CRI sandbox image from.",
-                "/etc/containerd/config.toml", "PINCTL_CONTAINERD_CONFIG", "--containerd-config"),
-        # A day at most: a far larger deadline overflows gRPC's and fails every call.
-        KeySpec("timeout", "number", 2.0, "Seconds to wait for each call to the engine.", 5.0, None, "--timeout",
-                bounds=(0.05, 86400.0)),
-        KeySpec("docker_host", "optional-str", None, "Docker daemon to talk to, as in DOCKER_HOST.",
-                "unix:///run/docker.sock", "DOCKER_HOST", "--docker-host"),
-        KeySpec("docker_containerd_address", "optional-str", None,
-                "containerd socket of Docker's containerd image store (namespace moby); "
-                "unset: containerd_address, else Docker's own /run/docker/containerd/containerd.sock.",
-                "/run/docker/containerd/containerd.sock"),
-        KeySpec("runtime_endpoint", "optional-str", None, "CRI runtime endpoint to talk to.",
-                "unix:///run/containerd/containerd.sock", "CONTAINER_RUNTIME_ENDPOINT", "--runtime-endpoint"),
-        KeySpec("docker_pinned_image_labels", "list", [], 'Docker labels ("key=value" or "key") that pin an image.',
-                ["team.example/keep=true"], item_check=_is_label, item_form='"key=value" or "key"'),
-    )
-}
 
 
 # -- results -----------------------------------------------------------------------------
@@ -135,7 +57,8 @@ KEYS: dict[str, KeySpec] = {
 
 @dataclass(frozen=True)
 class Value:
-    """A setting and where it came from: "default", a file path, "env NAME" or "flag"."""
+    """A setting as config show prints it, and where it came from: "default", a file path,
+    "env NAME" or "flag"."""
 
     value: Any
     source: str
@@ -152,17 +75,26 @@ class PatternEntry:
 
 @dataclass(frozen=True)
 class Config:
-    """The merged configuration. values holds every key but pinned_images, which is patterns."""
+    """The merged configuration: typed settings and where each came from; the patterns of the
+    policy with theirs; the files read.
 
-    values: dict[str, Value]
+    sources holds every key but pinned_images, whose patterns each carry their own.
+    """
+
+    settings: Settings
+    sources: Mapping[str, str]
     patterns: list[PatternEntry]
     files: list[str]
 
-    def get(self, key: str) -> Any:
-        """The value of one key."""
+    def defaulted(self, key: str) -> bool:
+        """Whether no file, variable or flag set key."""
         if key == PATTERNS_KEY:
             raise KeyError(f"{PATTERNS_KEY} accumulates from every source: read Config.patterns")
-        return self.values[key].value
+        return self.sources[key] == DEFAULT_SOURCE
+
+    def shown(self) -> dict[str, Value]:
+        """What config show prints of each key but pinned_images: its value and where it came from."""
+        return {key: Value(getattr(self.settings, key), source) for key, source in self.sources.items()}
 
 
 @dataclass
@@ -189,19 +121,21 @@ def load(
 ) -> Config:
     """Merge defaults, files, environment and flags; add CRI-O's patterns when from_crio is given."""
     env = os.environ if environ is None else environ
-    merge = _Merge({name: Value(spec.default, "default") for name, spec in KEYS.items() if name != PATTERNS_KEY})
+    merge = _Merge({name: Value(spec.default, DEFAULT_SOURCE) for name, spec in KEYS.items() if name != PATTERNS_KEY})
     for path, data, text in _pinctl_files(config_path, env):
         merge.files.append(path)
         _apply_file(merge, path, data, text)
     _apply_env(merge, env)
     _apply_flags(merge, flags or {})
-    dialect = merge.values["pattern_dialect"].value
-    patterns = [PatternEntry(text, source, dialect) for text, source in merge.patterns]
+    values = {key: value.value for key, value in merge.values.items()}
+    settings = Settings(**values, pinned_images=tuple(text for text, _source in merge.patterns))
+    patterns = [PatternEntry(text, source, settings.pattern_dialect) for text, source in merge.patterns]
     if from_crio is not None:
         crio_patterns, crio_files = _read_crio(from_crio, explicit=None)
         patterns += crio_patterns
         merge.files += crio_files
-    return Config(merge.values, patterns, merge.files)
+    sources = MappingProxyType({key: value.source for key, value in merge.values.items()})
+    return Config(settings, sources, patterns, merge.files)
 
 
 def _main_path(config_path: Optional[str], env: Mapping[str, str]) -> tuple[str, str]:
@@ -272,7 +206,7 @@ def _apply_env(merge: _Merge, env: Mapping[str, str]) -> None:
         value = _validated(spec, _from_env(spec, raw), where, f"e.g. {spec.env}={_env_literal(spec.example)}")
         if spec.name == PATTERNS_KEY:
             merge.patterns += [(item, where) for item in value]
-        elif value not in ([], None):  # "," is as empty as ""
+        elif value not in ((), None):  # "," is as empty as ""
             merge.values[spec.name] = Value(value, where)
 
 
@@ -323,7 +257,7 @@ def _validated(spec: KeySpec, raw: Any, where: str, example: str) -> Any:
         raise ConfigError(f"{where}: key '{spec.name}' {err}", example) from None
 
 
-def _check_list(spec: KeySpec, raw: Any) -> list[str]:
+def _check_list(spec: KeySpec, raw: Any) -> tuple[str, ...]:
     if not isinstance(raw, list):
         raise _Invalid(f"must be a list of strings, got {_shown(raw)}")
     for index, item in enumerate(raw, 1):
@@ -333,7 +267,7 @@ def _check_list(spec: KeySpec, raw: Any) -> list[str]:
             raise _Invalid(f"must not have empty items, item {index} is {_shown(item)}")
         if spec.item_check is not None and not spec.item_check(item):
             raise _Invalid(f"items must be {spec.item_form}, item {index} is {_shown(item)}")
-    return list(raw)
+    return tuple(raw)
 
 
 def _check_str(spec: KeySpec, raw: Any) -> str:
@@ -394,11 +328,11 @@ def _toml_literal(value: Any) -> str:
 
 
 def _env_literal(value: Any) -> str:
-    return ",".join(value) if isinstance(value, list) else str(value)
+    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 def _flag_literal(value: Any) -> str:
-    return value[0] if isinstance(value, list) else str(value)
+    return value[0] if isinstance(value, tuple) else str(value)
 
 
 def _unknown_key_hint(key: str, raw: Any) -> str:
@@ -749,7 +683,7 @@ def read_crio_patterns(path: str, explicit: Optional[bool] = None) -> list[Patte
 def _read_crio(path: str, explicit: Optional[bool]) -> tuple[list[PatternEntry], list[str]]:
     """CRI-O's patterns and the files read for them."""
     named = path != CRIO_DEFAULT_PATH if explicit is None else explicit
-    chosen: tuple[str, list[str]] = ("", [])
+    chosen: tuple[str, tuple[str, ...]] = ("", ())
     files: list[str] = []
     for file, data, text in _crio_files(path, named):
         files.append(file)
@@ -801,7 +735,7 @@ def _is_directory_itself(path: str) -> bool:
         return False  # read as a file, which names the problem
 
 
-def _crio_pinned(path: str, data: dict[str, Any], text: str) -> Optional[list[str]]:
+def _crio_pinned(path: str, data: dict[str, Any], text: str) -> Optional[tuple[str, ...]]:
     """The pinned_images a CRI-O file sets, or None when it leaves the key alone."""
     image = data.get("crio", {}).get("image", {}) if isinstance(data.get("crio"), dict) else {}
     if not isinstance(image, dict) or PATTERNS_KEY not in image:

@@ -1,4 +1,4 @@
-"""Man pages in roff, generated from the click command tree and from config.KEYS.
+"""Man pages in roff, generated from the click command tree and from the key table (config.KEYS).
 
 pinctl(8) and one page per subcommand (pinctl-ls(8), pinctl-config-show(8), ...) come from
 each command's help, options and epilog; pinctl.conf(5) comes from the key table. The .TH
@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import re
 import textwrap
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 import click
 
@@ -353,20 +353,20 @@ it. pinctl --from-crio reads CRI-O's own pinned_images in this dialect.
 """
 
 
-def render_config(root: Optional[click.Command] = None) -> str:
-    """pinctl.conf(5), from config.KEYS; root, when given, adds each flag's other names."""
+def render_config(root: Optional[click.Command] = None, keys: Mapping[str, config.KeySpec] = config.KEYS) -> str:
+    """pinctl.conf(5), from the key table; root, when given, adds each flag's other names."""
     flags = _flag_names(root)
     lines = _header(CONFIG_PAGE, CONFIG_SECTION, "File Formats")
     lines += [".SH NAME", f"{escape(CONFIG_PAGE)} \\- pinctl configuration file and drop\\-ins"]
     lines += [".SH SYNOPSIS", bold(config.DEFAULT_PATH), ".br", bold(f"/etc/pinctl/{config.DROPIN_DIR}/*.toml")]
     lines += [".SH DESCRIPTION", *_paragraphs(_CONF_DESCRIPTION)]
-    lines += [".SH KEYS", *_key_entries(flags)]
+    lines += [".SH KEYS", *_key_entries(flags, keys)]
     lines += [".SH PRECEDENCE", *_paragraphs(_CONF_PRECEDENCE)]
     lines += [".SH DROP\\-INS", *_paragraphs(_CONF_DROPINS)]
     lines += [".SH PERMISSIONS", *_paragraphs(_CONF_PERMISSIONS)]
     lines += [".SH PATTERNS", *_paragraphs(_CONF_PATTERNS)]
-    lines += [".SH EXAMPLES", *_examples()]
-    lines += [".SH ENVIRONMENT", *_config_environment()]
+    lines += [".SH EXAMPLES", *_examples(keys)]
+    lines += [".SH ENVIRONMENT", *_config_environment(keys)]
     lines += [".SH FILES", *_entries([(config.DEFAULT_PATH, "The main file."), OPTION_FILES["--config"][1]])]
     see_also = [f"{PROG}({COMMAND_SECTION})", f"{PROG}-config-show({COMMAND_SECTION})",
                 f"{PROG}-config-lint({COMMAND_SECTION})", f"{PROG}-sync({COMMAND_SECTION})", "crio.conf(5)"]
@@ -382,9 +382,9 @@ def _flag_names(root: Optional[click.Command]) -> dict[str, click.Option]:
     return {name: p for p in root.get_params(ctx) if isinstance(p, click.Option) for name in p.opts}
 
 
-def _key_entries(flags: dict[str, click.Option]) -> list[str]:
+def _key_entries(flags: dict[str, click.Option], keys: Mapping[str, config.KeySpec]) -> list[str]:
     out: list[str] = []
-    for spec in config.KEYS.values():
+    for spec in keys.values():
         out += [".TP", bold(spec.name), text_line(spec.help)]
         for label, value in _key_facts(spec, flags):
             out += [".br", fill(f"{label}: {value}")]
@@ -430,7 +430,7 @@ def _toml(value: Any) -> str:
     return str(value)
 
 
-def _examples() -> list[str]:
+def _examples(keys: Mapping[str, config.KeySpec]) -> list[str]:
     main = [f"# {config.DEFAULT_PATH}", 'pinned_images = ["registry.example/team/*"]', "timeout = 5"]
     dropin = [
         f"# /etc/pinctl/{config.DROPIN_DIR}/50-team.toml: adds to the patterns above",
@@ -440,7 +440,7 @@ def _examples() -> list[str]:
         '  "*keepme*",                              # keyword',
         "]",
     ]
-    every_key = ["# every key, with an example value"] + [f"{s.name} = {_toml(s.example)}" for s in config.KEYS.values()]
+    every_key = ["# every key, with an example value"] + [f"{s.name} = {_toml(s.example)}" for s in keys.values()]
     out: list[str] = []
     for block in (main, dropin, every_key):
         # Lines of an example are kept as written: escaped, never refilled.
@@ -449,9 +449,9 @@ def _examples() -> list[str]:
     return out
 
 
-def _config_environment() -> list[str]:
+def _config_environment(keys: Mapping[str, config.KeySpec]) -> list[str]:
     items = [(config.CONFIG_ENV, f"The main file when --config is not given (default {config.DEFAULT_PATH}).")]
-    items += [(spec.env, _env_effect(spec)) for spec in config.KEYS.values() if spec.env]
+    items += [(spec.env, _env_effect(spec)) for spec in keys.values() if spec.env]
     return _entries(items)
 
 

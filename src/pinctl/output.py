@@ -24,6 +24,7 @@ from pinctl.display import exact, visible
 from pinctl.model import ImageRow, ItemResult, Reason
 
 if TYPE_CHECKING:
+    from pinctl.config import Config
     from pinctl.service.check import CheckResult
 
 RESULT_VERSION = 1
@@ -395,10 +396,10 @@ def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: Tex
         out.write("   ".join(padded).rstrip() + "\n")
 
 
-def print_config(cfg: Any, fmt: str, out: Optional[TextIO] = None) -> None:
+def print_config(cfg: Config, fmt: str, out: Optional[TextIO] = None) -> None:
     """The effective configuration: every key with its value and source, then every pattern."""
     out = out or sys.stdout
-    values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.values.items())}
+    values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.shown().items())}
     patterns = [{"pattern": p.text, "dialect": p.dialect, "source": p.source} for p in cfg.patterns]
     if fmt == "json":
         out.write(envelope(config=values, pinned_images=patterns, files=list(cfg.files)) + "\n")
@@ -418,7 +419,7 @@ def print_config(cfg: Any, fmt: str, out: Optional[TextIO] = None) -> None:
 def _config_text(value: Any) -> str:
     if value is None:
         return "(unset)"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value)) or "(none)"
     return str(value)
 

@@ -19,6 +19,7 @@ import pytest
 from pinctl import completion
 from pinctl.cli import COMMON_OPTIONS_HEADING, CommonOption, cli
 from pinctl.config import KEYS
+from pinctl.settings import KeySpec
 
 LOW, HIGH = KEYS["timeout"].bounds or (0.0, 0.0)
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -97,6 +98,51 @@ def test_no_range_noise_in_help() -> None:
         assert "[x>=" not in text and "x<=" not in text, completion.tree.command_path(ctx)
 
 
+# -- options from the key table ---------------------------------------------------------------
+
+FLAGGED = [spec for spec in KEYS.values() if spec.flag]
+
+
+def common_option(command: click.Command, flag: str) -> click.Option:
+    ctx = click.Context(command, info_name=command.name)
+    found = [p for p in command.get_params(ctx) if isinstance(p, click.Option) and flag in p.opts]
+    assert len(found) == 1, (command.name, flag)
+    return found[0]
+
+
+@pytest.mark.parametrize("spec", FLAGGED, ids=lambda spec: spec.name)
+def test_every_key_with_a_flag_is_the_common_option_it_declares(spec: KeySpec) -> None:
+    option = common_option(cli, str(spec.flag))
+    assert isinstance(option, CommonOption)
+    assert option.name == spec.name  # what load_config reads it by
+    assert tuple(option.opts) == spec.flag_names
+    assert option.metavar == spec.metavar
+    assert option.multiple == (spec.type == "list")
+    assert option.env_name == spec.env and option.default_text == spec.default_markdown
+    help_text = option.help or ""
+    assert help_text.startswith((spec.flag_help or spec.help).rstrip("."))
+    assert f"config '{spec.name}'" in help_text
+    assert spec.env is None or f"${spec.env}" in help_text
+    if spec.type == "choice":
+        assert isinstance(option.type, click.Choice) and tuple(option.type.choices) == spec.choices
+    for ctx in commands()[1:]:
+        if ctx.command.name not in ("completion", "config"):
+            assert common_option(ctx.command, str(spec.flag)).help == help_text, ctx.command.name
+
+
+def test_common_options_are_the_settings_then_where_settings_come_from() -> None:
+    names = [p.name for p in cli.params if isinstance(p, CommonOption)]
+    assert names == [spec.name for spec in FLAGGED] + ["config_path", "from_crio"]
+
+
+@pytest.mark.parametrize("spec", [spec for spec in FLAGGED if spec.default_text is None and not spec.accumulates],
+                         ids=lambda spec: spec.name)
+def test_help_states_a_plain_default_as_the_table_holds_it(spec: KeySpec) -> None:
+    help_text = common_option(cli, str(spec.flag)).help or ""
+    default = f"{spec.default:g}" if isinstance(spec.default, float) else str(spec.default)
+    assert help_text.endswith(f", else {default}."), help_text
+
+
 # -- short names -------------------------------------------------------------------------------
 
 
@@ -133,7 +179,7 @@ def test_readme_options_table_has_every_common_option_its_short_name_and_environ
         if not isinstance(param, CommonOption):
             continue
         names = [*param.opts, *param.secondary_opts]
-        row = next((r for r in rows if any(re.search(rf"`{n}[ `=]", r) for n in names)), None)
+        row = next((r for r in rows if any(re.search(rf"`{n}[ `=\[]", r) for n in names)), None)
         assert row is not None, f"README's options table has no row for {names}"
         for short in (n for n in names if not n.startswith("--")):
             assert f"`{short}" in row, (short, row)

@@ -24,7 +24,7 @@ def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[FakeStore]
     fake.add("k8s.io", "example.test/app:1", "a", PIN)
     fake.add("k8s.io", "example.test/bee:1", "b")
     fake.add("other", "example.test/other:1", "c")
-    monkeypatch.setattr(sources, "open_node", lambda cfg, warn: node_of(fake, *(cfg.get("namespaces") or ["k8s.io"])))
+    monkeypatch.setattr(sources, "open_node", lambda cfg, warn: node_of(fake, *(cfg.settings.namespaces or ["k8s.io"])))
     monkeypatch.setattr(sources, "open_runtime", lambda cfg, warn: (FakeRuntime(0), cli_runtime()))
     monkeypatch.setenv("PINCTL_CONFIG", str(tmp_path / "none.toml"))
     (tmp_path / "none.toml").write_text("")

@@ -73,16 +73,16 @@ def texts(cfg: Config) -> list[str]:
 
 def test_defaults_when_the_default_file_is_missing() -> None:
     cfg = load()
-    assert cfg.values == {
+    assert cfg.shown() == {
         "pattern_dialect": Value("pinctl", "default"),
-        "namespaces": Value([], "default"),
+        "namespaces": Value((), "default"),
         "containerd_address": Value("/run/containerd/containerd.sock", "default"),
         "containerd_config": Value(None, "default"),
         "timeout": Value(2.0, "default"),
         "docker_host": Value(None, "default"),
         "docker_containerd_address": Value(None, "default"),
         "runtime_endpoint": Value(None, "default"),
-        "docker_pinned_image_labels": Value([], "default"),
+        "docker_pinned_image_labels": Value((), "default"),
     }
     assert cfg.patterns == [] and cfg.files == []
 
@@ -90,7 +90,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
 def test_the_default_file_is_read_when_present() -> None:
     path = write(pathlib.Path(config.DEFAULT_PATH), 'containerd_address = "/run/example.sock"\n')
     cfg = load()
-    assert cfg.values["containerd_address"] == Value("/run/example.sock", path)
+    assert cfg.shown()["containerd_address"] == Value("/run/example.sock", path)
     assert cfg.files == [path]
 
 
@@ -109,28 +109,28 @@ runtime_endpoint = "unix:///run/example-cri.sock"
 docker_pinned_image_labels = ["team.example/keep=true", "keep"]
 """)
     cfg = load(main)
-    assert {k: v.value for k, v in cfg.values.items()} == {
+    assert {k: v.value for k, v in cfg.shown().items()} == {
         "pattern_dialect": "crio",
-        "namespaces": ["k8s.io", "moby"],
+        "namespaces": ("k8s.io", "moby"),
         "containerd_address": "/run/example/containerd.sock",
         "containerd_config": "/etc/example/containerd.toml",
         "timeout": 7.0,
         "docker_host": "unix:///run/example-docker.sock",
         "docker_containerd_address": "/run/example-docker/containerd.sock",
         "runtime_endpoint": "unix:///run/example-cri.sock",
-        "docker_pinned_image_labels": ["team.example/keep=true", "keep"],
+        "docker_pinned_image_labels": ("team.example/keep=true", "keep"),
     }
-    assert isinstance(cfg.get("timeout"), float)
-    assert {v.source for v in cfg.values.values()} == {path}
+    assert isinstance(cfg.settings.timeout, float)
+    assert {v.source for v in cfg.shown().values()} == {path}
     assert cfg.patterns == [PatternEntry("registry.example/a:1", f"{path}:2", "crio")]
     assert cfg.files == [path]
 
 
-def test_get_reads_values_but_points_pinned_images_to_patterns() -> None:
+def test_defaulted_reads_sources_but_points_pinned_images_to_patterns() -> None:
     cfg = load()
-    assert cfg.get("timeout") == 2.0
+    assert cfg.settings.timeout == 2.0 and cfg.defaulted("timeout")
     with pytest.raises(KeyError, match="patterns"):
-        cfg.get("pinned_images")
+        cfg.defaulted("pinned_images")
 
 
 def test_explicit_missing_file_is_an_error(tmp_path: pathlib.Path) -> None:
@@ -148,7 +148,7 @@ def test_env_names_the_main_file_and_its_dropins(tmp_path: pathlib.Path) -> None
     main = write(tmp_path / "alt" / "pinctl.toml", "timeout = 3\n")
     dropin = write(tmp_path / "alt" / "config.d" / "a.toml", "timeout = 4\n")
     cfg = load(env={"PINCTL_CONFIG": main})
-    assert cfg.values["timeout"] == Value(4.0, dropin)
+    assert cfg.shown()["timeout"] == Value(4.0, dropin)
     assert cfg.files == [main, dropin]
 
 
@@ -156,12 +156,12 @@ def test_config_flag_beats_env(tmp_path: pathlib.Path) -> None:
     flag_file = tmp_path / "flag.toml"
     write(flag_file, "timeout = 3\n")
     env_file = write(tmp_path / "env" / "env.toml", "timeout = 9\n")
-    assert load(flag_file, env={"PINCTL_CONFIG": env_file}).get("timeout") == 3.0
+    assert load(flag_file, env={"PINCTL_CONFIG": env_file}).settings.timeout == 3.0
 
 
 def test_empty_pinctl_config_env_means_the_default() -> None:
     path = write(pathlib.Path(config.DEFAULT_PATH), "timeout = 5\n")
-    assert load(env={"PINCTL_CONFIG": ""}).values["timeout"] == Value(5.0, path)
+    assert load(env={"PINCTL_CONFIG": ""}).shown()["timeout"] == Value(5.0, path)
 
 
 # -- drop-ins ----------------------------------------------------------------------------
@@ -175,16 +175,16 @@ def test_dropins_apply_in_lexical_order_and_replace_whole_values(tmp_path: pathl
     write(tmp_path / "config.d" / "99-ignored.conf", "timeout = 100\n")
     write(tmp_path / "config.d" / ".99-editor-lock.toml", "timeout = 100\n")
     cfg = load(main)
-    assert cfg.values["timeout"] == Value(5.0, last)
-    assert cfg.values["namespaces"] == Value(["c"], first)
-    assert cfg.values["containerd_address"] == Value("/run/main.sock", str(main))
+    assert cfg.shown()["timeout"] == Value(5.0, last)
+    assert cfg.shown()["namespaces"] == Value(("c",), first)
+    assert cfg.shown()["containerd_address"] == Value("/run/main.sock", str(main))
     assert cfg.files == [str(main), first, last]
 
 
 def test_dropins_are_read_without_a_default_main_file() -> None:
     dropin = write(pathlib.Path(config.DEFAULT_PATH).parent / "config.d" / "team.toml", "timeout = 4\n")
     cfg = load()
-    assert cfg.values["timeout"] == Value(4.0, dropin)
+    assert cfg.shown()["timeout"] == Value(4.0, dropin)
     assert cfg.files == [dropin]
 
 
@@ -225,7 +225,7 @@ timeout = 3
         PatternEntry("example.test/env:1", "env PINCTL_PINNED_IMAGES", "pinctl"),
         PatternEntry("example.test/flag:1", "flag --pinned-image", "pinctl"),
     ]
-    assert "pinned_images" not in cfg.values
+    assert "pinned_images" not in cfg.sources
 
 
 def test_a_later_empty_list_does_not_erase_earlier_patterns(tmp_path: pathlib.Path) -> None:
@@ -321,7 +321,7 @@ def test_every_pattern_gets_the_line_it_is_written_on(items: list[str], gaps: li
 
 ENV_CASES = [
     ("PINCTL_PATTERN_DIALECT", "crio", "pattern_dialect", "crio"),
-    ("CONTAINERD_NAMESPACE", "example", "namespaces", ["example"]),
+    ("CONTAINERD_NAMESPACE", "example", "namespaces", ("example",)),
     ("CONTAINERD_ADDRESS", "/run/env.sock", "containerd_address", "/run/env.sock"),
     ("PINCTL_CONTAINERD_CONFIG", "/etc/env/containerd.toml", "containerd_config", "/etc/env/containerd.toml"),
     ("DOCKER_HOST", "tcp://example.test:2375", "docker_host", "tcp://example.test:2375"),
@@ -333,21 +333,21 @@ ENV_CASES = [
 def test_env_beats_the_files(tmp_path: pathlib.Path, var: str, raw: str, key: str, expected: Any) -> None:
     main = tmp_path / "config.toml"
     write(main, f"{key} = {config._toml_literal(config.KEYS[key].example)}\n")
-    assert load(main, env={var: raw}).values[key] == Value(expected, f"env {var}")
+    assert load(main, env={var: raw}).shown()[key] == Value(expected, f"env {var}")
 
 
 @pytest.mark.parametrize("var, raw, key, expected", ENV_CASES)
 def test_empty_env_counts_as_unset(tmp_path: pathlib.Path, var: str, raw: str, key: str, expected: Any) -> None:
     main = tmp_path / "config.toml"
     write(main, f"{key} = {config._toml_literal(config.KEYS[key].example)}\n")
-    assert load(main, env={var: ""}).values[key].source == str(main)
-    assert load(main, env={var: "  "}).values[key].source == str(main)
+    assert load(main, env={var: ""}).shown()[key].source == str(main)
+    assert load(main, env={var: "  "}).shown()[key].source == str(main)
 
 
 def test_containerd_namespace_is_one_name() -> None:
-    assert load(env={"CONTAINERD_NAMESPACE": " k8s.io "}).get("namespaces") == ["k8s.io"]
+    assert load(env={"CONTAINERD_NAMESPACE": " k8s.io "}).settings.namespaces == ("k8s.io",)
     # ctr reads it as one name too; a comma is not a list separator there.
-    assert load(env={"CONTAINERD_NAMESPACE": "k8s.io,moby"}).get("namespaces") == ["k8s.io,moby"]
+    assert load(env={"CONTAINERD_NAMESPACE": "k8s.io,moby"}).settings.namespaces == ("k8s.io,moby",)
 
 
 def test_pinned_images_env_is_split_on_commas() -> None:
@@ -372,7 +372,7 @@ def test_pinned_images_env_keeps_each_nonblank_item_trimmed(parts: list[tuple[st
 
 
 def test_timeout_has_no_env() -> None:
-    assert load(env={"PINCTL_TIMEOUT": "9", "TIMEOUT": "9"}).values["timeout"] == Value(2.0, "default")
+    assert load(env={"PINCTL_TIMEOUT": "9", "TIMEOUT": "9"}).shown()["timeout"] == Value(2.0, "default")
 
 
 def test_flags_beat_env_and_files(tmp_path: pathlib.Path) -> None:
@@ -383,20 +383,20 @@ def test_flags_beat_env_and_files(tmp_path: pathlib.Path) -> None:
              "containerd_address": "/run/flag.sock", "containerd_config": "/etc/flag.toml",
              "docker_host": "unix:///run/flag-docker.sock", "runtime_endpoint": "unix:///run/flag-cri.sock"}
     cfg = load(main, flags=flags, env=env)
-    assert cfg.values["timeout"] == Value(0.5, "flag")
-    assert cfg.values["pattern_dialect"] == Value("pinctl", "flag")
-    assert cfg.values["namespaces"] == Value(["flag-a", "flag-b"], "flag")
-    assert cfg.values["containerd_address"] == Value("/run/flag.sock", "flag")
-    assert cfg.values["containerd_config"] == Value("/etc/flag.toml", "flag")
-    assert cfg.values["docker_host"] == Value("unix:///run/flag-docker.sock", "flag")
-    assert cfg.values["runtime_endpoint"] == Value("unix:///run/flag-cri.sock", "flag")
+    assert cfg.shown()["timeout"] == Value(0.5, "flag")
+    assert cfg.shown()["pattern_dialect"] == Value("pinctl", "flag")
+    assert cfg.shown()["namespaces"] == Value(("flag-a", "flag-b"), "flag")
+    assert cfg.shown()["containerd_address"] == Value("/run/flag.sock", "flag")
+    assert cfg.shown()["containerd_config"] == Value("/etc/flag.toml", "flag")
+    assert cfg.shown()["docker_host"] == Value("unix:///run/flag-docker.sock", "flag")
+    assert cfg.shown()["runtime_endpoint"] == Value("unix:///run/flag-cri.sock", "flag")
 
 
 def test_flags_not_given_leave_lower_sources(tmp_path: pathlib.Path) -> None:
     main = tmp_path / "config.toml"
     write(main, 'timeout = 3\nnamespaces = ["file"]\npinned_images = ["example.test/a"]\n')
     cfg = load(main, flags={"timeout": None, "namespaces": [], "pinned_images": (), "pattern_dialect": None})
-    assert cfg.values["timeout"].source == cfg.values["namespaces"].source == str(main)
+    assert cfg.shown()["timeout"].source == cfg.shown()["namespaces"].source == str(main)
     assert texts(cfg) == ["example.test/a"]
 
 
@@ -446,7 +446,7 @@ def test_unknown_key_without_a_close_match_lists_the_keys(tmp_path: pathlib.Path
     main = tmp_path / "config.toml"
     write(main, "colour = 'blue'\n")
     message = config_error(main=main)
-    assert message.startswith(f"{main}:1: unknown key 'colour' (valid keys: pinned_images, ")
+    assert message.startswith(f"{main}:1: unknown key 'colour' (valid keys: namespaces, ")
     assert "docker_pinned_image_labels" in message
 
 
@@ -507,14 +507,14 @@ def test_every_example_is_valid_and_every_key_documented(tmp_path: pathlib.Path)
     for key, spec in config.KEYS.items():
         assert spec.help and "\n" not in spec.help and spec.type_label
         if key != "pinned_images":
-            assert cfg.values[key].source == str(main)
+            assert cfg.shown()[key].source == str(main)
 
 
 def test_optional_string_set_to_empty_in_a_dropin_unsets_it(tmp_path: pathlib.Path) -> None:
     main = tmp_path / "config.toml"
     write(main, 'docker_host = "unix:///run/example.sock"\n')
     dropin = write(tmp_path / "config.d" / "10-local.toml", 'docker_host = ""\n')
-    assert load(main).values["docker_host"] == Value(None, dropin)
+    assert load(main).shown()["docker_host"] == Value(None, dropin)
 
 
 def test_bad_env_value_names_the_variable() -> None:

@@ -505,8 +505,8 @@ def check_config(text: str, tmp_path: pathlib.Path) -> None:
     assert keys <= set(KEYS), f"unknown keys: {sorted(keys - set(KEYS))}"
     cfg = config.load(flags={}, environ={}, config_path=str(path))
     assert cfg.files == [str(path)]
-    assert cfg.get("namespaces") == ["k8s.io"], "the kubelet's images are in k8s.io"
-    assert cfg.get("pattern_dialect") in config.DIALECTS
+    assert cfg.settings.namespaces == ("k8s.io",), "the kubelet's images are in k8s.io"
+    assert cfg.settings.pattern_dialect in config.DIALECTS
     assert cfg.patterns, "a policy with no patterns pins nothing"
     assert compile_policy(cfg.patterns)
     problems = lint.lint(cfg.patterns, None)

@@ -72,10 +72,11 @@ def render_pin() -> dict:
 
 
 def render_config() -> dict:
-    from pinctl.config import Config, PatternEntry, Value
+    from pinctl.config import Config, PatternEntry, Settings
 
     cfg = Config(
-        values={"timeout": Value(2.0, "default")},
+        settings=Settings(),
+        sources={"timeout": "default"},
         patterns=[PatternEntry("example.test/*", "/etc/pinctl/config.toml:1", "pinctl")],
         files=["/etc/pinctl/config.toml"],
     )

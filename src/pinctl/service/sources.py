@@ -196,13 +196,13 @@ def open_node(cfg: Config, warn: Callable[[str], None]) -> Node:
     Docker is read when it answers (or was named) and the namespaces asked for include its own."""
     from pinctl.backends.containerd import ContainerdStore
 
-    requested = cfg.get("namespaces")
-    store = ContainerdStore(cfg.get("containerd_address"), cfg.get("timeout"), cfg.get("containerd_config"))
+    requested = cfg.settings.namespaces
+    store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout, cfg.settings.containerd_config)
     docker = _docker(cfg)
     try:
         selected = ns_select.select_namespaces(store, requested)
     except EngineUnreachable:
-        if docker is None or cfg.values["containerd_address"].source != "default":
+        if docker is None or not cfg.defaulted("containerd_address"):
             raise
         store.close()
         return _with_docker(Node(), cfg, None, docker)
@@ -228,12 +228,12 @@ def _docker(cfg: Config) -> Optional[DockerView]:
     from pinctl.backends.docker import DockerEngine
     from pinctl.service.docker import DockerView
 
-    requested = cfg.get("namespaces")
+    requested = cfg.settings.namespaces
     if requested and not {ns_select.DOCKER_NAMESPACE, ns_select.ALL} & set(requested):
         return None
-    host = cfg.get("docker_host")
+    host = cfg.settings.docker_host
     try:
-        return DockerView.read(DockerEngine(host, cfg.get("timeout")), ns_select.DOCKER_NAMESPACE)
+        return DockerView.read(DockerEngine(host, cfg.settings.timeout), ns_select.DOCKER_NAMESPACE)
     except EngineUnreachable:
         if host is not None:
             raise
@@ -249,7 +249,7 @@ def _docker_containerd(cfg: Config, main: Optional[Source], docker: DockerView) 
 
     if not docker.store.containerd:
         return None
-    address = cfg.get("docker_containerd_address")
+    address = cfg.settings.docker_containerd_address
     selected = main.namespaces if isinstance(main, ContainerdSource) else []
     if address is None:
         if docker.namespace in selected:
@@ -259,7 +259,7 @@ def _docker_containerd(cfg: Config, main: Optional[Source], docker: DockerView) 
         address = DOCKER_MANAGED_CONTAINERD
     if isinstance(main, ContainerdSource) and os.path.realpath(address) == os.path.realpath(main.store.address):
         return None
-    store = ContainerdStore(address, cfg.get("timeout"), None)
+    store = ContainerdStore(address, cfg.settings.timeout, None)
     return ContainerdSource(store, [docker.namespace], [docker.namespace], f"Docker's containerd at {address}")
 
 
@@ -268,10 +268,9 @@ def open_runtime(cfg: Config, warn: Callable[[str], None]) -> tuple[CriRuntime, 
     containerd pinctl was pointed at and the usual sockets."""
     from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 
-    endpoint = cfg.get("runtime_endpoint")
+    endpoint = cfg.settings.runtime_endpoint
     if endpoint is None:
-        chosen = cfg.values["containerd_address"]
-        first = [f"unix://{chosen.value}"] if chosen.source != "default" else []
-        return discover(list(dict.fromkeys(first + list(KNOWN_ENDPOINTS))), cfg.get("timeout"), warn)
-    runtime = CriRuntime(endpoint, cfg.get("timeout"))
+        first = [] if cfg.defaulted("containerd_address") else [f"unix://{cfg.settings.containerd_address}"]
+        return discover(list(dict.fromkeys(first + list(KNOWN_ENDPOINTS))), cfg.settings.timeout, warn)
+    runtime = CriRuntime(endpoint, cfg.settings.timeout)
     return runtime, runtime.version()
