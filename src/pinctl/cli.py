@@ -341,9 +341,9 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
 def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
     from pinctl.service import watch
 
-    def load() -> watch.Settings:
+    def load() -> watch.WatchSetup:
         cfg = load_config(ctx)
-        return watch.Settings(lambda: open_node(cfg), load_policy(cfg), cfg.settings.containerd_address)
+        return watch.WatchSetup(lambda: open_node(cfg), load_policy(cfg), cfg.settings.containerd_address)
 
     watcher = watch.Watcher(load, watch.Log(log_format), prune)
     watcher.install_signal_handlers()

@@ -59,7 +59,7 @@ class Log:
 
 
 @dataclass
-class Settings:
+class WatchSetup:
     """What a (re)load of the configuration gives the watcher: a way to open the node (every
     session opens it afresh and closes it after, so a reload leaves no connection behind)."""
 
@@ -69,7 +69,7 @@ class Settings:
 
 
 class Watcher:
-    def __init__(self, load: Callable[[], Settings], log: Log, prune: bool) -> None:
+    def __init__(self, load: Callable[[], WatchSetup], log: Log, prune: bool) -> None:
         self.load = load
         self.log = log
         self.prune = prune
