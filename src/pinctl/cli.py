@@ -14,6 +14,7 @@ from pinctl.config import CRIO_DEFAULT_PATH, KEYS
 from pinctl.errors import (
     EXIT_ERROR, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError, UsageError,
 )
+from pinctl.model import OutputFormat
 
 if TYPE_CHECKING:
     from pinctl.config import Config
@@ -224,8 +225,8 @@ def cli(**_: Any) -> None:
 @output_options
 @common_options
 @click.pass_context
-def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool, fmt: str,
-               quiet: bool, **_: Any) -> int:
+def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool,
+               fmt: OutputFormat, quiet: bool, **_: Any) -> int:
     """List image references, whether each is pinned and why.
 
     An image is pinned when any of its references (including a sha256:<id> one) carries
@@ -269,7 +270,8 @@ PATTERN ('registry.example/*', '*word*') labels every reference it matches now. 
 label is written. Already pinned references are reported and skipped; one that sync pinned
 becomes a hand pin (sync's mark is removed, so sync --prune leaves it). A reference another
 client re-points while pinctl writes is left alone, or the write undone, and reported.""")
-def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str, quiet: bool, **_: Any) -> int:
+def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: OutputFormat, quiet: bool,
+                **_: Any) -> int:
     return _run_change(ctx, "pin", refs, dry_run, fmt, quiet)
 
 
@@ -278,11 +280,13 @@ def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str
 The label is removed from every reference of each image the arguments name (a REF, an ID or
 a quoted PATTERN), since a label left on any of them would keep the image pinned. The mark
 pinctl sync leaves beside its pins goes too. Each reference is reported.""")
-def unpin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str, quiet: bool, **_: Any) -> int:
+def unpin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: OutputFormat, quiet: bool,
+                  **_: Any) -> int:
     return _run_change(ctx, "unpin", refs, dry_run, fmt, quiet)
 
 
-def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: bool, fmt: str, quiet: bool) -> int:
+def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: bool, fmt: OutputFormat,
+                quiet: bool) -> int:
     from pinctl.service import commands
 
     cfg = load_config(ctx)
@@ -290,7 +294,7 @@ def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: 
     return _print_change(report, fmt, quiet)
 
 
-def _print_change(report: ChangeReport, fmt: str, quiet: bool) -> int:
+def _print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
     from pinctl import output
 
     output.print_results(report.command, report.results, report.status, report.dry_run, fmt, quiet)
@@ -312,7 +316,7 @@ def _print_change(report: ChangeReport, fmt: str, quiet: bool) -> int:
 @common_options
 @click.pass_context
 def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, watch: bool,
-                 log_format: str, fmt: str, quiet: bool, **_: Any) -> int:
+                 log_format: str, fmt: OutputFormat, quiet: bool, **_: Any) -> int:
     """Label every image the policy covers, once.
 
     Each reference a pattern matches gets io.cri-containerd.pinned=pinned, plus
@@ -353,7 +357,7 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
               show_default=True, help="Output format; table shows only disagreements.")
 @common_options
 @click.pass_context
-def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str, **_: Any) -> int:
+def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: OutputFormat, **_: Any) -> int:
     """Compare what pinctl expects with what the CRI runtime tells the kubelet.
 
     With REFs, only those images, asked one by one with the CRI's ImageStatus call, as the
@@ -414,7 +418,7 @@ def config_group() -> None:
               help="Output format.")
 @common_options
 @click.pass_context
-def config_show(ctx: click.Context, fmt: str, **_: Any) -> int:
+def config_show(ctx: click.Context, fmt: OutputFormat, **_: Any) -> int:
     """Show the effective configuration and where each value came from.
 
     Sources, lowest to highest: defaults, the config file, its drop-ins (config.d/*.toml in
@@ -432,7 +436,7 @@ def config_show(ctx: click.Context, fmt: str, **_: Any) -> int:
               help="Output format.")
 @common_options
 @click.pass_context
-def config_lint(ctx: click.Context, offline: bool, fmt: str, **_: Any) -> int:
+def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) -> int:
     """Check the pin policy: one line per problem.
 
     Invalid patterns; patterns that match no image present; patterns shadowed by a broader

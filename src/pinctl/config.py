@@ -38,7 +38,7 @@ import re
 import stat
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence
 
 from pinctl.errors import ConfigError
 
@@ -53,6 +53,8 @@ DIALECTS = ("pinctl", "crio")
 
 # -- the key table -----------------------------------------------------------------------
 
+KeyType = Literal["list", "str", "optional-str", "number", "choice"]
+
 
 @dataclass(frozen=True)
 class KeySpec:
@@ -66,7 +68,7 @@ class KeySpec:
     """
 
     name: str
-    type: str
+    type: KeyType
     default: Any
     help: str
     example: Any

@@ -6,10 +6,11 @@ import io
 import json
 import re
 import time
+from typing import get_args
 
 import pytest
 
-from pinctl import output
+from pinctl import model, output
 from pinctl.backends.cri import RuntimeVersion
 from pinctl.display import visible
 from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
@@ -365,6 +366,13 @@ def test_json_action_values_are_unchanged() -> None:
     out = io.StringIO()
     output.print_results("sync", RESULTS, "success", True, "json", False, out)
     assert [r["action"] for r in json.loads(out.getvalue())["results"]] == ["pinned", "already-pinned"]
+
+
+def test_every_value_of_a_vocabulary_has_its_words() -> None:
+    """A new action, reason kind or drift needs its place in the summary, WHY or DRIFT column."""
+    assert sorted(output.ACTION_ORDER) == sorted(get_args(model.Action))
+    assert sorted(output.BRIEF_KINDS) == sorted(get_args(model.ReasonKind))
+    assert sorted(output.DRIFT_TEXT) == sorted(get_args(model.Drift))
 
 
 def test_wide_keeps_full_references_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from pinctl.errors import UnknownNamespace, UsageError
-from pinctl.model import CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Descriptor, StoredImage
+from pinctl.model import ACTION_CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Descriptor, StoredImage
 from pinctl.service.policy import Policy
 from pinctl.service import listing, namespaces, pinning
 
@@ -136,7 +136,7 @@ def test_a_record_changed_after_planning_is_left_alone_and_reported() -> None:
     plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["example.test/app:1", "example.test/bee:1"])
     store.add("k8s.io", "example.test/app:1", "c")  # re-pointed at another image after planning
     results = {r.ref: r for r in pinning.apply_plan(plan, dry_run=False)}
-    assert results["example.test/app:1"].action == CHANGED_UNDER_US
+    assert results["example.test/app:1"].action == ACTION_CHANGED_UNDER_US
     assert "re-pointed from" in (results["example.test/app:1"].error or "")
     assert results["example.test/bee:1"].action == "pinned"
     assert store.writes == [("k8s.io", "example.test/bee:1", "pinned")]
@@ -163,8 +163,8 @@ def test_malformed_argument_stops_before_any_change() -> None:
         (["pinned", "already-pinned"], "success"),
         (["pinned", "failed"], "partial"),
         (["failed"], "error"),
-        ([CHANGED_UNDER_US], "partial"),
-        ([CHANGED_UNDER_US, "failed"], "partial"),
+        ([ACTION_CHANGED_UNDER_US], "partial"),
+        ([ACTION_CHANGED_UNDER_US, "failed"], "partial"),
     ],
 )
 def test_status(actions: list[str], status: str) -> None:
