@@ -14,7 +14,7 @@ from pinctl.config import CRIO_DEFAULT_PATH, KEYS
 from pinctl.errors import (
     EXIT_ERROR, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError, UsageError,
 )
-from pinctl.model import OutputFormat
+from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OUTPUT_FORMATS, OutputFormat
 
 if TYPE_CHECKING:
     from pinctl.config import Config
@@ -113,10 +113,18 @@ def common_options(func: F) -> F:
     return func
 
 
-def output_options(func: F) -> F:
-    func = click.option("-q", "--quiet", is_flag=True, help="Print only references, one per line.")(func)
-    return click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]),
-                        default="table", show_default=True, help="Output format.")(func)
+def output_options(
+    formats: Sequence[OutputFormat] = OUTPUT_FORMATS, quiet: bool = True, help_text: str = "Output format."
+) -> Callable[[F], F]:
+    """-o/--output with the formats a command writes and, with quiet, -q/--quiet for references alone."""
+
+    def decorate(func: F) -> F:
+        if quiet:
+            func = click.option("-q", "--quiet", is_flag=True, help="Print only references, one per line.")(func)
+        return click.option("-o", "--output", "fmt", type=click.Choice(formats), default=FORMAT_TABLE,
+                            show_default=True, help=help_text)(func)
+
+    return decorate
 
 
 def _own_first(params: list[click.Parameter]) -> list[click.Parameter]:
@@ -222,7 +230,7 @@ def cli(**_: Any) -> None:
               help="Only where labels and policy disagree: covered by a pattern but not labelled, "
                    "or labelled but covered by no pattern.")
 @click.option("--cri", is_flag=True, help="Add CRI PINNED: what the runtime tells the kubelet.")
-@output_options
+@output_options()
 @common_options
 @click.pass_context
 def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool,
@@ -253,7 +261,7 @@ def _change_command(name: str, summary: str) -> Callable[[F], click.Command]:
     def decorate(func: F) -> click.Command:
         func = click.argument("refs", nargs=-1, required=True, metavar="REF|ID|PATTERN...")(func)
         func = click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")(func)
-        func = output_options(func)
+        func = output_options()(func)
         func = common_options(func)
         return cli.command(name, help=summary, epilog=EXIT_CODES_HELP)(click.pass_context(func))
 
@@ -312,7 +320,7 @@ def _print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
                    "changed. SIGHUP reloads the config; SIGTERM or SIGINT stop it.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="With --watch: one log line per action on stderr, as text or JSON.")
-@output_options
+@output_options()
 @common_options
 @click.pass_context
 def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, watch: bool,
@@ -353,8 +361,7 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
 @click.argument("refs", nargs=-1, metavar="[REF]...")
 @click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
-@click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]), default="table",
-              show_default=True, help="Output format; table shows only disagreements.")
+@output_options(quiet=False, help_text="Output format; table shows only disagreements.")
 @common_options
 @click.pass_context
 def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: OutputFormat, **_: Any) -> int:
@@ -414,8 +421,7 @@ def config_group() -> None:
 
 
 @config_group.command("show", epilog=EXIT_CODES_HELP)
-@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="Output format.")
+@output_options([FORMAT_TABLE, FORMAT_JSON], quiet=False)
 @common_options
 @click.pass_context
 def config_show(ctx: click.Context, fmt: OutputFormat, **_: Any) -> int:
@@ -432,8 +438,7 @@ def config_show(ctx: click.Context, fmt: OutputFormat, **_: Any) -> int:
 
 @config_group.command("lint", epilog="Exit codes: 0 no problems, 1 problems found, 2 the config cannot be read.")
 @click.option("--offline", is_flag=True, help="Only check the patterns themselves; do not ask containerd.")
-@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="Output format.")
+@output_options([FORMAT_TABLE, FORMAT_JSON], quiet=False)
 @common_options
 @click.pass_context
 def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) -> int:

@@ -19,6 +19,7 @@ import pytest
 from pinctl import completion
 from pinctl.cli import COMMON_OPTIONS_HEADING, CommonOption, cli
 from pinctl.config import KEYS
+from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OUTPUT_FORMATS
 
 LOW, HIGH = KEYS["timeout"].bounds or (0.0, 0.0)
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -95,6 +96,16 @@ def test_no_range_noise_in_help() -> None:
     for ctx in commands():
         text = ctx.command.get_help(ctx)
         assert "[x>=" not in text and "x<=" not in text, completion.tree.command_path(ctx)
+
+
+def test_every_output_option_is_the_same_option_with_the_formats_its_command_writes() -> None:
+    outputs = {completion.tree.command_path(ctx): p for ctx in commands() for p in ctx.command.get_params(ctx)
+               if isinstance(p, click.Option) and "--output" in p.opts}
+    assert {("pinctl", "check"), ("pinctl", "config", "show"), ("pinctl", "ls")} <= set(outputs)
+    for path, option in outputs.items():
+        assert (option.opts, option.name, option.default) == (["-o", "--output"], "fmt", FORMAT_TABLE), path
+        assert isinstance(option.type, click.Choice), path
+        assert {FORMAT_TABLE, FORMAT_JSON} <= set(option.type.choices) <= set(OUTPUT_FORMATS), path
 
 
 # -- short names -------------------------------------------------------------------------------
