@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from pinctl.service.lint import Problem
 
 RESULT_VERSION = 1
-FORMATS = ("table", "wide", "json")
 # Room between columns on a terminal; pipes keep their three spaces (scripts split on them).
 TERMINAL_GAP = 2
 # A column cut to fit keeps at least this many cells: a shorter stub tells nothing.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from pinctl import writes
@@ -417,7 +416,3 @@ _STUB_FACTORIES: dict[str, Callable[[Any], Any]] = {
     "version": _version_stub,
     "events": _events_stub,
 }
-
-
-def default_address() -> str:
-    return os.environ.get("CONTAINERD_ADDRESS") or DEFAULT_ADDRESS

@@ -32,7 +32,6 @@ class DockerView:
     def __init__(self, engine: DockerEngine, store: ImageStoreKind, namespace: str,
                  images: Optional[list[DockerImage]] = None) -> None:
         self.engine = engine
-        self.host = engine.host
         self.store = store
         self.namespace = namespace
         self._images = images

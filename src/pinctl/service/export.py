@@ -17,8 +17,6 @@ from pinctl.service.policy import Policy
 if TYPE_CHECKING:
     from pinctl.patterns import Pattern
 
-TARGETS = ("crio", "containerd", "cri-dockerd")
-
 
 @dataclass
 class Export:
