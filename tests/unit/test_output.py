@@ -13,7 +13,7 @@ import pytest
 from pinctl import model, output
 from pinctl.backends.cri import RuntimeVersion
 from pinctl.display import visible
-from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
+from pinctl.model import Descriptor, ImageRow, ItemResult, OutputFormat, Reason
 from pinctl.service.check import CheckItem, CheckResult
 
 
@@ -378,7 +378,8 @@ def test_every_value_of_a_vocabulary_has_its_words() -> None:
 def test_wide_keeps_full_references_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     digest_ref = "sha256:" + "3a" * 32
-    for fmt, full in (("table", False), ("wide", True)):
+    cases: tuple[tuple[OutputFormat, bool], ...] = (("table", False), ("wide", True))
+    for fmt, full in cases:
         out = Terminal()
         output.print_results("unpin", [ItemResult("k8s.io", digest_ref, "unpinned")], "success", False, fmt, False, out)
         assert (digest_ref in out.getvalue()) is full

@@ -130,8 +130,8 @@ class _Index:
     def __init__(self, rows: Sequence[ImageRow]) -> None:
         self.by_key: dict[str, list[ImageRow]] = {}
         for row in rows:
-            for key in {row.image_id, row.digest, row.ref} - {None, ""}:
-                self.by_key.setdefault(key, []).append(row)  # type: ignore[arg-type]
+            for key in {row.image_id or "", row.digest, row.ref} - {""}:
+                self.by_key.setdefault(key, []).append(row)
 
     def matching(self, cri: CriImage) -> list[ImageRow]:
         found: dict[int, ImageRow] = {}
