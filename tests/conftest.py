@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from typing import NoReturn, TypeVar
+from typing import NoReturn, Protocol, TypeVar
 
 import pytest
 
@@ -29,7 +29,13 @@ from tests.harness.pod_fixtures import containerd17_pods, pod_node  # noqa: E402
 
 ENGINE_IDS = {"containerd-1.7": "ctd17", "containerd-1.6": "ctd16"}
 _namespace_counter = itertools.count()
-T = TypeVar("T")
+
+
+class _Daemon(Protocol):
+    def stop(self) -> None: ...
+
+
+T = TypeVar("T", bound=_Daemon)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,16 +74,17 @@ def _session_engine(
     """A daemon for the whole session, its data on tmpfs when there is one; unavailable
     engines skip locally and fail in CI."""
     data_dir = _fast_data_dir(name)
+    unavailable: tuple[type[BaseException], ...] = (debs.EngineUnavailable, DaemonError, OSError, *errors)
     try:
         daemon = start(data_dir)
-    except (debs.EngineUnavailable, DaemonError, OSError, *errors) as exc:
+    except unavailable as exc:
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
         engine_unavailable(f"{name} unavailable: {exc}")
     try:
         yield daemon
     finally:
-        daemon.stop()  # type: ignore[attr-defined]
+        daemon.stop()
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
 

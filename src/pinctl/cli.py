@@ -15,6 +15,7 @@ from pinctl.errors import (
     EXIT_ERROR, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError, UsageError,
 )
 from pinctl.settings import KEYS, KeySpec, default_sentence
+from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OUTPUT_FORMATS, OutputFormat
 
 if TYPE_CHECKING:
     from pinctl.config import Config
@@ -115,10 +116,18 @@ def common_options(func: F) -> F:
     return func
 
 
-def output_options(func: F) -> F:
-    func = click.option("-q", "--quiet", is_flag=True, help="Print only references, one per line.")(func)
-    return click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]),
-                        default="table", show_default=True, help="Output format.")(func)
+def output_options(
+    formats: Sequence[OutputFormat] = OUTPUT_FORMATS, quiet: bool = True, help_text: str = "Output format."
+) -> Callable[[F], F]:
+    """-o/--output with the formats a command writes and, with quiet, -q/--quiet for references alone."""
+
+    def decorate(func: F) -> F:
+        if quiet:
+            func = click.option("-q", "--quiet", is_flag=True, help="Print only references, one per line.")(func)
+        return click.option("-o", "--output", "fmt", type=click.Choice(formats), default=FORMAT_TABLE,
+                            show_default=True, help=help_text)(func)
+
+    return decorate
 
 
 def _own_first(params: list[click.Parameter]) -> list[click.Parameter]:
@@ -227,11 +236,11 @@ def cli(**_: Any) -> None:
               help="Only where labels and policy disagree: covered by a pattern but not labelled, "
                    "or labelled but covered by no pattern.")
 @click.option("--cri", is_flag=True, help="Add CRI PINNED: what the runtime tells the kubelet.")
-@output_options
+@output_options()
 @common_options
 @click.pass_context
-def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool, fmt: str,
-               quiet: bool, **_: Any) -> int:
+def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool,
+               fmt: OutputFormat, quiet: bool, **_: Any) -> int:
     """List image references, whether each is pinned and why.
 
     An image is pinned when any of its references (including a sha256:<id> one) carries
@@ -258,7 +267,7 @@ def _change_command(name: str, summary: str) -> Callable[[F], click.Command]:
     def decorate(func: F) -> click.Command:
         func = click.argument("refs", nargs=-1, required=True, metavar="REF|ID|PATTERN...")(func)
         func = click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")(func)
-        func = output_options(func)
+        func = output_options()(func)
         func = common_options(func)
         return cli.command(name, help=summary, epilog=EXIT_CODES_HELP)(click.pass_context(func))
 
@@ -275,7 +284,8 @@ PATTERN ('registry.example/*', '*word*') labels every reference it matches now. 
 label is written. Already pinned references are reported and skipped; one that sync pinned
 becomes a hand pin (sync's mark is removed, so sync --prune leaves it). A reference another
 client re-points while pinctl writes is left alone, or the write undone, and reported.""")
-def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str, quiet: bool, **_: Any) -> int:
+def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: OutputFormat, quiet: bool,
+                **_: Any) -> int:
     return _run_change(ctx, "pin", refs, dry_run, fmt, quiet)
 
 
@@ -284,11 +294,13 @@ def pin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str
 The label is removed from every reference of each image the arguments name (a REF, an ID or
 a quoted PATTERN), since a label left on any of them would keep the image pinned. The mark
 pinctl sync leaves beside its pins goes too. Each reference is reported.""")
-def unpin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: str, quiet: bool, **_: Any) -> int:
+def unpin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: OutputFormat, quiet: bool,
+                  **_: Any) -> int:
     return _run_change(ctx, "unpin", refs, dry_run, fmt, quiet)
 
 
-def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: bool, fmt: str, quiet: bool) -> int:
+def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: bool, fmt: OutputFormat,
+                quiet: bool) -> int:
     from pinctl.service import commands
 
     cfg = load_config(ctx)
@@ -296,7 +308,7 @@ def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: 
     return _print_change(report, fmt, quiet)
 
 
-def _print_change(report: ChangeReport, fmt: str, quiet: bool) -> int:
+def _print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
     from pinctl import output
 
     output.print_results(report.command, report.results, report.status, report.dry_run, fmt, quiet)
@@ -314,11 +326,11 @@ def _print_change(report: ChangeReport, fmt: str, quiet: bool) -> int:
                    "changed. SIGHUP reloads the config; SIGTERM or SIGINT stop it.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="With --watch: one log line per action on stderr, as text or JSON.")
-@output_options
+@output_options()
 @common_options
 @click.pass_context
 def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, watch: bool,
-                 log_format: str, fmt: str, quiet: bool, **_: Any) -> int:
+                 log_format: str, fmt: OutputFormat, quiet: bool, **_: Any) -> int:
     """Label every image the policy covers, once.
 
     Each reference a pattern matches gets io.cri-containerd.pinned=pinned, plus
@@ -355,11 +367,10 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
 @click.argument("refs", nargs=-1, metavar="[REF]...")
 @click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
-@click.option("-o", "--output", "fmt", type=click.Choice(["table", "wide", "json"]), default="table",
-              show_default=True, help="Output format; table shows only disagreements.")
+@output_options(quiet=False, help_text="Output format; table shows only disagreements.")
 @common_options
 @click.pass_context
-def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: str, **_: Any) -> int:
+def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: OutputFormat, **_: Any) -> int:
     """Compare what pinctl expects with what the CRI runtime tells the kubelet.
 
     With REFs, only those images, asked one by one with the CRI's ImageStatus call, as the
@@ -416,11 +427,10 @@ def config_group() -> None:
 
 
 @config_group.command("show", epilog=EXIT_CODES_HELP)
-@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="Output format.")
+@output_options([FORMAT_TABLE, FORMAT_JSON], quiet=False)
 @common_options
 @click.pass_context
-def config_show(ctx: click.Context, fmt: str, **_: Any) -> int:
+def config_show(ctx: click.Context, fmt: OutputFormat, **_: Any) -> int:
     """Show the effective configuration and where each value came from.
 
     Sources, lowest to highest: defaults, the config file, its drop-ins (config.d/*.toml in
@@ -434,11 +444,10 @@ def config_show(ctx: click.Context, fmt: str, **_: Any) -> int:
 
 @config_group.command("lint", epilog="Exit codes: 0 no problems, 1 problems found, 2 the config cannot be read.")
 @click.option("--offline", is_flag=True, help="Only check the patterns themselves; do not ask containerd.")
-@click.option("-o", "--output", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="Output format.")
+@output_options([FORMAT_TABLE, FORMAT_JSON], quiet=False)
 @common_options
 @click.pass_context
-def config_lint(ctx: click.Context, offline: bool, fmt: str, **_: Any) -> int:
+def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) -> int:
     """Check the pin policy: one line per problem.
 
     Invalid patterns; patterns that match no image present; patterns shadowed by a broader

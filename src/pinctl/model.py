@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Final, Literal, Optional
 
 PIN_LABEL = "io.cri-containerd.pinned"
 PIN_VALUE = "pinned"
@@ -12,6 +12,59 @@ MANAGED_LABEL = "io.pinctl.managed"
 MANAGED_VALUE = "true"
 
 LabelChange = dict[str, Optional[str]]
+
+# -- closed vocabularies ----------------------------------------------------------------------
+# Each is a Literal type, so mypy refuses any other spelling, with one constant per value for
+# code to name it by. The values are plain strings: JSON carries them as they are (docs/json.md).
+
+# Why the runtime keeps an image, or pinctl thinks it should (Reason.kind).
+ReasonKind = Literal["label", "sandbox", "pattern", "docker-label", "ineffective-label", "ignored"]
+REASON_LABEL: Final = "label"  # a reference of the image carries the pin label; detail names it
+REASON_SANDBOX: Final = "sandbox"  # the CRI's sandbox image, which the runtime keeps itself
+REASON_PATTERN: Final = "pattern"  # a policy pattern covers the image; source says where it came from
+REASON_DOCKER_LABEL: Final = "docker-label"  # a config label docker_pinned_image_labels names
+REASON_INEFFECTIVE_LABEL: Final = "ineffective-label"  # looks like a pin, but the CRI does not count it
+REASON_IGNORED: Final = "ignored"  # this containerd's CRI reports no pins at all
+
+# What a pin, unpin or sync did to one reference (ItemResult.action).
+Action = Literal["pinned", "unpinned", "pruned", "adopted", "already-pinned", "already-unpinned",
+                 "changed-under-us", "failed"]
+ACTION_PINNED: Final = "pinned"
+ACTION_UNPINNED: Final = "unpinned"
+ACTION_PRUNED: Final = "pruned"
+# pin on a reference sync had pinned: the pin stays, sync's mark goes, so prune leaves it.
+ACTION_ADOPTED: Final = "adopted"
+ACTION_ALREADY_PINNED: Final = "already-pinned"
+ACTION_ALREADY_UNPINNED: Final = "already-unpinned"
+# The record a write was planned for now holds another image, or its pin labels were changed
+# by someone else: pinctl left it alone (or undid its write) and says so.
+ACTION_CHANGED_UNDER_US: Final = "changed-under-us"
+ACTION_FAILED: Final = "failed"
+
+# How a pin, unpin or sync ended as a whole (ChangeReport.status).
+Status = Literal["success", "partial", "error"]
+STATUS_SUCCESS: Final = "success"  # every reference ended as asked
+STATUS_PARTIAL: Final = "partial"
+STATUS_ERROR: Final = "error"  # every reference failed
+
+# What one guarded label write did (WriteOutcome.verdict).
+Verdict = Literal["written", "already", "moved", "failed"]
+VERDICT_WRITTEN: Final = "written"
+VERDICT_ALREADY: Final = "already"  # nothing to do by the time it ran
+VERDICT_MOVED: Final = "moved"  # the record changed after planning
+VERDICT_FAILED: Final = "failed"
+
+# Where labels and policy disagree (ImageRow.drift).
+Drift = Literal["unlabelled", "uncovered"]
+DRIFT_UNLABELLED: Final = "unlabelled"  # a pattern covers the image, no label pins it
+DRIFT_UNCOVERED: Final = "uncovered"  # a label pins the image, no pattern covers it
+
+# What -o/--output asks a command to write.
+OutputFormat = Literal["table", "wide", "json"]
+FORMAT_TABLE: Final = "table"
+FORMAT_WIDE: Final = "wide"
+FORMAT_JSON: Final = "json"
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = (FORMAT_TABLE, FORMAT_WIDE, FORMAT_JSON)
 
 
 @dataclass(frozen=True)
@@ -46,7 +99,7 @@ class ResolvedTarget:
 
 @dataclass(frozen=True)
 class Reason:
-    kind: str
+    kind: ReasonKind
     detail: str
     source: Optional[str] = None
 
@@ -72,7 +125,7 @@ class ImageRow:
     labels: dict[str, str]
     pinned: bool = False
     reasons: list[Reason] = field(default_factory=list)
-    drift: Optional[str] = None
+    drift: Optional[Drift] = None
     source: str = "containerd"
     config_labels: Optional[dict[str, str]] = None
     cri_pinned: Optional[bool] = None
@@ -87,36 +140,31 @@ class ImageRow:
         return self.image_id or self.digest
 
 
-# The record a write was planned for now holds another image, or its pin labels were changed
-# by someone else: pinctl left it alone (or undid its write) and says so.
-CHANGED_UNDER_US = "changed-under-us"
-
-
 @dataclass(frozen=True)
 class ItemResult:
     """The outcome of one pin or unpin on one reference."""
 
     namespace: str
     ref: str
-    action: str
+    action: Action
     error: Optional[str] = None
 
     @property
     def failed(self) -> bool:
-        return self.action == "failed"
+        return self.action == ACTION_FAILED
 
     @property
     def done(self) -> bool:
         """Whether the reference ended as asked: neither failed nor changed under pinctl."""
-        return self.action not in ("failed", CHANGED_UNDER_US)
+        return self.action not in (ACTION_FAILED, ACTION_CHANGED_UNDER_US)
 
 
 @dataclass(frozen=True)
 class WriteOutcome:
-    """What one guarded label write did: written, already (nothing to do by the time it ran),
-    moved (the record changed after planning; detail says how) or failed (detail says why)."""
+    """What one guarded label write did (see Verdict); detail says how a moved record changed,
+    or why a write failed."""
 
-    verdict: str
+    verdict: Verdict
     detail: Optional[str] = None
     # The daemon stopped answering: writes after this one are not even tried.
     stalled: bool = False

@@ -21,14 +21,21 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 
 from pinctl import refs
 from pinctl.display import exact, visible
-from pinctl.model import ImageRow, ItemResult, Reason
+from pinctl.model import (
+    ACTION_ADOPTED, ACTION_ALREADY_PINNED, ACTION_ALREADY_UNPINNED, ACTION_CHANGED_UNDER_US, ACTION_FAILED,
+    ACTION_PINNED, ACTION_PRUNED, ACTION_UNPINNED, DRIFT_UNCOVERED, DRIFT_UNLABELLED, FORMAT_JSON, FORMAT_WIDE,
+    REASON_DOCKER_LABEL, REASON_IGNORED, REASON_INEFFECTIVE_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX,
+    Action, Drift, ImageRow, ItemResult, OutputFormat, Reason, ReasonKind, Status,
+)
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from pinctl.config import Config
-    from pinctl.service.check import CheckResult
+    from pinctl.service.check import CheckItem, CheckResult
+    from pinctl.service.lint import Problem
 
 RESULT_VERSION = 1
-FORMATS = ("table", "wide", "json")
 # Room between columns on a terminal; pipes keep their three spaces (scripts split on them).
 TERMINAL_GAP = 2
 # A column cut to fit keeps at least this many cells: a shorter stub tells nothing.
@@ -78,13 +85,13 @@ def human_size(size: int) -> str:
 
 def why(row: ImageRow) -> str:
     """A short WHY cell; the JSON reasons carry the full list."""
-    parts = [_label_why(row)] if any(r.kind == "label" for r in row.reasons) else []
-    parts += [_other_why(row, r) for r in row.reasons if r.kind != "label"]
+    parts = [_label_why(row)] if any(r.kind == REASON_LABEL for r in row.reasons) else []
+    parts += [_other_why(row, r) for r in row.reasons if r.kind != REASON_LABEL]
     return "; ".join(parts) or "-"
 
 
 def _label_why(row: ImageRow) -> str:
-    carriers = [r.detail for r in row.reasons if r.kind == "label"]
+    carriers = [r.detail for r in row.reasons if r.kind == REASON_LABEL]
     if row.ref in carriers:
         return "label"
     # Name a tag rather than the sha256: reference the CRI plugin adds, when there is one.
@@ -93,28 +100,28 @@ def _label_why(row: ImageRow) -> str:
 
 
 def _other_why(row: ImageRow, reason: Reason) -> str:
-    if reason.kind == "sandbox":
+    if reason.kind == REASON_SANDBOX:
         return "sandbox"
-    if reason.kind == "ignored":
+    if reason.kind == REASON_IGNORED:
         return f"but {reason.detail}"
-    if reason.kind == "pattern":
+    if reason.kind == REASON_PATTERN:
         return f"pattern {reason.detail} ({reason.source})"
-    if reason.kind == "docker-label":
+    if reason.kind == REASON_DOCKER_LABEL:
         return f"docker label {reason.detail}"
-    if reason.kind == "ineffective-label":
+    if reason.kind == REASON_INEFFECTIVE_LABEL:
         own = f"{row.ref}: "
         detail = reason.detail[len(own) :] if reason.detail.startswith(own) else f"on {reason.detail}"
         return f"ineffective label {detail}"
     return f"{reason.kind} {reason.detail}"
 
 
-BRIEF_KINDS = {
-    "label": "label",
-    "sandbox": "sandbox",
-    "pattern": "pattern",
-    "docker-label": "docker label",
-    "ineffective-label": "ineffective label",
-    "ignored": "ignored by the runtime",
+BRIEF_KINDS: dict[ReasonKind, str] = {
+    REASON_LABEL: "label",
+    REASON_SANDBOX: "sandbox",
+    REASON_PATTERN: "pattern",
+    REASON_DOCKER_LABEL: "docker label",
+    REASON_INEFFECTIVE_LABEL: "ineffective label",
+    REASON_IGNORED: "ignored by the runtime",
 }
 
 
@@ -125,17 +132,17 @@ def why_brief(row: ImageRow) -> str:
 
 
 def print_images(
-    rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: str, quiet: bool, out: Optional[TextIO] = None,
-    show_drift: bool = False, show_cri: bool = False,
+    rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: OutputFormat, quiet: bool,
+    out: Optional[TextIO] = None, show_drift: bool = False, show_cri: bool = False,
 ) -> None:
     out = out or sys.stdout
     if quiet:
         print_names([row.ref for row in rows], out)
-    elif fmt == "json":
+    elif fmt == FORMAT_JSON:
         out.write(envelope(images=[image_dict(r) for r in rows], errors=list(errors)) + "\n")
     else:
-        _print_image_table(rows, wide=fmt == "wide", out=out, show_drift=show_drift, show_cri=show_cri)
-    if fmt != "json":
+        _print_image_table(rows, wide=fmt == FORMAT_WIDE, out=out, show_drift=show_drift, show_cri=show_cri)
+    if fmt != FORMAT_JSON:
         for error in errors:
             warn(f"{error['namespace']}/{error['ref']}: {error['message']}")
 
@@ -161,9 +168,9 @@ def print_names(names: Sequence[str], out: Optional[TextIO] = None) -> None:
              f"write, left out here; -o json shows every name exactly")
 
 
-DRIFT_TEXT = {
-    "unlabelled": "covered by a pattern, not labelled (pinctl sync)",
-    "uncovered": "labelled, no pattern covers it",
+DRIFT_TEXT: dict[Drift, str] = {
+    DRIFT_UNLABELLED: "covered by a pattern, not labelled (pinctl sync)",
+    DRIFT_UNCOVERED: "labelled, no pattern covers it",
 }
 
 
@@ -178,7 +185,7 @@ def _print_image_table(
     if show_drift:
         headers.insert(headers.index("WHY"), "DRIFT")
         for row, cells in zip(rows, table_rows):
-            cells.insert(headers.index("DRIFT"), DRIFT_TEXT.get(row.drift or "", "-"))
+            cells.insert(headers.index("DRIFT"), DRIFT_TEXT[row.drift] if row.drift else "-")
     if show_cri:
         headers.insert(headers.index("PINNED") + 1, "CRI PINNED")
         for row, cells in zip(rows, table_rows):
@@ -207,13 +214,13 @@ def abbreviate(ref: str, ellipsis: str = "…") -> str:
 
 
 def print_results(
-    command: str, results: Sequence[ItemResult], status: str, dry_run: bool, fmt: str, quiet: bool,
+    command: str, results: Sequence[ItemResult], status: Status, dry_run: bool, fmt: OutputFormat, quiet: bool,
     out: Optional[TextIO] = None,
 ) -> None:
     """On a terminal each failure shows once, under its row. When the table goes to a pipe or a
     file, failures are also said on stderr, where the person running the command sees them."""
     out = out or sys.stdout
-    if fmt == "json":
+    if fmt == FORMAT_JSON:
         body = [result_dict(r) for r in results]
         out.write(envelope(command=command, dry_run=dry_run, status=status, results=body) + "\n")
         return
@@ -221,7 +228,7 @@ def print_results(
     if quiet:
         print_names([r.ref for r in results if r.action in CHANGED], out)
     elif on_terminal:
-        _print_results_fitted(results, dry_run, out, ellipsis="" if fmt == "wide" else _ellipsis(out))
+        _print_results_fitted(results, dry_run, out, ellipsis="" if fmt == FORMAT_WIDE else _ellipsis(out))
     else:
         _print_results_plain(results, dry_run, out)
     if not on_terminal:
@@ -245,30 +252,30 @@ def _print_results_fitted(results: Sequence[ItemResult], dry_run: bool, out: Tex
     cells = [[action_text(r.action, dry_run), r.namespace or "-", abbreviate(r.ref, ellipsis) if ellipsis else r.ref]
              for r in results]
     notes = [[("error", r.error or "")] if not r.done else [] for r in results]
-    print_table(["ACTION", "NAMESPACE", "REF"], cells, out, highlight={"ACTION": {"failed": "red"}}, notes=notes)
+    print_table(["ACTION", "NAMESPACE", "REF"], cells, out, highlight={"ACTION": {ACTION_FAILED: "red"}}, notes=notes)
 
 
-CHANGED = ("pinned", "unpinned", "pruned", "adopted")
+CHANGED: tuple[Action, ...] = (ACTION_PINNED, ACTION_UNPINNED, ACTION_PRUNED, ACTION_ADOPTED)
 # How people read each action; JSON keeps the action values themselves (docs/json.md).
-ACTION_TEXT = {
-    "already-pinned": "already pinned",
-    "already-unpinned": "already unpinned",
-    "adopted": "taken over from sync",
-    "changed-under-us": "changed under pinctl",
+ACTION_TEXT: dict[Action, str] = {
+    ACTION_ALREADY_PINNED: "already pinned",
+    ACTION_ALREADY_UNPINNED: "already unpinned",
+    ACTION_ADOPTED: "taken over from sync",
+    ACTION_CHANGED_UNDER_US: "changed under pinctl",
 }
 # The order a summary counts them in: changes first, failures last.
-ACTION_ORDER = ("pinned", "unpinned", "pruned", "adopted", "already-pinned", "already-unpinned",
-                "changed-under-us", "failed")
+ACTION_ORDER: tuple[Action, ...] = (*CHANGED, ACTION_ALREADY_PINNED, ACTION_ALREADY_UNPINNED, ACTION_CHANGED_UNDER_US,
+                                    ACTION_FAILED)
 
 
-def action_text(action: str, dry_run: bool) -> str:
+def action_text(action: Action, dry_run: bool) -> str:
     """One vocabulary for the ACTION column and the summary: 'would be pinned' in a dry run."""
     text = ACTION_TEXT.get(action, action)
     return f"would be {text}" if dry_run and action in CHANGED else text
 
 
 def summary(command: str, results: Sequence[ItemResult], dry_run: bool) -> str:
-    counts: dict[str, int] = {}
+    counts: dict[Action, int] = {}
     for r in results:
         counts[r.action] = counts.get(r.action, 0) + 1
     ordered = sorted(counts.items(), key=lambda item: _order(item[0]))
@@ -276,7 +283,7 @@ def summary(command: str, results: Sequence[ItemResult], dry_run: bool) -> str:
     return f"{command}{' (dry run)' if dry_run else ''}: " + ", ".join(parts)
 
 
-def _order(action: str) -> tuple[int, str]:
+def _order(action: Action) -> tuple[int, str]:
     return (ACTION_ORDER.index(action) if action in ACTION_ORDER else len(ACTION_ORDER), action)
 
 
@@ -358,7 +365,7 @@ def fit_widths(natural: Sequence[int], minimum: Sequence[int], width: int, gap: 
     return widths
 
 
-def _line(cells: Sequence[str], widths: Sequence[int], ellipsis: str, style: Callable[[int, str], str]) -> Any:
+def _line(cells: Sequence[str], widths: Sequence[int], ellipsis: str, style: Callable[[int, str], str]) -> Text:
     from rich.cells import cell_len, set_cell_size
     from rich.text import Text
 
@@ -396,12 +403,12 @@ def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: Tex
         out.write("   ".join(padded).rstrip() + "\n")
 
 
-def print_config(cfg: Config, fmt: str, out: Optional[TextIO] = None) -> None:
+def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     """The effective configuration: every key with its value and source, then every pattern."""
     out = out or sys.stdout
     values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.shown().items())}
     patterns = [{"pattern": p.text, "dialect": p.dialect, "source": p.source} for p in cfg.patterns]
-    if fmt == "json":
+    if fmt == FORMAT_JSON:
         out.write(envelope(config=values, pinned_images=patterns, files=list(cfg.files)) + "\n")
         return
     from pinctl.service.namespaces import DEFAULT_NAMESPACES
@@ -424,9 +431,9 @@ def _config_text(value: Any) -> str:
     return str(value)
 
 
-def print_problems(problems: Sequence[Any], fmt: str, out: Optional[TextIO] = None) -> None:
+def print_problems(problems: Sequence[Problem], fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
-    if fmt == "json":
+    if fmt == FORMAT_JSON:
         out.write(envelope(problems=[p.as_dict() for p in problems]) + "\n")
         return
     for p in problems:
@@ -438,18 +445,19 @@ def print_problems(problems: Sequence[Any], fmt: str, out: Optional[TextIO] = No
     warn(f"config lint: {count} problem{'s' if count != 1 else ''}" if count else "config lint: no problems")
 
 
-def print_check(result: Any, fmt: str, out: Optional[TextIO] = None, waited: Optional[float] = None) -> None:
+def print_check(result: CheckResult, fmt: OutputFormat, out: Optional[TextIO] = None,
+                waited: Optional[float] = None) -> None:
     """Every disagreement with its cause and fix; JSON and wide list the agreeing images too.
     waited: how long check --wait polled, said in the verdict."""
     out = out or sys.stdout
     runtime = {"endpoint": result.endpoint, "name": result.runtime.name, "version": result.runtime.version}
-    if fmt == "json":
+    if fmt == FORMAT_JSON:
         items = [_check_dict(item) for item in result.items]
         out.write(envelope(runtime=runtime, agree=result.agree, images=items) + "\n")
         return
-    shown = result.items if fmt == "wide" else [i for i in result.items if not i.agrees]
+    shown = result.items if fmt == FORMAT_WIDE else [i for i in result.items if not i.agrees]
     if shown and out.isatty():
-        _print_check_fitted(shown, out, ellipsis="" if fmt == "wide" else _ellipsis(out))
+        _print_check_fitted(shown, out, ellipsis="" if fmt == FORMAT_WIDE else _ellipsis(out))
     elif shown:
         cells = [[i.refs[0], refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
                   i.cause or "agrees", i.fix or "-"] for i in shown]
@@ -460,7 +468,7 @@ def print_check(result: Any, fmt: str, out: Optional[TextIO] = None, waited: Opt
     warn(f"check: pinctl and {result.runtime} at {result.endpoint} {verdict}{after}")
 
 
-def _print_check_fitted(shown: Sequence[Any], out: TextIO, ellipsis: str) -> None:
+def _print_check_fitted(shown: Sequence[CheckItem], out: TextIO, ellipsis: str) -> None:
     """Cause and fix are sentences and commands: each gets its own lines under the image, whole."""
     cells = [[abbreviate(i.refs[0], ellipsis) if ellipsis else i.refs[0], refs.short_id(i.image_id), _yes(i.desired),
               _yes(i.cri_pinned)] for i in shown]
@@ -472,7 +480,7 @@ def _yes(value: bool) -> str:
     return "yes" if value else "no"
 
 
-def _check_dict(item: Any) -> dict[str, Any]:
+def _check_dict(item: CheckItem) -> dict[str, Any]:
     return {
         "id": item.image_id,
         "refs": list(item.refs),

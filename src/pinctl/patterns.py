@@ -9,12 +9,18 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Final, Literal, Optional, Sequence
 
 from pinctl import refs
 from pinctl.errors import PatternError, UsageError
 
 DIALECTS: tuple[str, ...] = ("pinctl", "crio")
+
+# The shapes a pattern can take (Pattern.kind): a whole name, a prefix ending in *, a *keyword*.
+PatternKind = Literal["exact", "glob", "keyword"]
+PATTERN_EXACT: Final = "exact"
+PATTERN_GLOB: Final = "glob"
+PATTERN_KEYWORD: Final = "keyword"
 
 _STAR = "*"
 _ID_PREFIX = "sha256:"
@@ -31,7 +37,7 @@ class Pattern:
     """One operator-written pattern, reduced to what matching needs."""
 
     text: str
-    kind: str
+    kind: PatternKind
     dialect: str
     source: str = ""
     needle: str = ""
@@ -260,27 +266,27 @@ def _parse_crio(text: str, source: str) -> Pattern:
             _where(source) + f"pattern {text!r} cannot be used with CRI-O", "CRI-O crashes on a lone *; " + _SHAPES_HINT
         )
     if len(text) >= 2 and text.startswith(_STAR) and text.endswith(_STAR):
-        return Pattern(text, "keyword", "crio", source, text[1:-1].lower())
+        return Pattern(text, PATTERN_KEYWORD, "crio", source, text[1:-1].lower())
     if text.endswith(_STAR):
-        return Pattern(text, "glob", "crio", source, text[:-1].lower())
-    return Pattern(text, "exact", "crio", source, text.lower(), True, True)
+        return Pattern(text, PATTERN_GLOB, "crio", source, text[:-1].lower())
+    return Pattern(text, PATTERN_EXACT, "crio", source, text.lower(), True, True)
 
 
 def _parse_pinctl(text: str, source: str) -> Pattern:
     _check_characters(text, source)
     if text.endswith(_STAR) and text.startswith(_STAR):
         _check_stars(text, text[1:-1], source)
-        return Pattern(text, "keyword", "pinctl", source, text[1:-1].lower())
+        return Pattern(text, PATTERN_KEYWORD, "pinctl", source, text[1:-1].lower())
     if text.endswith(_STAR):
         _check_stars(text, text[:-1], source)
-        return Pattern(text, "glob", "pinctl", source, text[:-1].lower(), anchored_start=True)
+        return Pattern(text, PATTERN_GLOB, "pinctl", source, text[:-1].lower(), anchored_start=True)
     if text.startswith(_STAR):
         raise _error(
             text, source, "starts with * but does not end with one",
             f"use *{text.lstrip(_STAR)}* for a keyword, or put the star at the end for a prefix",
         )
     _check_stars(text, text, source)
-    return Pattern(text, "exact", "pinctl", source, _normalise_exact(text, source), True, True)
+    return Pattern(text, PATTERN_EXACT, "pinctl", source, _normalise_exact(text, source), True, True)
 
 
 def _check_characters(text: str, source: str) -> None:

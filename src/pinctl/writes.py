@@ -11,21 +11,24 @@ from __future__ import annotations
 from typing import Optional
 
 from pinctl import refs
-from pinctl.model import MANAGED_LABEL, PIN_LABEL, LabelChange, StoredImage, WriteOutcome
+from pinctl.model import (
+    MANAGED_LABEL, PIN_LABEL, VERDICT_ALREADY, VERDICT_FAILED, VERDICT_MOVED, VERDICT_WRITTEN, LabelChange,
+    StoredImage, WriteOutcome,
+)
 
 # The labels a plan is decided from: if someone else changed them since, the plan is stale.
 GUARDED = (PIN_LABEL, MANAGED_LABEL)
 
-WRITTEN = WriteOutcome("written")
-ALREADY = WriteOutcome("already")
+WRITTEN = WriteOutcome(VERDICT_WRITTEN)
+ALREADY = WriteOutcome(VERDICT_ALREADY)
 
 
 def moved(detail: str) -> WriteOutcome:
-    return WriteOutcome("moved", detail)
+    return WriteOutcome(VERDICT_MOVED, detail)
 
 
 def failed(detail: str) -> WriteOutcome:
-    return WriteOutcome("failed", detail)
+    return WriteOutcome(VERDICT_FAILED, detail)
 
 
 def precheck(planned: StoredImage, current: Optional[StoredImage], change: LabelChange) -> Optional[WriteOutcome]:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.harness import cri, debs, images, pods
 from tests.harness.containerd import DaemonError
+from tests.harness.pods import RunnableRecipe
 
 ENGINE = "containerd-1.7"
 
@@ -36,7 +37,7 @@ class PodNode:
     def pods(self) -> pods.Pods:
         return pods.Pods(self.daemon)
 
-    def load_runnable(self, recipes: list[pods.RunnableRecipe]) -> list[images.ImageInfo]:
+    def load_runnable(self, recipes: list[RunnableRecipe]) -> list[images.ImageInfo]:
         return pods.load_runnable(self.daemon, self.work_dir, recipes)
 
     def load_images(self, recipes: list[images.ImageRecipe], *, unpack: bool = False) -> list[images.ImageInfo]:

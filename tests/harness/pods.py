@@ -54,8 +54,8 @@ RUNC_PATHS = (pathlib.Path("/usr/sbin/runc"), pathlib.Path("/usr/bin/runc"))
 # NamespaceMode: POD = 0, CONTAINER = 1, NODE = 2, TARGET = 3.
 NAMESPACE_NODE = 2
 # ContainerState: CONTAINER_CREATED = 0, CONTAINER_RUNNING = 1, CONTAINER_EXITED = 2, CONTAINER_UNKNOWN = 3.
-CONTAINER_STATES = {0: "created", 1: "running", 2: "exited", 3: "unknown"}
 ContainerState = Literal["created", "running", "exited", "unknown"]
+CONTAINER_STATES: dict[int, ContainerState] = {0: "created", 1: "running", 2: "exited", 3: "unknown"}
 WantedState = Literal["created", "running", "exited"]
 STATE_TIMEOUT_S = 30.0
 DEFAULT_FS_BYTES = 256 * 1024 * 1024
@@ -518,8 +518,7 @@ def _container(item: Reader) -> CriContainer:
 
 
 def _state(value: int) -> ContainerState:
-    state = CONTAINER_STATES.get(value, "unknown")
-    return state  # type: ignore[return-value]
+    return CONTAINER_STATES.get(value, "unknown")
 
 
 def container_status(address: str, container_id: str) -> CriContainerStatus:

@@ -132,12 +132,13 @@ def test_remove_image_deletes_a_pinned_image(pod_node: PodNode) -> None:
 
 
 def test_the_model_sees_real_containers_of_any_state_as_users(pod_node: PodNode) -> None:
-    recipes = [pods.runnable_recipe(f"example.test/user-{state}:1") for state in ("running", "exited", "created")]
+    states: tuple[pods.WantedState, ...] = ("running", "exited", "created")
+    recipes = [pods.runnable_recipe(f"example.test/user-{state}:1") for state in states]
     recipes.append(pods.runnable_recipe("example.test/unused:1"))
     infos = pod_node.load_runnable(recipes)
     made = pod_node.pods()
-    for info, state in zip(infos, ("running", "exited", "created")):
-        made.container(info.refs[0], state)  # type: ignore[arg-type]
+    for info, state in zip(infos, states):
+        made.container(info.refs[0], state)
 
     listed_images = cri.list_images(pod_node.address)
     listed_containers = pods.list_containers(pod_node.address)

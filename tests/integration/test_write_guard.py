@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from pinctl.backends.containerd import ContainerdStore
-from pinctl.model import CHANGED_UNDER_US, LabelChange, StoredImage
+from pinctl.model import ACTION_CHANGED_UNDER_US, LabelChange, StoredImage
 from pinctl.proto import descriptor_pb2, images_pb2, images_pb2_grpc
 from pinctl.service import pinning
 from tests.harness import images
@@ -109,7 +109,7 @@ def test_a_reference_repointed_after_planning_is_not_written(two_images: Any) ->
     plan = plan_for(store, ns, "pin", ["example.test/app:1", "example.test/a:1"])
     daemon.ctr("images", "tag", "--force", "example.test/b:1", "example.test/app:1", namespace=ns)
     results = {r.ref: r for r in pinning.apply_plan(plan, dry_run=False)}
-    assert results["example.test/app:1"].action == CHANGED_UNDER_US
+    assert results["example.test/app:1"].action == ACTION_CHANGED_UNDER_US
     assert "re-pointed from" in (results["example.test/app:1"].error or "")
     assert results["example.test/a:1"].action == "pinned"
     now = records(daemon, ns)
@@ -129,7 +129,7 @@ def test_a_pin_that_lands_on_a_repointed_record_is_undone(two_images: Any, kind:
         [result] = pinning.apply_plan(plan_for(store, ns, "pin", ["example.test/app:1"]), dry_run=False)
     finally:
         mover.close()
-    assert result.action == CHANGED_UNDER_US and "undone" in (result.error or ""), result
+    assert result.action == ACTION_CHANGED_UNDER_US and "undone" in (result.error or ""), result
     digest, labels = records(daemon, ns)["example.test/app:1"]
     assert digest == b.digest
     assert PIN not in labels
@@ -150,7 +150,7 @@ def test_an_unpin_that_lands_on_a_repointed_record_leaves_its_pin(two_images: An
     finally:
         mover.close()
     by_ref = {r.ref: r for r in results}
-    assert by_ref["example.test/app:1"].action == CHANGED_UNDER_US, results
+    assert by_ref["example.test/app:1"].action == ACTION_CHANGED_UNDER_US, results
     digest, labels = records(daemon, ns)["example.test/app:1"]
     # The reference now names b, which was pinned through it (target-only kept the label) or
     # carries b's own pin (replaced): either way the unpin of a must not take it away.
@@ -207,10 +207,10 @@ def test_pin_racing_a_repointing_client_never_pins_the_other_image(two_images: A
         elif moved[ref] != "target-only":
             # Replaced records start from b's labels: a pin there can only be pinctl's, misplaced.
             assert digest == b.digest and PIN not in labels, (ref, actions[ref])
-        if actions[ref] == CHANGED_UNDER_US:
+        if actions[ref] == ACTION_CHANGED_UNDER_US:
             assert PIN not in labels, ref
     assert set(actions) >= set(refs) - set(moved)
-    assert result.returncode == (3 if CHANGED_UNDER_US in actions.values() else 0), result.stderr
+    assert result.returncode == (3 if ACTION_CHANGED_UNDER_US in actions.values() else 0), result.stderr
 
 
 def test_unpin_racing_a_repointing_client_never_unpins_the_other_image(two_images: Any) -> None:
@@ -227,7 +227,7 @@ def test_unpin_racing_a_repointing_client_never_unpins_the_other_image(two_image
             assert digest == b.digest and labels.get(PIN) == "pinned", (ref, actions.get(ref))
         else:
             assert actions[ref] == "unpinned" and PIN not in labels, ref
-    assert result.returncode == (3 if CHANGED_UNDER_US in actions.values() else 0), result.stderr
+    assert result.returncode == (3 if ACTION_CHANGED_UNDER_US in actions.values() else 0), result.stderr
 
 
 def test_a_hand_pin_takes_ownership_so_prune_keeps_it(two_images: Any, tmp_path: Any) -> None:

@@ -51,7 +51,7 @@ def test_causes(rows: list[ImageRow], pinned: bool, name: str, version: str, cau
         assert cause is None and fix is None
     else:
         assert cause and cause_part in cause, cause
-        assert fix and fix_part in fix, fix
+        assert fix and fix_part is not None and fix_part in fix, fix
 
 
 def test_rows_join_on_manifest_digest_too() -> None:

@@ -20,6 +20,7 @@ from pinctl import completion
 from pinctl.cli import COMMON_OPTIONS_HEADING, CommonOption, cli
 from pinctl.config import KEYS
 from pinctl.settings import KeySpec
+from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OUTPUT_FORMATS
 
 LOW, HIGH = KEYS["timeout"].bounds or (0.0, 0.0)
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -141,6 +142,14 @@ def test_help_states_a_plain_default_as_the_table_holds_it(spec: KeySpec) -> Non
     help_text = common_option(cli, str(spec.flag)).help or ""
     default = f"{spec.default:g}" if isinstance(spec.default, float) else str(spec.default)
     assert help_text.endswith(f", else {default}."), help_text
+def test_every_output_option_is_the_same_option_with_the_formats_its_command_writes() -> None:
+    outputs = {completion.tree.command_path(ctx): p for ctx in commands() for p in ctx.command.get_params(ctx)
+               if isinstance(p, click.Option) and "--output" in p.opts}
+    assert {("pinctl", "check"), ("pinctl", "config", "show"), ("pinctl", "ls")} <= set(outputs)
+    for path, option in outputs.items():
+        assert (option.opts, option.name, option.default) == (["-o", "--output"], "fmt", FORMAT_TABLE), path
+        assert isinstance(option.type, click.Choice), path
+        assert {FORMAT_TABLE, FORMAT_JSON} <= set(option.type.choices) <= set(OUTPUT_FORMATS), path
 
 
 # -- short names -------------------------------------------------------------------------------

@@ -39,8 +39,9 @@ def cli_runtime() -> Any:
 
 def invoke(*args: str) -> tuple[int, str, str]:
     """Run pinctl as main() does (error mapping included), capturing stdout and stderr apart."""
+    apart: dict[str, Any] = {"mix_stderr": False}  # click < 8.2 mixes stderr in without it; 8.2 has no such flag
     try:
-        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
+        runner = CliRunner(**apart)
     except TypeError:
         runner = CliRunner()
     with runner.isolation() as streams:

@@ -236,7 +236,8 @@ def awkward_tree() -> click.Group:
 def test_model_kinds() -> None:
     node = completion.tree.tree(awkward_tree(), "tool")
     root_opts = {o.names: o for o in node.opts}
-    assert root_opts[("-x", "--ex-tra")].value.kind == "files"  # type: ignore[union-attr]
+    value = root_opts[("-x", "--ex-tra")].value
+    assert value is not None and value.kind == "files"
     assert root_opts[("--help",)].final and not root_opts[("-x", "--ex-tra")].final
     (pin,) = node.children
     assert pin.path == ("tool", "pin") and pin.help == "Pin"

@@ -10,7 +10,7 @@ import pytest
 from pinctl import refs
 from pinctl.config import PatternEntry
 from pinctl.service.export import export
-from pinctl.service.policy import compile_policy
+from pinctl.service.policy import Policy, compile_policy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,7 +20,7 @@ else:
 PRESENT = ["registry.example/base/os:1", "registry.example/base/os:2", "example.test/fedora-tools:3", "example.test/app:1"]
 
 
-def policy(*texts: str, dialect: str = "pinctl"):  # type: ignore[no-untyped-def]
+def policy(*texts: str, dialect: str = "pinctl") -> Policy:
     return compile_policy([PatternEntry(t, f"cfg:{n}", dialect) for n, t in enumerate(texts, 1)])
 
 

@@ -13,6 +13,7 @@ from pinctl.errors import EXIT_USAGE
 from pinctl.gcmodel import (
     ESTIMATE_NOTES,
     SHORTFALL_MESSAGE,
+    ContainerState,
     Fate,
     GcContainer,
     GcImage,
@@ -214,8 +215,8 @@ def test_fractional_simulated_usage() -> None:
 
 
 @pytest.mark.parametrize("state", ["created", "running", "exited", "unknown"])
-def test_a_container_in_any_state_protects_its_image(state: str) -> None:
-    container = GcContainer("c1", "used", state)  # type: ignore[arg-type]
+def test_a_container_in_any_state_protects_its_image(state: ContainerState) -> None:
+    container = GcContainer("c1", "used", state)
     plan = run([img("used"), img("free")], (container,), fs=fs_used(100))
     assert deleted(plan) == ["free"]
     (protected,) = plan.protected
@@ -426,7 +427,7 @@ def nodes(draw: st.DrawFn) -> Node:
                 draw(st.one_of(st.none(), offsets.map(lambda ago: NOW - ago))), (), draw(st.booleans()))
         for image_id in ids
     ]
-    states = st.sampled_from(["created", "running", "exited", "unknown"])
+    states: st.SearchStrategy[ContainerState] = st.sampled_from(["created", "running", "exited", "unknown"])
     containers = [GcContainer(f"c{n}", image_id, draw(states)) for n, image_id in enumerate(draw(st.lists(image_ids, max_size=6)))]
     high = draw(st.integers(1, 100))
     min_age = timedelta(minutes=draw(st.integers(0, 30)))

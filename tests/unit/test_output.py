@@ -6,13 +6,14 @@ import io
 import json
 import re
 import time
+from typing import get_args
 
 import pytest
 
-from pinctl import output
+from pinctl import model, output
 from pinctl.backends.cri import RuntimeVersion
 from pinctl.display import visible
-from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
+from pinctl.model import Descriptor, ImageRow, ItemResult, OutputFormat, Reason
 from pinctl.service.check import CheckItem, CheckResult
 
 
@@ -367,10 +368,18 @@ def test_json_action_values_are_unchanged() -> None:
     assert [r["action"] for r in json.loads(out.getvalue())["results"]] == ["pinned", "already-pinned"]
 
 
+def test_every_value_of_a_vocabulary_has_its_words() -> None:
+    """A new action, reason kind or drift needs its place in the summary, WHY or DRIFT column."""
+    assert sorted(output.ACTION_ORDER) == sorted(get_args(model.Action))
+    assert sorted(output.BRIEF_KINDS) == sorted(get_args(model.ReasonKind))
+    assert sorted(output.DRIFT_TEXT) == sorted(get_args(model.Drift))
+
+
 def test_wide_keeps_full_references_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     digest_ref = "sha256:" + "3a" * 32
-    for fmt, full in (("table", False), ("wide", True)):
+    cases: tuple[tuple[OutputFormat, bool], ...] = (("table", False), ("wide", True))
+    for fmt, full in cases:
         out = Terminal()
         output.print_results("unpin", [ItemResult("k8s.io", digest_ref, "unpinned")], "success", False, fmt, False, out)
         assert (digest_ref in out.getvalue()) is full

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from pinctl.errors import UnknownNamespace, UsageError
-from pinctl.model import CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Descriptor, StoredImage
+from pinctl.model import ACTION_CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Action, Descriptor, ImageRow, StoredImage
 from pinctl.service.policy import Policy
 from pinctl.service import listing, namespaces, pinning
 
@@ -12,7 +12,7 @@ from .fakes import MANIFEST, FakeStore, digest
 PIN = {PIN_LABEL: "pinned"}
 
 
-def rows_by_ref(store: FakeStore, ns: str = "k8s.io") -> dict[str, object]:
+def rows_by_ref(store: FakeStore, ns: str = "k8s.io") -> dict[str, ImageRow]:
     return {row.ref: row for row in listing.list_images(store, [ns]).rows}
 
 
@@ -22,27 +22,27 @@ def test_one_labelled_ref_pins_every_ref_of_the_image() -> None:
     store.add("k8s.io", "example.test/app:latest", "a")
     store.add("k8s.io", "example.test/other:1", "b")
     rows = rows_by_ref(store)
-    assert rows["example.test/app:latest"].pinned  # type: ignore[attr-defined]
-    assert [r.as_dict() for r in rows["example.test/app:latest"].reasons] == [  # type: ignore[attr-defined]
+    assert rows["example.test/app:latest"].pinned
+    assert [r.as_dict() for r in rows["example.test/app:latest"].reasons] == [
         {"kind": "label", "detail": "example.test/app:1"}
     ]
-    assert not rows["example.test/other:1"].pinned  # type: ignore[attr-defined]
+    assert not rows["example.test/other:1"].pinned
 
 
 def test_ineffective_label_does_not_pin_and_says_why() -> None:
     store = FakeStore()
     store.add("k8s.io", "example.test/app:1", "a", {PIN_LABEL: "true"})
     row = rows_by_ref(store)["example.test/app:1"]
-    assert not row.pinned  # type: ignore[attr-defined]
-    assert row.reasons[0].kind == "ineffective-label"  # type: ignore[attr-defined]
+    assert not row.pinned
+    assert row.reasons[0].kind == "ineffective-label"
 
 
 def test_sandbox_counts_only_in_the_cri_namespace() -> None:
     store = FakeStore(sandbox="example.test/pause:3.9")
     store.add("k8s.io", "example.test/pause:3.9", "p")
     store.add("moby", "example.test/pause:3.9", "p")
-    assert rows_by_ref(store, "k8s.io")["example.test/pause:3.9"].pinned  # type: ignore[attr-defined]
-    assert not rows_by_ref(store, "moby")["example.test/pause:3.9"].pinned  # type: ignore[attr-defined]
+    assert rows_by_ref(store, "k8s.io")["example.test/pause:3.9"].pinned
+    assert not rows_by_ref(store, "moby")["example.test/pause:3.9"].pinned
 
 
 def test_default_namespaces_are_the_present_ones() -> None:
@@ -136,7 +136,7 @@ def test_a_record_changed_after_planning_is_left_alone_and_reported() -> None:
     plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "pin", ["example.test/app:1", "example.test/bee:1"])
     store.add("k8s.io", "example.test/app:1", "c")  # re-pointed at another image after planning
     results = {r.ref: r for r in pinning.apply_plan(plan, dry_run=False)}
-    assert results["example.test/app:1"].action == CHANGED_UNDER_US
+    assert results["example.test/app:1"].action == ACTION_CHANGED_UNDER_US
     assert "re-pointed from" in (results["example.test/app:1"].error or "")
     assert results["example.test/bee:1"].action == "pinned"
     assert store.writes == [("k8s.io", "example.test/bee:1", "pinned")]
@@ -163,11 +163,11 @@ def test_malformed_argument_stops_before_any_change() -> None:
         (["pinned", "already-pinned"], "success"),
         (["pinned", "failed"], "partial"),
         (["failed"], "error"),
-        ([CHANGED_UNDER_US], "partial"),
-        ([CHANGED_UNDER_US, "failed"], "partial"),
+        ([ACTION_CHANGED_UNDER_US], "partial"),
+        ([ACTION_CHANGED_UNDER_US, "failed"], "partial"),
     ],
 )
-def test_status(actions: list[str], status: str) -> None:
+def test_status(actions: list[Action], status: str) -> None:
     from pinctl.model import ItemResult
 
     assert pinning.status_of([ItemResult("k8s.io", str(i), a) for i, a in enumerate(actions)]) == status

@@ -153,7 +153,7 @@ def test_the_table_is_the_settings_attributes_in_order() -> None:
     kinds = {"list": tuple[str, ...], "str": str, "optional-str": Optional[str], "number": float}
     for spec in KEYS.values():
         if spec.type == "choice":
-            assert hints[spec.name] == Literal[spec.choices]  # type: ignore[valid-type]
+            assert hints[spec.name] == Literal[spec.choices]
         else:
             assert hints[spec.name] == kinds[spec.type], spec.name
 

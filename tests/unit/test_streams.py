@@ -56,14 +56,14 @@ def test_the_guarded_stream_escapes_what_its_encoding_cannot_carry(tmp_path: pyt
 
 
 def test_a_stream_without_a_descriptor_is_left_alone() -> None:
-    assert streams._guarded(io.StringIO(), "strict") is None  # type: ignore[arg-type]
+    assert streams._guarded(io.StringIO(), "strict") is None
 
 
 def test_an_unbuffered_stream_fails_at_the_write_itself() -> None:
     """PYTHONUNBUFFERED leaves a stream without a buffer: a diagnostic must fail as it is written,
     not at exit, where Python could only say 'Exception ignored' and exit 120."""
     with open("/dev/full", "wb", buffering=0) as raw:
-        unbuffered = io.TextIOWrapper(raw, write_through=True)  # type: ignore[arg-type]
+        unbuffered = io.TextIOWrapper(raw, write_through=True)
         guarded = streams._guarded(unbuffered, "backslashreplace")
         assert guarded is not None
         with pytest.raises(OutputError):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from pinctl import writes
 from pinctl.backends import _grpc, oci
 from pinctl.config import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
-from pinctl.model import Descriptor, LabelChange, ResolvedTarget, StoredImage, WriteOutcome
+from pinctl.model import VERDICT_FAILED, Descriptor, LabelChange, ResolvedTarget, StoredImage, WriteOutcome
 
 if TYPE_CHECKING:
     import grpc
@@ -266,7 +265,7 @@ class ContainerdStore:
             return _stored_image(future.result().image)
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
-                return WriteOutcome("failed", str(self._fail(err)), stalled=True)
+                return WriteOutcome(VERDICT_FAILED, str(self._fail(err)), stalled=True)
             if err.code() == grpc.StatusCode.NOT_FOUND and missing_ok:
                 return None
             return writes.failed(_update_error(err, self))
@@ -329,7 +328,7 @@ def _label_update(image: StoredImage, change: LabelChange) -> Any:
 def _unknown_if_stalled(result: Any) -> Any:
     if isinstance(result, WriteOutcome) and result.stalled:
         # The update was sent: containerd may have applied it before it stopped answering.
-        return WriteOutcome("failed", f"{result.detail}; whether the label was written is unknown", stalled=True)
+        return WriteOutcome(VERDICT_FAILED, f"{result.detail}; whether the label was written is unknown", stalled=True)
     return result
 
 
@@ -417,7 +416,3 @@ _STUB_FACTORIES: dict[str, Callable[[Any], Any]] = {
     "version": _version_stub,
     "events": _events_stub,
 }
-
-
-def default_address() -> str:
-    return os.environ.get("CONTAINERD_ADDRESS") or DEFAULT_ADDRESS

@@ -59,7 +59,7 @@ class DockerEngine:
 
     def _call(self, method: str, *args: Any) -> Any:
         import docker
-        import requests  # type: ignore[import-untyped]
+        import requests
 
         try:
             return getattr(self._api(), method)(*args)

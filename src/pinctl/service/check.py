@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from pinctl import labels as pin_labels
-from pinctl.model import ImageRow, Reason
+from pinctl.model import (
+    REASON_DOCKER_LABEL, REASON_INEFFECTIVE_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, ImageRow, Reason,
+    ReasonKind,
+)
 from pinctl.service.namespaces import CRI_NAMESPACE
 
 if TYPE_CHECKING:
@@ -17,7 +20,9 @@ if TYPE_CHECKING:
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
 # An ineffective label still says what the operator meant: it counts as wanting a pin.
-WANTED = ("label", "pattern", "docker-label", "sandbox", "ineffective-label")
+WANTED: tuple[ReasonKind, ...] = (
+    REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,
+)
 # check --wait asks again this often: the CRI plugin sees a label change within about a second.
 POLL_SECONDS = 1.0
 
@@ -125,8 +130,8 @@ class _Index:
     def __init__(self, rows: Sequence[ImageRow]) -> None:
         self.by_key: dict[str, list[ImageRow]] = {}
         for row in rows:
-            for key in {row.image_id, row.digest, row.ref} - {None, ""}:
-                self.by_key.setdefault(key, []).append(row)  # type: ignore[arg-type]
+            for key in {row.image_id or "", row.digest, row.ref} - {""}:
+                self.by_key.setdefault(key, []).append(row)
 
     def matching(self, cri: CriImage) -> list[ImageRow]:
         found: dict[int, ImageRow] = {}
@@ -155,13 +160,14 @@ def _reasons(rows: Sequence[ImageRow]) -> list[Reason]:
     seen: dict[tuple[str, str, Optional[str]], Reason] = {}
     for row in rows:
         for reason in row.reasons:
-            detail = f"{row.namespace}/{reason.detail}" if reason.kind in ("label", "ineffective-label") else reason.detail
+            in_namespace = reason.kind in (REASON_LABEL, REASON_INEFFECTIVE_LABEL)
+            detail = f"{row.namespace}/{reason.detail}" if in_namespace else reason.detail
             seen.setdefault((reason.kind, detail, reason.source), Reason(reason.kind, detail, reason.source))
     return list(seen.values())
 
 
 def _label_namespaces(reasons: Sequence[Reason]) -> set[str]:
-    return {r.detail.split("/", 1)[0] for r in reasons if r.kind == "label"}
+    return {r.detail.split("/", 1)[0] for r in reasons if r.kind == REASON_LABEL}
 
 
 def _why_not_pinned(reasons: Sequence[Reason], runtime: RuntimeVersion, ref: str) -> tuple[str, str]:
@@ -174,11 +180,11 @@ def _why_not_pinned(reasons: Sequence[Reason], runtime: RuntimeVersion, ref: str
     return _containerd_cause(reasons, kinds, runtime, ref)
 
 
-def _docker_cause(kinds: set[str], runtime: RuntimeVersion) -> tuple[str, str]:
-    if "docker-label" in kinds:
+def _docker_cause(kinds: set[ReasonKind], runtime: RuntimeVersion) -> tuple[str, str]:
+    if REASON_DOCKER_LABEL in kinds:
         return ("cri-dockerd does not pin by these config labels",
                 "start cri-dockerd with --pinned-image-labels (pinctl config export --for cri-dockerd)")
-    if "label" in kinds:
+    if REASON_LABEL in kinds:
         return (f"the runtime ignores labels: cri-dockerd ({runtime}) pins only its sandbox image "
                 "and what --pinned-images/--pinned-image-labels name",
                 "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
@@ -186,7 +192,9 @@ def _docker_cause(kinds: set[str], runtime: RuntimeVersion) -> tuple[str, str]:
             "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
 
 
-def _containerd_cause(reasons: Sequence[Reason], kinds: set[str], runtime: RuntimeVersion, ref: str) -> tuple[str, str]:
+def _containerd_cause(
+    reasons: Sequence[Reason], kinds: set[ReasonKind], runtime: RuntimeVersion, ref: str
+) -> tuple[str, str]:
     if not pin_labels.cri_honours_pins(runtime.version):
         return (f"the runtime ignores labels: containerd {runtime.version} reports no pins to the kubelet",
                 "upgrade containerd to 1.6.25+ or 1.7.10+")
@@ -198,10 +206,10 @@ def _containerd_cause(reasons: Sequence[Reason], kinds: set[str], runtime: Runti
     if labelled_in:
         return ("the label is there but the CRI has not caught up yet",
                 "wait: pinctl check --wait 30 (the kubelet itself refreshes every 5 minutes)")
-    if "ineffective-label" in kinds:
-        bad = next(r.detail for r in reasons if r.kind == "ineffective-label")
+    if REASON_INEFFECTIVE_LABEL in kinds:
+        bad = next(r.detail for r in reasons if r.kind == REASON_INEFFECTIVE_LABEL)
         return (f"ineffective label: {bad}", f"pinctl pin {ref}")
-    if "docker-label" in kinds and "pattern" not in kinds:
+    if REASON_DOCKER_LABEL in kinds and REASON_PATTERN not in kinds:
         return ("containerd does not read Docker config labels", f"pinctl pin {ref}")
     return ("pattern known only to pinctl: containerd reads labels, not patterns",
             "pinctl sync (or pinctl config export --for containerd)")

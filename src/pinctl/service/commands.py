@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
-from pinctl.model import ImageRow, ItemResult
+from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, Status
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import RuntimeVersion
@@ -69,14 +69,14 @@ class ChangeReport:
     dry_run: bool
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         from pinctl.service.pinning import status_of
 
         return status_of(self.results)
 
     @property
     def exit_code(self) -> int:
-        return {"success": EXIT_OK, "partial": EXIT_PARTIAL}.get(self.status, EXIT_ERROR)
+        return {STATUS_SUCCESS: EXIT_OK, STATUS_PARTIAL: EXIT_PARTIAL}.get(self.status, EXIT_ERROR)
 
 
 def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run: bool) -> ChangeReport:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import refs
 from pinctl.errors import UsageError
-from pinctl.model import Descriptor, ImageRow, Reason
+from pinctl.model import REASON_DOCKER_LABEL, Descriptor, ImageRow, Reason
 from pinctl.service.listing import annotate_policy
 from pinctl.service.policy import Policy
 
@@ -32,7 +32,6 @@ class DockerView:
     def __init__(self, engine: DockerEngine, store: ImageStoreKind, namespace: str,
                  images: Optional[list[DockerImage]] = None) -> None:
         self.engine = engine
-        self.host = engine.host
         self.store = store
         self.namespace = namespace
         self._images = images
@@ -77,7 +76,7 @@ def parse_label_rules(rules: Sequence[str]) -> list[tuple[str, Optional[str]]]:
 def label_reasons(config_labels: dict[str, str], rules: Sequence[tuple[str, Optional[str]]]) -> list[Reason]:
     """The rules an image's config labels satisfy, as cri-dockerd's --pinned-image-labels reads them."""
     return [
-        Reason("docker-label", key if value is None else f"{key}={value}")
+        Reason(REASON_DOCKER_LABEL, key if value is None else f"{key}={value}")
         for key, value in rules
         if key in config_labels and (value is None or config_labels[key] == value)
     ]

@@ -11,12 +11,11 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from pinctl.patterns import PATTERN_EXACT, PATTERN_GLOB, PATTERN_KEYWORD
 from pinctl.service.policy import Policy
 
 if TYPE_CHECKING:
     from pinctl.patterns import Pattern
-
-TARGETS = ("crio", "containerd", "cri-dockerd")
 
 
 @dataclass
@@ -51,11 +50,11 @@ def _crio(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequenc
     notes: list[str] = []
     items: list[str] = []
     for p in policy.patterns:
-        if p.dialect == "crio" or p.kind == "keyword":
+        if p.dialect == "crio" or p.kind == PATTERN_KEYWORD:
             items.append(p.text)
-        elif p.kind == "exact" and p.needle.startswith("sha256:"):
+        elif p.kind == PATTERN_EXACT and p.needle.startswith("sha256:"):
             items += _expanded(p, present, "CRI-O matches names, not image IDs", notes)
-        elif p.kind == "exact":
+        elif p.kind == PATTERN_EXACT:
             items.append(p.needle)
         else:
             items.append(p.text)
@@ -71,7 +70,7 @@ def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: S
     notes: list[str] = []
     refs: list[str] = []
     for p in policy.patterns:
-        if p.kind == "exact" and p.dialect == "pinctl" and not p.needle.startswith("sha256:"):
+        if p.kind == PATTERN_EXACT and p.dialect == "pinctl" and not p.needle.startswith("sha256:"):
             refs.append(p.needle)
         else:
             refs += _expanded(p, present, "containerd pins exact references only", notes)
@@ -92,9 +91,9 @@ def _cri_dockerd(policy: Policy, present: Optional[Sequence[str]], label_rules: 
     notes: list[str] = []
     refs: list[str] = []
     for p in policy.patterns:
-        if p.dialect == "pinctl" and p.kind == "glob":
+        if p.dialect == "pinctl" and p.kind == PATTERN_GLOB:
             refs.append(p.text)
-        elif p.dialect == "pinctl" and p.kind == "exact" and not p.needle.startswith("sha256:"):
+        elif p.dialect == "pinctl" and p.kind == PATTERN_EXACT and not p.needle.startswith("sha256:"):
             refs.append(p.needle)
         else:
             refs += _expanded(p, present, "cri-dockerd takes references and prefix globs only", notes)

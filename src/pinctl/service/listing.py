@@ -10,7 +10,10 @@ from pinctl import labels as pin_labels
 from pinctl import refs
 from pinctl.backends import ImageStore
 from pinctl.errors import UsageError
-from pinctl.model import ImageRow, Reason, StoredImage
+from pinctl.model import (
+    DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_IGNORED, REASON_INEFFECTIVE_LABEL, REASON_LABEL, REASON_PATTERN,
+    REASON_SANDBOX, Drift, ImageRow, Reason, StoredImage,
+)
 from pinctl.service.namespaces import CRI_NAMESPACE
 from pinctl.service.policy import Policy, coverage
 
@@ -86,10 +89,10 @@ def annotate_pins(rows: Sequence[ImageRow], sandbox: Optional[str], runtime_vers
     honoured = runtime_version is None or pin_labels.cri_honours_pins(runtime_version)
     for group in group_by_image(rows).values():
         reasons = _group_reasons(group, sandbox_ref)
-        pinned = any(r.kind in ("label", "sandbox") for r in reasons)
+        pinned = any(r.kind in (REASON_LABEL, REASON_SANDBOX) for r in reasons)
         if pinned and not honoured:
             pinned = False
-            reasons.append(Reason("ignored", pin_labels.ignored_detail(runtime_version or "")))
+            reasons.append(Reason(REASON_IGNORED, pin_labels.ignored_detail(runtime_version or "")))
         for row in group:
             row.pinned = pinned
             row.reasons = list(reasons)
@@ -100,28 +103,29 @@ def annotate_policy(rows: Sequence[ImageRow], policy: Policy) -> None:
     cover = coverage(policy, rows)
     for row in rows:
         hits = cover.by_image.get(row.group_key, [])
-        row.reasons.extend(Reason("pattern", policy.patterns[i].text, policy.patterns[i].source) for i in hits)
+        row.reasons.extend(Reason(REASON_PATTERN, policy.patterns[i].text, policy.patterns[i].source) for i in hits)
         row.drift = _drift(row, bool(hits))
 
 
-def _drift(row: ImageRow, covered: bool) -> Optional[str]:
+def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
     # The runtime keeps (and labels) its sandbox image itself: neither direction is drift.
-    if any(r.kind == "sandbox" for r in row.reasons):
+    if any(r.kind == REASON_SANDBOX for r in row.reasons):
         return None
-    labelled = any(r.kind == "label" for r in row.reasons)
+    labelled = any(r.kind == REASON_LABEL for r in row.reasons)
     if covered and not labelled:
-        return "unlabelled"
+        return DRIFT_UNLABELLED
     if labelled and not covered:
-        return "uncovered"
+        return DRIFT_UNCOVERED
     return None
 
 
 def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str]) -> list[Reason]:
-    reasons = [Reason("label", row.ref) for row in group if pin_labels.carries_pin(row.labels)]
+    reasons = [Reason(REASON_LABEL, row.ref) for row in group if pin_labels.carries_pin(row.labels)]
     if sandbox_ref and any(_normalized_or_none(row.ref) == sandbox_ref for row in group):
-        reasons.append(Reason("sandbox", sandbox_ref))
+        reasons.append(Reason(REASON_SANDBOX, sandbox_ref))
     for row in group:
-        reasons.extend(Reason("ineffective-label", f"{row.ref}: {p}") for p in pin_labels.ineffective_pins(row.labels))
+        ineffective = pin_labels.ineffective_pins(row.labels)
+        reasons.extend(Reason(REASON_INEFFECTIVE_LABEL, f"{row.ref}: {p}") for p in ineffective)
     return reasons
 
 

@@ -10,15 +10,31 @@ from pinctl import refs, writes
 from pinctl.backends import ImageStore
 from pinctl.errors import AmbiguousRef, ImageNotFound, PinctlError
 from pinctl.model import (
-    CHANGED_UNDER_US,
+    ACTION_ADOPTED,
+    ACTION_ALREADY_PINNED,
+    ACTION_ALREADY_UNPINNED,
+    ACTION_CHANGED_UNDER_US,
+    ACTION_FAILED,
+    ACTION_PINNED,
+    ACTION_PRUNED,
+    ACTION_UNPINNED,
     MANAGED_LABEL,
     MANAGED_VALUE,
     PIN_LABEL,
     PIN_VALUE,
+    STATUS_ERROR,
+    STATUS_PARTIAL,
+    STATUS_SUCCESS,
+    VERDICT_ALREADY,
+    VERDICT_MOVED,
+    VERDICT_WRITTEN,
+    Action,
     ImageRow,
     ItemResult,
     LabelChange,
+    Status,
     StoredImage,
+    Verdict,
     WriteOutcome,
 )
 from pinctl.service.listing import build_rows, group_by_image, id_matches
@@ -34,8 +50,6 @@ if TYPE_CHECKING:
 
 UNPIN = "unpin"
 SYNC = "sync"
-# pin on a reference sync had pinned: the pin stays, sync's mark goes, so prune leaves it.
-ADOPTED = "adopted"
 
 
 @dataclass(frozen=True)
@@ -46,7 +60,7 @@ class Change:
     namespace: str
     image: StoredImage
     labels: LabelChange
-    action: str
+    action: Action
 
 
 @dataclass
@@ -166,7 +180,7 @@ def _plan_argument(
         try:
             targets = _targets(view, what, plan.command)
         except PinctlError as err:
-            plan.settled.append(ItemResult(view.namespace, arg, "failed", str(err)))
+            plan.settled.append(ItemResult(view.namespace, arg, ACTION_FAILED, str(err)))
             found = True
             continue
         for image in targets:
@@ -178,7 +192,7 @@ def _plan_argument(
         return
     refused = refusal(what) if refusal is not None and isinstance(what, refs.Selector) else None
     error = refused or str(_not_found(arg, what, views))
-    plan.settled.append(ItemResult("", arg, "failed", error))
+    plan.settled.append(ItemResult("", arg, ACTION_FAILED, error))
 
 
 def _not_found(arg: str, what: Wanted, views: Sequence[NamespaceView]) -> ImageNotFound:
@@ -214,18 +228,18 @@ def _selected(view: NamespaceView, selector: refs.Selector) -> list[StoredImage]
 def _plan_image(plan: Plan, view: NamespaceView, image: StoredImage) -> None:
     if plan.command == UNPIN:
         if PIN_LABEL in image.labels or MANAGED_LABEL in image.labels:
-            plan.changes.append(Change(view.store, view.namespace, image, _removal(image), "unpinned"))
+            plan.changes.append(Change(view.store, view.namespace, image, _removal(image), ACTION_UNPINNED))
         else:
-            plan.settled.append(ItemResult(view.namespace, image.name, "already-unpinned"))
+            plan.settled.append(ItemResult(view.namespace, image.name, ACTION_ALREADY_UNPINNED))
     elif pin_labels.carries_pin(image.labels) and MANAGED_LABEL in image.labels:
         # A hand pin of what sync pinned: the operator owns it now, so sync --prune must leave it.
-        plan.changes.append(Change(view.store, view.namespace, image, {MANAGED_LABEL: None}, ADOPTED))
+        plan.changes.append(Change(view.store, view.namespace, image, {MANAGED_LABEL: None}, ACTION_ADOPTED))
     elif pin_labels.carries_pin(image.labels):
-        plan.settled.append(ItemResult(view.namespace, image.name, "already-pinned"))
+        plan.settled.append(ItemResult(view.namespace, image.name, ACTION_ALREADY_PINNED))
     else:
         # The mark goes too: a hand pin over an ineffective value sync wrote is the operator's.
         change: LabelChange = {PIN_LABEL: PIN_VALUE, **({MANAGED_LABEL: None} if MANAGED_LABEL in image.labels else {})}
-        plan.changes.append(Change(view.store, view.namespace, image, change, "pinned"))
+        plan.changes.append(Change(view.store, view.namespace, image, change, ACTION_PINNED))
 
 
 def _removal(image: StoredImage) -> LabelChange:
@@ -275,13 +289,13 @@ def _plan_sync_image(
 ) -> None:
     managed = image.labels.get(MANAGED_LABEL) == MANAGED_VALUE
     if wanted and pin_labels.carries_pin(image.labels):
-        plan.settled.append(ItemResult(namespace, image.name, "already-pinned"))
+        plan.settled.append(ItemResult(namespace, image.name, ACTION_ALREADY_PINNED))
     elif wanted:
         # An ineffective value is ours to correct; the mark records that sync owns this pin.
         change: LabelChange = {PIN_LABEL: PIN_VALUE, MANAGED_LABEL: MANAGED_VALUE}
-        plan.changes.append(Change(store, namespace, image, change, "pinned"))
+        plan.changes.append(Change(store, namespace, image, change, ACTION_PINNED))
     elif prune and managed:
-        plan.changes.append(Change(store, namespace, image, _removal(image), "pruned"))
+        plan.changes.append(Change(store, namespace, image, _removal(image), ACTION_PRUNED))
 
 
 def apply_plan(plan: Plan, dry_run: bool) -> list[ItemResult]:
@@ -300,16 +314,17 @@ def apply_plan(plan: Plan, dry_run: bool) -> list[ItemResult]:
 
 
 def _item_result(change: Change, outcome: WriteOutcome) -> ItemResult:
-    action = {
-        "written": change.action,
-        "already": "already-pinned" if change.labels.get(PIN_LABEL) or change.action == ADOPTED else "already-unpinned",
-        "moved": CHANGED_UNDER_US,
-    }.get(outcome.verdict, "failed")
-    return ItemResult(change.namespace, change.image.name, action, outcome.detail)
+    already = change.labels.get(PIN_LABEL) or change.action == ACTION_ADOPTED
+    actions: dict[Verdict, Action] = {
+        VERDICT_WRITTEN: change.action,
+        VERDICT_ALREADY: ACTION_ALREADY_PINNED if already else ACTION_ALREADY_UNPINNED,
+        VERDICT_MOVED: ACTION_CHANGED_UNDER_US,
+    }
+    return ItemResult(change.namespace, change.image.name, actions.get(outcome.verdict, ACTION_FAILED), outcome.detail)
 
 
-def status_of(results: Sequence[ItemResult]) -> str:
+def status_of(results: Sequence[ItemResult]) -> Status:
     """success when every item ended as asked; error when every one failed; else partial."""
     if all(r.done for r in results):
-        return "success"
-    return "error" if all(r.failed for r in results) else "partial"
+        return STATUS_SUCCESS
+    return STATUS_ERROR if all(r.failed for r in results) else STATUS_PARTIAL

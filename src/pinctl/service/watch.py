@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 from pinctl import labels as pin_labels
 from pinctl.display import visible
 from pinctl.errors import EngineUnreachable, PinctlError
-from pinctl.model import CHANGED_UNDER_US, MANAGED_LABEL, MANAGED_VALUE, ItemResult
+from pinctl.model import (
+    ACTION_CHANGED_UNDER_US, ACTION_PINNED, ACTION_PRUNED, MANAGED_LABEL, MANAGED_VALUE, Action, ItemResult,
+)
 from pinctl.service import pinning
 
 if TYPE_CHECKING:
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from pinctl.service.sources import Followed, Node
 
 CHANGING_TOPICS = ("/images/create", "/images/update")
+# The actions the watcher itself makes, counted and logged as changes.
+CHANGES: tuple[Action, ...] = (ACTION_PINNED, ACTION_PRUNED)
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
 # Events are handled in batches: whatever arrived while the last batch was written, at most this many.
 BATCH_MAX = 512
@@ -163,7 +167,7 @@ class Watcher:
         plan = pinning.make_sync_plan(views, self.settings.policy, self.prune)
         results = pinning.apply_plan(plan, dry_run=False)
         self._report(results)
-        changed = sum(r.action in ("pinned", "pruned") for r in results)
+        changed = sum(r.action in CHANGES for r in results)
         namespaces = ",".join(dict.fromkeys(view.namespace for view in views)) or "-"
         self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results))
 
@@ -192,9 +196,9 @@ class Watcher:
 
     def _report(self, results: list[ItemResult]) -> None:
         for r in results:
-            if r.action in ("pinned", "pruned"):
+            if r.action in CHANGES:
                 self.log("info", r.action, namespace=r.namespace, ref=r.ref)
-            elif r.action == CHANGED_UNDER_US:
+            elif r.action == ACTION_CHANGED_UNDER_US:
                 # Its own event follows; the next batch decides again from the record as it is.
                 self.log("warning", r.action, namespace=r.namespace, ref=r.ref, detail=r.error or "")
             elif r.failed:
