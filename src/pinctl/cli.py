@@ -54,6 +54,24 @@ class Seconds(click.ParamType):
         return f"give {self.low:g} to {self.high:g} seconds"
 
 
+class Percent(click.ParamType):
+    """A percentage from 0 to 100; unlike click's ranges, --help shows no '[0<=x<=100]'."""
+
+    name = "percent"
+
+    def __init__(self, whole: bool = False) -> None:
+        self.whole = whole
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        try:
+            number = int(value) if self.whole else float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a {'whole ' if self.whole else ''}percentage; give 0 to 100", param, ctx)
+        if not 0 <= number <= 100:
+            self.fail(f"{value} is out of range; give 0 to 100", param, ctx)
+        return number
+
+
 class Duration(click.ParamType):
     """A duration as the kubelet writes them: 2m, 1h30m, 90s, 0."""
 
@@ -419,7 +437,7 @@ def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
 
 def kubelet_options(func: F) -> F:
     """Where the kubelet's image GC settings come from: its config file, else flags, else its defaults."""
-    percent = click.IntRange(0, 100)
+    percent = Percent(whole=True)
     options = [
         click.option("--kubelet-config", metavar="PATH",
                      help="The kubelet's config file (YAML) to read the GC settings from. "
@@ -453,7 +471,7 @@ def gc_group() -> None:
 
 @gc_group.command("plan", epilog="Exit codes: 0 nothing pinctl wants kept would be deleted, 1 something would "
                                  "(or an error), 2 usage or config error.")
-@click.option("--usage", type=click.FloatRange(0, 100), metavar="PERCENT",
+@click.option("--usage", type=Percent(), metavar="PERCENT",
               help="Simulate a disk this full instead of reading the image filesystem's usage.")
 @kubelet_options
 @output_options
@@ -483,7 +501,7 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 
 @cli.command("prune", epilog="Exit codes: 0 done, 1 error, 2 usage or config error (or no --yes without a "
                              "terminal), 3 some deletions failed.")
-@click.option("--until-usage", type=click.FloatRange(0, 100), metavar="PERCENT",
+@click.option("--until-usage", type=Percent(), metavar="PERCENT",
               help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
 @click.option("--all-unused", is_flag=True, help="Delete every image nothing protects, whatever the usage.")
 @click.option("--older-than", type=Duration(), metavar="DURATION",
