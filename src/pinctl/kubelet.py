@@ -74,12 +74,13 @@ def format_duration(value: timedelta) -> str:
     return ("-" if seconds < 0 else "") + text
 
 
-def read_gc_settings(path: Optional[str], overrides: GcOverrides = GcOverrides()) -> SourcedGcSettings:
-    """Defaults, then the kubelet's config file (path, else DEFAULT_CONFIG when it exists), then
+def read_gc_settings(path: Optional[str], overrides: GcOverrides = GcOverrides(),
+                     default_path: str = DEFAULT_CONFIG) -> SourcedGcSettings:
+    """Defaults, then the kubelet's config file (path, else default_path when it exists), then
     flags. The result is validated as the kubelet validates it."""
     values: dict[str, Any] = {name: getattr(GcSettings(), name) for name in FIELDS.values()}
     sources = {name: KUBELET_DEFAULT for name in FIELDS.values()}
-    document, where = _read_document(path)
+    document, where = _read_document(path, default_path)
     for key, name in FIELDS.items():
         if document is not None and key in document:
             values[name] = _field(document[key], key, name, where)
@@ -95,10 +96,10 @@ def read_gc_settings(path: Optional[str], overrides: GcOverrides = GcOverrides()
     return SourcedGcSettings(GcSettings(**values).validate(), sources)
 
 
-def _read_document(path: Optional[str]) -> tuple[Optional[dict[str, Any]], str]:
+def _read_document(path: Optional[str], default_path: str) -> tuple[Optional[dict[str, Any]], str]:
     from pinctl.config import NotRegularFile, read_regular, unreadable
 
-    where = path or DEFAULT_CONFIG
+    where = path or default_path
     try:
         raw = read_regular(where)
     except FileNotFoundError as err:
