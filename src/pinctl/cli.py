@@ -55,6 +55,45 @@ class Seconds(click.ParamType):
         return f"give {self.low:g} to {self.high:g} seconds"
 
 
+class Percent(click.ParamType):
+    """A percentage from 0 to 100; unlike click's ranges, --help shows no '[0<=x<=100]'."""
+
+    name = "percent"
+
+    def __init__(self, whole: bool = False) -> None:
+        self.whole = whole
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        try:
+            number = int(value) if self.whole else float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a {'whole ' if self.whole else ''}percentage; give 0 to 100", param, ctx)
+        if not 0 <= number <= 100:
+            self.fail(f"{value} is out of range; give 0 to 100", param, ctx)
+        return number
+
+
+class Duration(click.ParamType):
+    """A duration as the kubelet writes them: 2m, 1h30m, 90s, 0."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        from datetime import timedelta
+
+        from pinctl.kubelet import parse_duration
+
+        if isinstance(value, timedelta):
+            return value
+        try:
+            parsed = parse_duration(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        if parsed < timedelta(0):
+            self.fail(f"{value} is negative; give a duration like 2m", param, ctx)
+        return parsed
+
+
 class CommonOption(click.Option):
     """An option every command takes (COMMON_OPTIONS): listed after the command's own ones.
 
@@ -405,6 +444,124 @@ def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
     found = commands.namespaces(open_node(load_config(ctx)))
     output.print_namespaces(found, quiet)
     return EXIT_OK
+
+
+def kubelet_options(func: F) -> F:
+    """Where the kubelet's image GC settings come from: its config file, else flags, else its defaults."""
+    percent = Percent(whole=True)
+    options = [
+        click.option("--kubelet-config", metavar="PATH",
+                     help="The kubelet's config file (YAML) to read the GC settings from. "
+                          "Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults."),
+        click.option("--high-threshold", type=percent, metavar="PERCENT",
+                     help="imageGCHighThresholdPercent: usage at which the GC starts (kubelet default 85)."),
+        click.option("--low-threshold", type=percent, metavar="PERCENT",
+                     help="imageGCLowThresholdPercent: usage the GC frees down to (kubelet default 80)."),
+        click.option("--min-age", type=Duration(), metavar="DURATION",
+                     help="imageMinimumGCAge: younger images are never deleted (kubelet default 2m)."),
+        click.option("--max-age", type=Duration(), metavar="DURATION",
+                     help="imageMaximumGCAge: images unused this long are deleted at any usage (kubelet default "
+                          "0, off)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _gc_settings(kubelet_config: Optional[str], high: Optional[int], low: Optional[int], min_age: Any,
+                 max_age: Any) -> Any:
+    from pinctl.kubelet import GcOverrides, read_gc_settings
+
+    return read_gc_settings(kubelet_config, GcOverrides(high, low, min_age, max_age))
+
+
+@cli.group("gc", cls=PinctlGroup, context_settings=CONTEXT_SETTINGS)
+def gc_group() -> None:
+    """What the kubelet's image garbage collector will do on this node."""
+
+
+@gc_group.command("plan", epilog="Exit codes: 0 nothing pinctl wants kept would be deleted, 1 something would "
+                                 "(or an error), 2 usage or config error.")
+@click.option("--usage", type=Percent(), metavar="PERCENT",
+              help="Simulate a disk this full instead of reading the image filesystem's usage.")
+@kubelet_options
+@output_options
+@common_options
+@click.pass_context
+def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: Optional[str],
+                    high_threshold: Optional[int], low_threshold: Optional[int], min_age: Any, max_age: Any,
+                    fmt: str, quiet: bool, **_: Any) -> int:
+    """Show what the kubelet's image GC would delete next, in order, and what it keeps and why.
+
+    Reads the runtime's images and containers over the CRI, the image filesystem under the
+    CRI's ImageFsInfo mount point, and the kubelet's GC settings. Images pinctl's labels or
+    policy want kept but the runtime does not pin (it ignores labels, wrong namespace, a pattern
+    known only to pinctl) are marked at risk with their place in the order.
+    """
+    from pinctl import gc_output, output
+    from pinctl.service import commands, sources
+
+    cfg = load_config(ctx)
+    settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age)
+    runtime, version = sources.open_runtime(cfg, output.warn)
+    rules = list(cfg.settings.docker_pinned_image_labels)
+    report = commands.gc_plan(open_node(cfg), load_policy(cfg), rules, runtime, version, settings, usage)
+    gc_output.print_gc_plan(report, fmt)
+    return report.exit_code
+
+
+@cli.command("prune", epilog="Exit codes: 0 done, 1 error, 2 usage or config error (or no --yes without a "
+                             "terminal), 3 some deletions failed.")
+@click.option("--until-usage", type=Percent(), metavar="PERCENT",
+              help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
+@click.option("--all-unused", is_flag=True, help="Delete every image nothing protects, whatever the usage.")
+@click.option("--older-than", type=Duration(), metavar="DURATION",
+              help="Only images first seen longer ago than this (raises the minimum age).")
+@click.option("--dry-run", is_flag=True, help="Show the plan; delete nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Delete without asking (scripts). Without a terminal it is required.")
+@kubelet_options
+@output_options
+@common_options
+@click.pass_context
+def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: bool, older_than: Any, dry_run: bool,
+                  yes: bool, kubelet_config: Optional[str], high_threshold: Optional[int],
+                  low_threshold: Optional[int], min_age: Any, max_age: Any, fmt: str, quiet: bool, **_: Any) -> int:
+    """Delete unused images the way the kubelet's GC would, but never one that must stay.
+
+    Never deleted: an image any container uses (any state) or names, one the runtime pins, one
+    pinctl's labels or policy pin (also where the runtime ignores them), the sandbox image, one
+    younger than the minimum age. The plan is shown first and confirmed on a terminal; scripts
+    pass --yes. Each image is checked again just before its deletion. Images go through the
+    runtime that owns them: the CRI's RemoveImage, or Docker's API for Docker's images.
+    """
+    from pinctl import gc_output, output
+    from pinctl.service import commands, gc, sources
+
+    cfg = load_config(ctx)
+    settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age).settings
+    request = gc.PruneRequest(until_usage, all_unused, older_than)
+    rules = list(cfg.settings.docker_pinned_image_labels)
+    report = commands.prune(open_node(cfg), load_policy(cfg), rules, cfg.settings.namespaces,
+                            lambda: sources.open_runtime(cfg, output.warn), settings, request, dry_run,
+                            lambda plans: _confirm_prune(plans, yes))
+    gc_output.print_prune(report.items, dry_run, fmt)
+    return report.exit_code
+
+
+def _confirm_prune(plans: Sequence[Any], yes: bool) -> None:
+    from pinctl import gc_output
+
+    if not any(plan.delete for plan in plans):
+        return
+    gc_output.print_prune_plan(plans)
+    if yes:
+        return
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError("prune deletes images: refusing without --yes when there is no terminal to ask",
+                         "look at the plan with --dry-run, then pass --yes")
+    if not click.confirm("Delete these images?", default=False, err=True):
+        raise click.exceptions.Abort()
+
 
 
 @cli.command("completion", epilog="Exit codes: 0 ok, 2 unknown shell.")

@@ -81,6 +81,8 @@ class StoredImage:
     name: str
     labels: dict[str, str]
     target: Descriptor
+    # When the engine created the record (seconds since the epoch), where it says.
+    created: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class ImageRow:
     source: str = "containerd"
     config_labels: Optional[dict[str, str]] = None
     cri_pinned: Optional[bool] = None
+    created: Optional[float] = None
 
     @property
     def digest(self) -> str:

@@ -139,4 +139,29 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     config_keys = {key for entry in render_config()["config"].values() for key in entry} | {"config"}
     emitted = keys_of(render_ls()) | keys_of(render_pin()) | keys_of(render_lint()) | keys_of(render_check()) | config_keys
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
+    emitted |= keys_of(render_gc_plan()) | keys_of(render_prune())
     assert emitted == documented
+
+
+def render_gc_plan() -> dict:
+    from .test_gc_service import NOW, FakeDomain, node_images, row_for
+    from pinctl import gc_output
+    from pinctl.gcmodel import GcSettings
+    from pinctl.kubelet import SourcedGcSettings
+    from pinctl.service import gc
+
+    images, containers = node_images()
+    rows = [row_for(images[0], Reason("label", images[0].refs[0]))]
+    report = gc.gc_plan(FakeDomain(images, containers, 90), rows, SourcedGcSettings(GcSettings(), {}), NOW)
+    buf = io.StringIO()
+    gc_output.print_gc_plan(report, "json", buf)
+    return json.loads(buf.getvalue())
+
+
+def render_prune() -> dict:
+    from pinctl import gc_output
+    from pinctl.service import gc
+
+    buf = io.StringIO()
+    gc_output.print_prune([gc.PruneItem("r", "sha256:" + "a" * 64, ("x",), "kept", 1, "why")], False, "json", buf)
+    return json.loads(buf.getvalue())

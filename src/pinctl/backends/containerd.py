@@ -305,7 +305,8 @@ class ImageEvents:
 
 def _stored_image(img: Any) -> StoredImage:
     target = Descriptor(img.target.media_type, img.target.digest, int(img.target.size))
-    return StoredImage(name=img.name, labels=dict(img.labels), target=target)
+    created = img.created_at.seconds + img.created_at.nanos / 1e9 if img.HasField("created_at") else None
+    return StoredImage(name=img.name, labels=dict(img.labels), target=target, created=created)
 
 
 def _label_update(image: StoredImage, change: LabelChange) -> Any:

@@ -1,4 +1,6 @@
-"""The CRI (runtime.v1) as the kubelet sees it: the runtime's name and version, and which images it reports pinned."""
+"""The CRI (runtime.v1) as the kubelet sees it: the runtime's name and version, which images it
+reports pinned, and what the kubelet's image GC reads and calls: containers, the image
+filesystem, RemoveImage."""
 
 from __future__ import annotations
 
@@ -38,6 +40,34 @@ class CriImage:
     pinned: bool
 
 
+# CRI ContainerState values, as the GC model names them.
+CONTAINER_STATES = {0: "created", 1: "running", 2: "exited", 3: "unknown"}
+
+
+@dataclass(frozen=True)
+class CriContainer:
+    """A container as ListContainers and ContainerStatus show it; times in seconds since the epoch."""
+
+    id: str
+    name: str
+    pod_sandbox_id: str
+    image: str
+    image_ref: str
+    image_id: str
+    state: str
+    created_at: Optional[float]
+    started_at: Optional[float] = None
+    finished_at: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ImageFs:
+    """One image filesystem ImageFsInfo reports: where it is mounted and what images use there."""
+
+    mountpoint: str
+    used_bytes: int
+
+
 def socket_path(endpoint: str) -> str:
     if endpoint.startswith("unix://"):
         return endpoint[len("unix://") :]
@@ -53,15 +83,16 @@ class CriRuntime:
         self.timeout = timeout
         self._channel: Any = None
 
-    def _call(self, stub_name: str, method: str, request: Any) -> Any:
-        import grpc
-
-        from pinctl.proto import cri_pb2_grpc
-
+    def _open(self) -> Any:
         if self._channel is None:
             _grpc.check_socket(self.path, WHAT, FLAG)
             self._channel = _grpc.open_channel(self.path)
-        stub = getattr(cri_pb2_grpc, stub_name)(self._channel)
+        return self._channel
+
+    def _call(self, stub_name: str, method: str, request: Any) -> Any:
+        import grpc
+
+        stub = _stub(self._open(), stub_name)
         try:
             return getattr(stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as err:
@@ -85,6 +116,71 @@ class CriRuntime:
         request = cri_pb2.ImageStatusRequest(image=cri_pb2.ImageSpec(image=ref))
         reply = self._call("ImageServiceStub", "ImageStatus", request)
         return _image(reply.image) if reply.HasField("image") and reply.image.id else None
+
+    def list_containers(self, statuses: bool = True) -> list[CriContainer]:
+        """Every container in any state: what the kubelet's image GC counts as users of an image.
+        With statuses, also their start and finish times (one status call each, all in flight)."""
+        from pinctl.proto import cri_pb2
+
+        listed = self._call("RuntimeServiceStub", "ListContainers", cri_pb2.ListContainersRequest()).containers
+        found = self._container_statuses([item.id for item in listed]) if statuses else {}
+        return [_container(item, found.get(item.id)) for item in listed]
+
+    def _container_statuses(self, ids: Sequence[str]) -> dict[str, Any]:
+        import grpc
+
+        from pinctl.proto import cri_pb2
+
+        stub = _stub(self._open(), "RuntimeServiceStub")
+        futures = {cid: stub.ContainerStatus.future(cri_pb2.ContainerStatusRequest(container_id=cid),
+                                                    timeout=self.timeout) for cid in ids}
+        found: dict[str, Any] = {}
+        for cid, future in futures.items():
+            try:
+                found[cid] = future.result().status
+            except grpc.RpcError:
+                continue  # removed since the list: it protects nothing any more
+        return found
+
+    def image_fs_info(self) -> list[ImageFs]:
+        from pinctl.proto import cri_pb2
+
+        reply = self._call("ImageServiceStub", "ImageFsInfo", cri_pb2.ImageFsInfoRequest())
+        return [ImageFs(fs.fs_id.mountpoint, int(fs.used_bytes.value)) for fs in reply.image_filesystems]
+
+    def remove_image(self, image: str) -> None:
+        """Delete an image by ID or reference, as the kubelet's GC does. The CRI deletes it even
+        when a container uses it or it is pinned: callers check that first."""
+        from pinctl.proto import cri_pb2
+
+        self._call("ImageServiceStub", "RemoveImage", cri_pb2.RemoveImageRequest(image=cri_pb2.ImageSpec(image=image)))
+
+
+def _stub(channel: Any, name: str) -> Any:
+    from pinctl.proto import cri_pb2_grpc
+
+    return getattr(cri_pb2_grpc, name)(channel)
+
+
+def _seconds(nanoseconds: int) -> Optional[float]:
+    return nanoseconds / 1e9 if nanoseconds > 0 else None
+
+
+def _container(item: Any, status: Any) -> CriContainer:
+    started = _seconds(int(status.started_at)) if status is not None else None
+    finished = _seconds(int(status.finished_at)) if status is not None else None
+    return CriContainer(
+        id=item.id,
+        name=item.metadata.name,
+        pod_sandbox_id=item.pod_sandbox_id,
+        image=item.image.image,
+        image_ref=item.image_ref,
+        image_id=item.image_id,
+        state=CONTAINER_STATES.get(int(item.state), "unknown"),
+        created_at=_seconds(int(item.created_at)),
+        started_at=started,
+        finished_at=finished,
+    )
 
 
 def _image(img: Any) -> CriImage:

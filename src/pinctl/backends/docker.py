@@ -20,6 +20,19 @@ class DockerImage:
     repo_digests: tuple[str, ...]
     size: int
     labels: dict[str, str] = field(default_factory=dict)
+    created: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class DockerContainer:
+    """A container in any state, and the image it was created from."""
+
+    id: str
+    name: str
+    image: str
+    image_id: str
+    state: str
+    created: Optional[float]
 
 
 @dataclass(frozen=True)
@@ -57,12 +70,12 @@ class DockerEngine:
             return EngineUnreachable(f"Docker at {self.host} is not answering ({text})", "is dockerd running?")
         return EngineError(f"Docker at {self.host}: {text}")
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import docker
         import requests
 
         try:
-            return getattr(self._api(), method)(*args)
+            return getattr(self._api(), method)(*args, **kwargs)
         except (docker.errors.DockerException, requests.RequestException) as err:
             raise self._fail(err) from None
 
@@ -80,6 +93,32 @@ class DockerEngine:
     def list_images(self) -> list[DockerImage]:
         return [_docker_image(raw) for raw in self._call("images")]
 
+    def list_containers(self) -> list[DockerContainer]:
+        """Every container, in any state: each keeps its image from `docker image prune`, too."""
+        return [_docker_container(raw) for raw in self._call("containers", all=True)]
+
+    def root_dir(self) -> str:
+        """Where Docker keeps its data: its images' filesystem."""
+        return str(self._call("info").get("DockerRootDir", ""))
+
+    def remove_image(self, image_id: str) -> None:
+        """Delete an image with all its tags (`docker rmi -f ID`). Docker still refuses one a running
+        container uses; callers check for containers in any state just before."""
+        self._call("remove_image", image_id, force=True)
+
+
+def _docker_container(raw: dict[str, Any]) -> DockerContainer:
+    names = [str(n).lstrip("/") for n in raw.get("Names") or ()]
+    created = raw.get("Created")
+    return DockerContainer(
+        id=str(raw.get("Id", "")),
+        name=names[0] if names else "",
+        image=str(raw.get("Image", "")),
+        image_id=str(raw.get("ImageID", "")),
+        state=str(raw.get("State", "unknown")),
+        created=float(created) if isinstance(created, (int, float)) else None,
+    )
+
 
 def _docker_image(raw: dict[str, Any]) -> DockerImage:
     tags = tuple(t for t in raw.get("RepoTags") or () if t != "<none>:<none>")
@@ -90,4 +129,5 @@ def _docker_image(raw: dict[str, Any]) -> DockerImage:
         repo_digests=digests,
         size=int(raw.get("Size") or 0),
         labels={str(k): str(v) for k, v in (raw.get("Labels") or {}).items()},
+        created=float(raw["Created"]) if isinstance(raw.get("Created"), (int, float)) else None,
     )

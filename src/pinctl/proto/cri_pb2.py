@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16pinctl/proto/cri.proto\x12\nruntime.v1\"!\n\x0eVersionRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\"n\n\x0fVersionResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1b\n\x13runtime_api_version\x18\x04 \x01(\t\"\xc2\x01\n\tImageSpec\x12\r\n\x05image\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.runtime.v1.ImageSpec.AnnotationsEntry\x12\x1c\n\x14user_specified_image\x18\x12 \x01(\t\x12\x17\n\x0fruntime_handler\x18\x13 \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1b\n\nInt64Value\x12\r\n\x05value\x18\x01 \x01(\x03\"\xb6\x01\n\x05Image\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\trepo_tags\x18\x02 \x03(\t\x12\x14\n\x0crepo_digests\x18\x03 \x03(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12#\n\x03uid\x18\x05 \x01(\x0b\x32\x16.runtime.v1.Int64Value\x12\x10\n\x08username\x18\x06 \x01(\t\x12#\n\x04spec\x18\x07 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\"3\n\x0bImageFilter\x12$\n\x05image\x18\x01 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\"<\n\x11ListImagesRequest\x12\'\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x17.runtime.v1.ImageFilter\"7\n\x12ListImagesResponse\x12!\n\x06images\x18\x01 \x03(\x0b\x32\x11.runtime.v1.Image\"K\n\x12ImageStatusRequest\x12$\n\x05image\x18\x01 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x0f\n\x07verbose\x18\x02 \x01(\x08\"\x9d\x01\n\x13ImageStatusResponse\x12 \n\x05image\x18\x01 \x01(\x0b\x32\x11.runtime.v1.Image\x12\x37\n\x04info\x18\x02 \x03(\x0b\x32).runtime.v1.ImageStatusResponse.InfoEntry\x1a+\n\tInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x32T\n\x0eRuntimeService\x12\x42\n\x07Version\x12\x1a.runtime.v1.VersionRequest\x1a\x1b.runtime.v1.VersionResponse2\xab\x01\n\x0cImageService\x12K\n\nListImages\x12\x1d.runtime.v1.ListImagesRequest\x1a\x1e.runtime.v1.ListImagesResponse\x12N\n\x0bImageStatus\x12\x1e.runtime.v1.ImageStatusRequest\x1a\x1f.runtime.v1.ImageStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16pinctl/proto/cri.proto\x12\nruntime.v1\"!\n\x0eVersionRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\"n\n\x0fVersionResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1b\n\x13runtime_api_version\x18\x04 \x01(\t\"\xc2\x01\n\tImageSpec\x12\r\n\x05image\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.runtime.v1.ImageSpec.AnnotationsEntry\x12\x1c\n\x14user_specified_image\x18\x12 \x01(\t\x12\x17\n\x0fruntime_handler\x18\x13 \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1b\n\nInt64Value\x12\r\n\x05value\x18\x01 \x01(\x03\"\xb6\x01\n\x05Image\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\trepo_tags\x18\x02 \x03(\t\x12\x14\n\x0crepo_digests\x18\x03 \x03(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12#\n\x03uid\x18\x05 \x01(\x0b\x32\x16.runtime.v1.Int64Value\x12\x10\n\x08username\x18\x06 \x01(\t\x12#\n\x04spec\x18\x07 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\"3\n\x0bImageFilter\x12$\n\x05image\x18\x01 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\"<\n\x11ListImagesRequest\x12\'\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x17.runtime.v1.ImageFilter\"7\n\x12ListImagesResponse\x12!\n\x06images\x18\x01 \x03(\x0b\x32\x11.runtime.v1.Image\"K\n\x12ImageStatusRequest\x12$\n\x05image\x18\x01 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x0f\n\x07verbose\x18\x02 \x01(\x08\"\x9d\x01\n\x13ImageStatusResponse\x12 \n\x05image\x18\x01 \x01(\x0b\x32\x11.runtime.v1.Image\x12\x37\n\x04info\x18\x02 \x03(\x0b\x32).runtime.v1.ImageStatusResponse.InfoEntry\x1a+\n\tInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x12RemoveImageRequest\x12$\n\x05image\x18\x01 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\"\x15\n\x13RemoveImageResponse\"2\n\x11\x43ontainerMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\"\x17\n\x15ListContainersRequest\"\xcc\x02\n\tContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0epod_sandbox_id\x18\x02 \x01(\t\x12/\n\x08metadata\x18\x03 \x01(\x0b\x32\x1d.runtime.v1.ContainerMetadata\x12$\n\x05image\x18\x04 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x11\n\timage_ref\x18\x05 \x01(\t\x12)\n\x05state\x18\x06 \x01(\x0e\x32\x1a.runtime.v1.ContainerState\x12\x12\n\ncreated_at\x18\x07 \x01(\x03\x12\x31\n\x06labels\x18\x08 \x03(\x0b\x32!.runtime.v1.Container.LabelsEntry\x12\x10\n\x08image_id\x18\n \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"C\n\x16ListContainersResponse\x12)\n\ncontainers\x18\x01 \x03(\x0b\x32\x15.runtime.v1.Container\"?\n\x16\x43ontainerStatusRequest\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0f\n\x07verbose\x18\x02 \x01(\x08\"\x94\x02\n\x0f\x43ontainerStatus\x12\n\n\x02id\x18\x01 \x01(\t\x12/\n\x08metadata\x18\x02 \x01(\x0b\x32\x1d.runtime.v1.ContainerMetadata\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.runtime.v1.ContainerState\x12\x12\n\ncreated_at\x18\x04 \x01(\x03\x12\x12\n\nstarted_at\x18\x05 \x01(\x03\x12\x13\n\x0b\x66inished_at\x18\x06 \x01(\x03\x12\x11\n\texit_code\x18\x07 \x01(\x05\x12$\n\x05image\x18\x08 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x11\n\timage_ref\x18\t \x01(\t\x12\x10\n\x08image_id\x18\x11 \x01(\t\"\xb0\x01\n\x17\x43ontainerStatusResponse\x12+\n\x06status\x18\x01 \x01(\x0b\x32\x1b.runtime.v1.ContainerStatus\x12;\n\x04info\x18\x02 \x03(\x0b\x32-.runtime.v1.ContainerStatusResponse.InfoEntry\x1a+\n\tInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x14\n\x12ImageFsInfoRequest\"\x1c\n\x0bUInt64Value\x12\r\n\x05value\x18\x01 \x01(\x04\"*\n\x14\x46ilesystemIdentifier\x12\x12\n\nmountpoint\x18\x01 \x01(\t\"\xb0\x01\n\x0f\x46ilesystemUsage\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12/\n\x05\x66s_id\x18\x02 \x01(\x0b\x32 .runtime.v1.FilesystemIdentifier\x12+\n\nused_bytes\x18\x03 \x01(\x0b\x32\x17.runtime.v1.UInt64Value\x12,\n\x0binodes_used\x18\x04 \x01(\x0b\x32\x17.runtime.v1.UInt64Value\"\x89\x01\n\x13ImageFsInfoResponse\x12\x36\n\x11image_filesystems\x18\x01 \x03(\x0b\x32\x1b.runtime.v1.FilesystemUsage\x12:\n\x15\x63ontainer_filesystems\x18\x02 \x03(\x0b\x32\x1b.runtime.v1.FilesystemUsage*k\n\x0e\x43ontainerState\x12\x15\n\x11\x43ONTAINER_CREATED\x10\x00\x12\x15\n\x11\x43ONTAINER_RUNNING\x10\x01\x12\x14\n\x10\x43ONTAINER_EXITED\x10\x02\x12\x15\n\x11\x43ONTAINER_UNKNOWN\x10\x03\x32\x89\x02\n\x0eRuntimeService\x12\x42\n\x07Version\x12\x1a.runtime.v1.VersionRequest\x1a\x1b.runtime.v1.VersionResponse\x12W\n\x0eListContainers\x12!.runtime.v1.ListContainersRequest\x1a\".runtime.v1.ListContainersResponse\x12Z\n\x0f\x43ontainerStatus\x12\".runtime.v1.ContainerStatusRequest\x1a#.runtime.v1.ContainerStatusResponse2\xcb\x02\n\x0cImageService\x12K\n\nListImages\x12\x1d.runtime.v1.ListImagesRequest\x1a\x1e.runtime.v1.ListImagesResponse\x12N\n\x0bImageStatus\x12\x1e.runtime.v1.ImageStatusRequest\x1a\x1f.runtime.v1.ImageStatusResponse\x12N\n\x0bRemoveImage\x12\x1e.runtime.v1.RemoveImageRequest\x1a\x1f.runtime.v1.RemoveImageResponse\x12N\n\x0bImageFsInfo\x12\x1e.runtime.v1.ImageFsInfoRequest\x1a\x1f.runtime.v1.ImageFsInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,6 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMAGESPEC_ANNOTATIONSENTRY']._serialized_options = b'8\001'
   _globals['_IMAGESTATUSRESPONSE_INFOENTRY']._loaded_options = None
   _globals['_IMAGESTATUSRESPONSE_INFOENTRY']._serialized_options = b'8\001'
+  _globals['_CONTAINER_LABELSENTRY']._loaded_options = None
+  _globals['_CONTAINER_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_CONTAINERSTATUSRESPONSE_INFOENTRY']._loaded_options = None
+  _globals['_CONTAINERSTATUSRESPONSE_INFOENTRY']._serialized_options = b'8\001'
+  _globals['_CONTAINERSTATE']._serialized_start=2507
+  _globals['_CONTAINERSTATE']._serialized_end=2614
   _globals['_VERSIONREQUEST']._serialized_start=38
   _globals['_VERSIONREQUEST']._serialized_end=71
   _globals['_VERSIONRESPONSE']._serialized_start=73
@@ -59,8 +65,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMAGESTATUSRESPONSE']._serialized_end=1003
   _globals['_IMAGESTATUSRESPONSE_INFOENTRY']._serialized_start=960
   _globals['_IMAGESTATUSRESPONSE_INFOENTRY']._serialized_end=1003
-  _globals['_RUNTIMESERVICE']._serialized_start=1005
-  _globals['_RUNTIMESERVICE']._serialized_end=1089
-  _globals['_IMAGESERVICE']._serialized_start=1092
-  _globals['_IMAGESERVICE']._serialized_end=1263
+  _globals['_REMOVEIMAGEREQUEST']._serialized_start=1005
+  _globals['_REMOVEIMAGEREQUEST']._serialized_end=1063
+  _globals['_REMOVEIMAGERESPONSE']._serialized_start=1065
+  _globals['_REMOVEIMAGERESPONSE']._serialized_end=1086
+  _globals['_CONTAINERMETADATA']._serialized_start=1088
+  _globals['_CONTAINERMETADATA']._serialized_end=1138
+  _globals['_LISTCONTAINERSREQUEST']._serialized_start=1140
+  _globals['_LISTCONTAINERSREQUEST']._serialized_end=1163
+  _globals['_CONTAINER']._serialized_start=1166
+  _globals['_CONTAINER']._serialized_end=1498
+  _globals['_CONTAINER_LABELSENTRY']._serialized_start=1453
+  _globals['_CONTAINER_LABELSENTRY']._serialized_end=1498
+  _globals['_LISTCONTAINERSRESPONSE']._serialized_start=1500
+  _globals['_LISTCONTAINERSRESPONSE']._serialized_end=1567
+  _globals['_CONTAINERSTATUSREQUEST']._serialized_start=1569
+  _globals['_CONTAINERSTATUSREQUEST']._serialized_end=1632
+  _globals['_CONTAINERSTATUS']._serialized_start=1635
+  _globals['_CONTAINERSTATUS']._serialized_end=1911
+  _globals['_CONTAINERSTATUSRESPONSE']._serialized_start=1914
+  _globals['_CONTAINERSTATUSRESPONSE']._serialized_end=2090
+  _globals['_CONTAINERSTATUSRESPONSE_INFOENTRY']._serialized_start=960
+  _globals['_CONTAINERSTATUSRESPONSE_INFOENTRY']._serialized_end=1003
+  _globals['_IMAGEFSINFOREQUEST']._serialized_start=2092
+  _globals['_IMAGEFSINFOREQUEST']._serialized_end=2112
+  _globals['_UINT64VALUE']._serialized_start=2114
+  _globals['_UINT64VALUE']._serialized_end=2142
+  _globals['_FILESYSTEMIDENTIFIER']._serialized_start=2144
+  _globals['_FILESYSTEMIDENTIFIER']._serialized_end=2186
+  _globals['_FILESYSTEMUSAGE']._serialized_start=2189
+  _globals['_FILESYSTEMUSAGE']._serialized_end=2365
+  _globals['_IMAGEFSINFORESPONSE']._serialized_start=2368
+  _globals['_IMAGEFSINFORESPONSE']._serialized_end=2505
+  _globals['_RUNTIMESERVICE']._serialized_start=2617
+  _globals['_RUNTIMESERVICE']._serialized_end=2882
+  _globals['_IMAGESERVICE']._serialized_start=2885
+  _globals['_IMAGESERVICE']._serialized_end=3216
 # @@protoc_insertion_point(module_scope)

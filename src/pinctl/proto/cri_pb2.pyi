@@ -1,10 +1,22 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ContainerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTAINER_CREATED: _ClassVar[ContainerState]
+    CONTAINER_RUNNING: _ClassVar[ContainerState]
+    CONTAINER_EXITED: _ClassVar[ContainerState]
+    CONTAINER_UNKNOWN: _ClassVar[ContainerState]
+CONTAINER_CREATED: ContainerState
+CONTAINER_RUNNING: ContainerState
+CONTAINER_EXITED: ContainerState
+CONTAINER_UNKNOWN: ContainerState
 
 class VersionRequest(_message.Message):
     __slots__ = ("version",)
@@ -109,3 +121,143 @@ class ImageStatusResponse(_message.Message):
     image: Image
     info: _containers.ScalarMap[str, str]
     def __init__(self, image: _Optional[_Union[Image, _Mapping]] = ..., info: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RemoveImageRequest(_message.Message):
+    __slots__ = ("image",)
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    image: ImageSpec
+    def __init__(self, image: _Optional[_Union[ImageSpec, _Mapping]] = ...) -> None: ...
+
+class RemoveImageResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ContainerMetadata(_message.Message):
+    __slots__ = ("name", "attempt")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    attempt: int
+    def __init__(self, name: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ListContainersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Container(_message.Message):
+    __slots__ = ("id", "pod_sandbox_id", "metadata", "image", "image_ref", "state", "created_at", "labels", "image_id")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_REF_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    pod_sandbox_id: str
+    metadata: ContainerMetadata
+    image: ImageSpec
+    image_ref: str
+    state: ContainerState
+    created_at: int
+    labels: _containers.ScalarMap[str, str]
+    image_id: str
+    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., image_ref: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., created_at: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., image_id: _Optional[str] = ...) -> None: ...
+
+class ListContainersResponse(_message.Message):
+    __slots__ = ("containers",)
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    containers: _containers.RepeatedCompositeFieldContainer[Container]
+    def __init__(self, containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ...) -> None: ...
+
+class ContainerStatusRequest(_message.Message):
+    __slots__ = ("container_id", "verbose")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    VERBOSE_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    verbose: bool
+    def __init__(self, container_id: _Optional[str] = ..., verbose: bool = ...) -> None: ...
+
+class ContainerStatus(_message.Message):
+    __slots__ = ("id", "metadata", "state", "created_at", "started_at", "finished_at", "exit_code", "image", "image_ref", "image_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_REF_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    metadata: ContainerMetadata
+    state: ContainerState
+    created_at: int
+    started_at: int
+    finished_at: int
+    exit_code: int
+    image: ImageSpec
+    image_ref: str
+    image_id: str
+    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., state: _Optional[_Union[ContainerState, str]] = ..., created_at: _Optional[int] = ..., started_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., exit_code: _Optional[int] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., image_ref: _Optional[str] = ..., image_id: _Optional[str] = ...) -> None: ...
+
+class ContainerStatusResponse(_message.Message):
+    __slots__ = ("status", "info")
+    class InfoEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    status: ContainerStatus
+    info: _containers.ScalarMap[str, str]
+    def __init__(self, status: _Optional[_Union[ContainerStatus, _Mapping]] = ..., info: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ImageFsInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UInt64Value(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: int
+    def __init__(self, value: _Optional[int] = ...) -> None: ...
+
+class FilesystemIdentifier(_message.Message):
+    __slots__ = ("mountpoint",)
+    MOUNTPOINT_FIELD_NUMBER: _ClassVar[int]
+    mountpoint: str
+    def __init__(self, mountpoint: _Optional[str] = ...) -> None: ...
+
+class FilesystemUsage(_message.Message):
+    __slots__ = ("timestamp", "fs_id", "used_bytes", "inodes_used")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    FS_ID_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INODES_USED_FIELD_NUMBER: _ClassVar[int]
+    timestamp: int
+    fs_id: FilesystemIdentifier
+    used_bytes: UInt64Value
+    inodes_used: UInt64Value
+    def __init__(self, timestamp: _Optional[int] = ..., fs_id: _Optional[_Union[FilesystemIdentifier, _Mapping]] = ..., used_bytes: _Optional[_Union[UInt64Value, _Mapping]] = ..., inodes_used: _Optional[_Union[UInt64Value, _Mapping]] = ...) -> None: ...
+
+class ImageFsInfoResponse(_message.Message):
+    __slots__ = ("image_filesystems", "container_filesystems")
+    IMAGE_FILESYSTEMS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FILESYSTEMS_FIELD_NUMBER: _ClassVar[int]
+    image_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
+    container_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
+    def __init__(self, image_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ..., container_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ...) -> None: ...

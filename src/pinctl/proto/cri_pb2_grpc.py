@@ -39,12 +39,34 @@ class RuntimeServiceStub(object):
                 request_serializer=pinctl_dot_proto_dot_cri__pb2.VersionRequest.SerializeToString,
                 response_deserializer=pinctl_dot_proto_dot_cri__pb2.VersionResponse.FromString,
                 _registered_method=True)
+        self.ListContainers = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ListContainers',
+                request_serializer=pinctl_dot_proto_dot_cri__pb2.ListContainersRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_cri__pb2.ListContainersResponse.FromString,
+                _registered_method=True)
+        self.ContainerStatus = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ContainerStatus',
+                request_serializer=pinctl_dot_proto_dot_cri__pb2.ContainerStatusRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_cri__pb2.ContainerStatusResponse.FromString,
+                _registered_method=True)
 
 
 class RuntimeServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Version(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListContainers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ContainerStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +79,16 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.Version,
                     request_deserializer=pinctl_dot_proto_dot_cri__pb2.VersionRequest.FromString,
                     response_serializer=pinctl_dot_proto_dot_cri__pb2.VersionResponse.SerializeToString,
+            ),
+            'ListContainers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListContainers,
+                    request_deserializer=pinctl_dot_proto_dot_cri__pb2.ListContainersRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_cri__pb2.ListContainersResponse.SerializeToString,
+            ),
+            'ContainerStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ContainerStatus,
+                    request_deserializer=pinctl_dot_proto_dot_cri__pb2.ContainerStatusRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_cri__pb2.ContainerStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -96,6 +128,60 @@ class RuntimeService(object):
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ListContainers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ListContainers',
+            pinctl_dot_proto_dot_cri__pb2.ListContainersRequest.SerializeToString,
+            pinctl_dot_proto_dot_cri__pb2.ListContainersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ContainerStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ContainerStatus',
+            pinctl_dot_proto_dot_cri__pb2.ContainerStatusRequest.SerializeToString,
+            pinctl_dot_proto_dot_cri__pb2.ContainerStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class ImageServiceStub(object):
     """Missing associated documentation comment in .proto file."""
@@ -116,6 +202,16 @@ class ImageServiceStub(object):
                 request_serializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusRequest.SerializeToString,
                 response_deserializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusResponse.FromString,
                 _registered_method=True)
+        self.RemoveImage = channel.unary_unary(
+                '/runtime.v1.ImageService/RemoveImage',
+                request_serializer=pinctl_dot_proto_dot_cri__pb2.RemoveImageRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_cri__pb2.RemoveImageResponse.FromString,
+                _registered_method=True)
+        self.ImageFsInfo = channel.unary_unary(
+                '/runtime.v1.ImageService/ImageFsInfo',
+                request_serializer=pinctl_dot_proto_dot_cri__pb2.ImageFsInfoRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_cri__pb2.ImageFsInfoResponse.FromString,
+                _registered_method=True)
 
 
 class ImageServiceServicer(object):
@@ -133,6 +229,18 @@ class ImageServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveImage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImageFsInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ImageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +253,16 @@ def add_ImageServiceServicer_to_server(servicer, server):
                     servicer.ImageStatus,
                     request_deserializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusRequest.FromString,
                     response_serializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusResponse.SerializeToString,
+            ),
+            'RemoveImage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveImage,
+                    request_deserializer=pinctl_dot_proto_dot_cri__pb2.RemoveImageRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_cri__pb2.RemoveImageResponse.SerializeToString,
+            ),
+            'ImageFsInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImageFsInfo,
+                    request_deserializer=pinctl_dot_proto_dot_cri__pb2.ImageFsInfoRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_cri__pb2.ImageFsInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -201,6 +319,60 @@ class ImageService(object):
             '/runtime.v1.ImageService/ImageStatus',
             pinctl_dot_proto_dot_cri__pb2.ImageStatusRequest.SerializeToString,
             pinctl_dot_proto_dot_cri__pb2.ImageStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveImage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.ImageService/RemoveImage',
+            pinctl_dot_proto_dot_cri__pb2.RemoveImageRequest.SerializeToString,
+            pinctl_dot_proto_dot_cri__pb2.RemoveImageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImageFsInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.ImageService/ImageFsInfo',
+            pinctl_dot_proto_dot_cri__pb2.ImageFsInfoRequest.SerializeToString,
+            pinctl_dot_proto_dot_cri__pb2.ImageFsInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

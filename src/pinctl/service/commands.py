@@ -12,7 +12,10 @@ from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
 from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, Status
 
 if TYPE_CHECKING:
-    from pinctl.backends.cri import RuntimeVersion
+    from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.gcmodel import GcSettings
+    from pinctl.kubelet import SourcedGcSettings
+    from pinctl.service.gc import GcReport, PrunePlan, PruneReport, PruneRequest
     from pinctl.service.check import CheckResult, Clock, RuntimeImages
     from pinctl.config import PatternEntry
     from pinctl.service.export import Export
@@ -161,3 +164,33 @@ def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]
     from pinctl.service import lint as linting
 
     return LintReport(linting.lint(entries, open_node))
+
+
+def gc_plan(node: Node, policy: Policy, label_rules: Sequence[str], runtime: CriRuntime, version: RuntimeVersion,
+            settings: SourcedGcSettings, usage: Optional[float]) -> GcReport:
+    """The kubelet's next GC run as modelled from the runtime's images, containers and disk."""
+    from datetime import datetime, timezone
+
+    from pinctl.service import gc
+
+    rows = node.rows(policy, label_rules).rows
+    return gc.gc_plan(gc.CriDomain(runtime, version), rows, settings, datetime.now(timezone.utc), usage)
+
+
+def prune(node: Node, policy: Policy, label_rules: Sequence[str], namespaces: Sequence[str],
+          open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], settings: GcSettings,
+          request: PruneRequest, dry_run: bool, confirm: Callable[[Sequence[PrunePlan]], None]) -> PruneReport:
+    """Plan per runtime, have the plan confirmed (unless a dry run), then delete item by item."""
+    from datetime import datetime, timezone
+
+    from pinctl.service import gc
+
+    if request.until_usage is not None and request.all_unused:
+        raise UsageError("--until-usage and --all-unused do not go together", "pick one")
+    rows = node.rows(policy, label_rules).rows
+    now = datetime.now(timezone.utc)
+    plans = [gc.plan_prune(domain, rows, settings, request, now)
+             for domain in gc.prune_domains(node, namespaces, open_runtime)]
+    if not dry_run and any(plan.delete for plan in plans):
+        confirm(plans)
+    return gc.PruneReport(gc.apply_prune(plans, gc.wanted_now(node, policy), dry_run), dry_run)

@@ -53,6 +53,7 @@ def build_rows(store: ImageStore, namespace: str, images: Sequence[StoredImage])
                 target=img.target,
                 size=img.target.size + target.size,
                 labels=img.labels,
+                created=img.created,
             )
         )
         if target.error:

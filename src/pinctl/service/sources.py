@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pinctl import refs
     from pinctl.backends import FollowableStore, ImageStore
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.backends.docker import DockerEngine
     from pinctl.config import Config
     from pinctl.service.docker import DockerView
     from pinctl.service.pinning import NamespaceView
@@ -176,6 +177,10 @@ class Node:
 
     def refusal(self, selector: refs.Selector) -> Optional[str]:
         return next((why for source in self.sources if (why := source.refusal(selector))), None)
+
+    def docker_engine(self) -> Optional[DockerEngine]:
+        """Docker's API, when Docker is one of the sources."""
+        return next((source.view.engine for source in self.sources if isinstance(source, DockerSource)), None)
 
     def followed(self) -> list[Followed]:
         return [found for source in self.sources if (found := source.follow()) is not None]

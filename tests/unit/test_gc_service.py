@@ -1,0 +1,164 @@
+"""gc plan and prune in-process over a fake runtime: what is planned, kept, re-checked and
+reported. The real runtimes and pods are in tests/integration/test_gc.py."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Optional, Sequence
+
+from pinctl import gc_output
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError
+from pinctl.gcmodel import GcImage, GcSettings, ImageFs, ObservedContainer, ObservedImage
+from pinctl.kubelet import SourcedGcSettings
+from pinctl.model import Descriptor, ImageRow, Reason
+from pinctl.service import gc
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+OLD = NOW - timedelta(days=3)
+MiB = 1024 * 1024
+
+
+def image(name: str, size: int, created: datetime = OLD, pinned: bool = False) -> ObservedImage:
+    return ObservedImage(f"sha256:{name * 8}"[:71], size, (f"example.test/{name}:1",), pinned, created)
+
+
+class FakeDomain:
+    name = "fake runtime"
+
+    def __init__(self, images: list[ObservedImage], containers: list[ObservedContainer], used_percent: int) -> None:
+        self.images = images
+        self.containers = containers
+        self.fs = ImageFs(100 * MiB, (100 - used_percent) * MiB)
+        self.removed: list[str] = []
+        self.fail: set[str] = set()
+        self.late_users: dict[str, list[str]] = {}
+
+    def observe(self, rows: Sequence[ImageRow]) -> gc.Observation:
+        return gc.Observation(self.images, self.containers, self.fs, "statfs of /fake")
+
+    def users_now(self, target: GcImage) -> list[str]:
+        return self.late_users.get(target.id, [])
+
+    def pinned_now(self, target: GcImage) -> Optional[bool]:
+        return None if target.id in self.removed else False
+
+    def remove(self, target: GcImage) -> None:
+        if target.id in self.fail:
+            raise EngineError("the runtime refused")
+        self.removed.append(target.id)
+
+
+def row_for(observed: ObservedImage, *reasons: Reason) -> ImageRow:
+    target = Descriptor("m", "sha256:" + "f" * 64, 1)
+    return ImageRow("k8s.io", observed.refs[0], observed.id, target, observed.size, {}, reasons=list(reasons))
+
+
+def node_images() -> tuple[list[ObservedImage], list[ObservedContainer]]:
+    images = [image("a", 10 * MiB), image("b", 10 * MiB), image("c", 10 * MiB), image("d", 10 * MiB, NOW),
+              image("e", 10 * MiB, pinned=True), image("f", 10 * MiB)]
+    containers = [ObservedContainer("c1", images[2].id, "exited", name="job")]
+    return images, containers
+
+
+def test_prune_plan_keeps_what_must_stay_and_deletes_in_the_kubelets_order() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    rows = [row_for(images[1], Reason("pattern", "example.test/b:*", "config.toml:1"))]
+    plan = gc.plan_prune(domain, rows, GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    assert [i.id for i in plan.delete] == [images[0].id, images[5].id]
+    kept = {i.id: why for i, why in plan.kept}
+    assert "pattern example.test/b:*" in kept[images[1].id]
+    assert "in use by job" in kept[images[2].id]
+    assert "younger than the minimum age" in kept[images[3].id]
+    assert "pinned by the runtime" in kept[images[4].id]
+
+
+def test_until_usage_stops_once_reached() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(until_usage=85), NOW)
+    assert [i.id for i in plan.delete] == [images[0].id]  # 10 MiB of 100 takes usage from 90% to 80%
+
+
+def test_older_than_raises_the_minimum_age() -> None:
+    images, containers = node_images()
+    images[0] = image("a", 10 * MiB, NOW - timedelta(hours=1))
+    domain = FakeDomain(images, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True, older_than=timedelta(days=1)), NOW)
+    assert images[0].id not in [i.id for i in plan.delete]
+
+
+def test_apply_rechecks_each_image_and_reports_every_item() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    domain.late_users[images[0].id] = ["late-container"]  # created after planning
+    domain.fail.add(images[5].id)
+    items = gc.apply_prune([plan], lambda _image: None, dry_run=False)
+    actions = {item.image_id: (item.action, item.why) for item in items}
+    assert actions[images[0].id] == ("kept", "in use since planning by late-container")
+    assert actions[images[5].id][0] == "failed" and "refused" in (actions[images[5].id][1] or "")
+    assert actions[images[1].id][0] == "removed" and domain.removed == [images[1].id]
+    assert gc.PruneReport(items, False).exit_code == EXIT_PARTIAL
+
+
+def test_a_label_found_at_recheck_keeps_the_image() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    items = gc.apply_prune([plan], lambda target: "pin label since planning" if target.id == images[0].id else None,
+                           dry_run=False)
+    assert ("kept", "pin label since planning") in {(i.action, i.why) for i in items if i.image_id == images[0].id}
+    assert images[0].id not in domain.removed
+
+
+def test_dry_run_deletes_nothing() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    items = gc.apply_prune([plan], lambda _image: None, dry_run=True)
+    assert domain.removed == [] and {i.action for i in items} == {"kept", "would-remove"}
+
+
+def test_gc_plan_flags_a_wanted_image_the_runtime_would_delete() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    rows = [row_for(images[0], Reason("label", images[0].refs[0]))]
+    sourced = SourcedGcSettings(GcSettings(), {"high_threshold_percent": "kubelet default"})
+    report = gc.gc_plan(domain, rows, sourced, NOW)
+    assert [risk.image.id for risk in report.plan.wanted_deleted] == [images[0].id]
+    assert report.exit_code == EXIT_ERROR
+    calm = gc.gc_plan(domain, rows, sourced, NOW, usage=50)
+    assert calm.plan.at_risk and not calm.plan.wanted_deleted and calm.exit_code == EXIT_OK
+
+
+def test_gc_plan_json_envelope() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    sourced = SourcedGcSettings(GcSettings(), {"high_threshold_percent": "kubelet default"})
+    out = io.StringIO()
+    gc_output.print_gc_plan(gc.gc_plan(domain, [], sourced, NOW), "json", out)
+    doc = json.loads(out.getvalue())
+    assert sorted(doc) == ["gc", "pinctl_result_version"]
+    body = doc["gc"]
+    assert sorted(body) == ["amount_to_free", "at_risk", "filesystem", "freed_bytes", "kubelet_started",
+                            "kubelet_started_source", "message", "mode", "now", "order", "outcome", "protected",
+                            "runtime", "settings", "simulated", "usage_percent"]
+    assert body["settings"]["high_threshold_percent"] == {"value": 85, "source": "kubelet default"}
+    assert sorted(body["order"][0]) == ["deleted", "fate", "first_detected", "first_detected_source", "id",
+                                        "last_used", "last_used_source", "position", "refs", "running_total",
+                                        "size", "tie"]
+    assert sorted(body["protected"][0]) == ["containers", "eligible_at", "id", "reasons", "refs", "size"]
+
+
+def test_prune_json_envelope() -> None:
+    item = gc.PruneItem("fake runtime", "sha256:" + "a" * 64, ("example.test/a:1",), "removed", 10, None)
+    out = io.StringIO()
+    gc_output.print_prune([item], False, "json", out)
+    doc = json.loads(out.getvalue())
+    assert sorted(doc) == ["command", "dry_run", "freed_bytes", "pinctl_result_version", "results", "status"]
+    assert doc["results"] == [{"action": "removed", "id": item.image_id, "refs": ["example.test/a:1"],
+                               "runtime": "fake runtime", "size": 10, "why": None}]
+    assert doc["freed_bytes"] == 10 and doc["status"] == "success"
