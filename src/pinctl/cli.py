@@ -485,12 +485,12 @@ def gc_group() -> None:
 @click.option("--usage", type=Percent(), metavar="PERCENT",
               help="Simulate a disk this full instead of reading the image filesystem's usage.")
 @kubelet_options
-@output_options
+@output_options(quiet=False)
 @common_options
 @click.pass_context
 def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: Optional[str],
                     high_threshold: Optional[int], low_threshold: Optional[int], min_age: Any, max_age: Any,
-                    fmt: str, quiet: bool, **_: Any) -> int:
+                    fmt: OutputFormat, **_: Any) -> int:
     """Show what the kubelet's image GC would delete next, in order, and what it keeps and why.
 
     Reads the runtime's images and containers over the CRI, the image filesystem under the
@@ -520,12 +520,12 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 @click.option("--dry-run", is_flag=True, help="Show the plan; delete nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Delete without asking (scripts). Without a terminal it is required.")
 @kubelet_options
-@output_options
+@output_options(quiet=False)
 @common_options
 @click.pass_context
 def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: bool, older_than: Any, dry_run: bool,
                   yes: bool, kubelet_config: Optional[str], high_threshold: Optional[int],
-                  low_threshold: Optional[int], min_age: Any, max_age: Any, fmt: str, quiet: bool, **_: Any) -> int:
+                  low_threshold: Optional[int], min_age: Any, max_age: Any, fmt: OutputFormat, **_: Any) -> int:
     """Delete unused images the way the kubelet's GC would, but never one that must stay.
 
     Never deleted: an image any container uses (any state) or names, one the runtime pins, one

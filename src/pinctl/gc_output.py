@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Optional, Sequence, TextIO
 
 from pinctl import refs
+from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
 from pinctl.output import envelope, human_size, print_table, warn
 
 if TYPE_CHECKING:
@@ -44,18 +45,18 @@ def _name(image_refs: Sequence[str], image_id: str) -> str:
     return tags[0] if tags else (image_refs[0] if image_refs else refs.short_id(image_id))
 
 
-def print_gc_plan(report: GcReport, fmt: str, out: Optional[TextIO] = None) -> None:
+def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
-    if fmt == "json":
+    if fmt == FORMAT_JSON:
         out.write(envelope(gc=gc_dict(report)) + "\n")
         return
     for line in _summary_lines(report):
         out.write(line + "\n")
     plan = report.plan
     wanted = {risk.image.id: risk for risk in plan.at_risk}
-    shown = plan.order if fmt == "wide" else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
+    shown = plan.order if fmt == FORMAT_WIDE else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
     if shown:
-        out.write("\nDELETION ORDER" + ("" if fmt == "wide" else " (what goes, and wanted images at risk)") + "\n")
+        out.write("\nDELETION ORDER" + ("" if fmt == FORMAT_WIDE else " (what goes, and wanted images at risk)") + "\n")
         cells = [_order_cells(entry, wanted.get(entry.image.id)) for entry in shown]
         print_table(["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "AT RISK"], cells, out)
     if plan.protected:
@@ -220,10 +221,10 @@ def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -
     out.flush()
 
 
-def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: str, out: Optional[TextIO] = None) -> None:
+def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
     failed = any(item.action == "failed" for item in items)
-    if fmt == "json":
+    if fmt == FORMAT_JSON:
         body = [{"runtime": i.domain, "id": i.image_id, "refs": list(i.refs), "action": i.action, "size": i.size,
                  "why": i.why} for i in items]
         freed = sum(i.size for i in items if i.action == "removed")

@@ -10,12 +10,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
 
 from pinctl import gcmodel
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, UsageError
 from pinctl.gcmodel import GcImage, GcPlan, GcSettings, ImageFs, ObservedContainer, ObservedImage
-from pinctl.model import PIN_LABEL
+from pinctl.model import (
+    PIN_LABEL,
+    REASON_DOCKER_LABEL,
+    REASON_INEFFECTIVE_LABEL,
+    REASON_LABEL,
+    REASON_PATTERN,
+    REASON_SANDBOX,
+)
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -26,7 +33,12 @@ if TYPE_CHECKING:
     from pinctl.service.sources import Node
 
 # What pinctl counts as wanting an image kept (as check does): an ineffective label still says so.
-WANTED_KINDS = ("label", "pattern", "docker-label", "sandbox", "ineffective-label")
+WANTED_KINDS = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL)
+PruneAction = Literal["removed", "would-remove", "kept", "failed"]
+PRUNE_REMOVED: Final = "removed"
+PRUNE_WOULD_REMOVE: Final = "would-remove"  # a dry run's removal
+PRUNE_KEPT: Final = "kept"
+PRUNE_FAILED: Final = "failed"
 DOCKER_STATES = {"running": "running", "paused": "running", "restarting": "running", "created": "created",
                  "exited": "exited", "dead": "exited", "removing": "exited"}
 
@@ -164,9 +176,9 @@ def wanted_by_pinctl(images: Sequence[ObservedImage], rows: Sequence[ImageRow]) 
 
 
 def _reason_text(kind: str, detail: str) -> str:
-    return {"label": f"pin label on {detail}", "sandbox": "the sandbox image",
-            "pattern": f"pattern {detail}", "docker-label": f"Docker label {detail}",
-            "ineffective-label": f"ineffective pin label on {detail}"}.get(kind, f"{kind} {detail}")
+    return {REASON_LABEL: f"pin label on {detail}", REASON_SANDBOX: "the sandbox image",
+            REASON_PATTERN: f"pattern {detail}", REASON_DOCKER_LABEL: f"Docker label {detail}",
+            REASON_INEFFECTIVE_LABEL: f"ineffective pin label on {detail}"}.get(kind, f"{kind} {detail}")
 
 
 # --- gc plan ------------------------------------------------------------------------------------
@@ -313,7 +325,7 @@ class PruneItem:
     domain: str
     image_id: str
     refs: tuple[str, ...]
-    action: str  # removed, kept, failed, would-remove
+    action: PruneAction
     size: int
     why: Optional[str] = None
 
@@ -324,9 +336,9 @@ def apply_prune(plans: Sequence[PrunePlan], still_wanted: Callable[[GcImage], Op
     items: list[PruneItem] = []
     for plan in plans:
         for image, why in plan.kept:
-            items.append(PruneItem(plan.domain.name, image.id, image.refs, "kept", image.size, why))
+            items.append(PruneItem(plan.domain.name, image.id, image.refs, PRUNE_KEPT, image.size, why))
         for image in plan.delete:
-            item = (PruneItem(plan.domain.name, image.id, image.refs, "would-remove", image.size) if dry_run
+            item = (PruneItem(plan.domain.name, image.id, image.refs, PRUNE_WOULD_REMOVE, image.size) if dry_run
                     else _remove_one(plan.domain, image, still_wanted))
             items.append(item)
             progress(item)
@@ -334,17 +346,17 @@ def apply_prune(plans: Sequence[PrunePlan], still_wanted: Callable[[GcImage], Op
 
 
 def _remove_one(domain: GcDomain, image: GcImage, still_wanted: Callable[[GcImage], Optional[str]]) -> PruneItem:
-    def item(action: str, why: Optional[str] = None) -> PruneItem:
+    def item(action: PruneAction, why: Optional[str] = None) -> PruneItem:
         return PruneItem(domain.name, image.id, image.refs, action, image.size, why)
 
     try:
         reason = recheck(domain, image, still_wanted)
         if reason is not None:
-            return item("kept", reason)
+            return item(PRUNE_KEPT, reason)
         domain.remove(image)
     except EngineError as err:
-        return item("failed", str(err))
-    return item("removed")
+        return item(PRUNE_FAILED, str(err))
+    return item(PRUNE_REMOVED)
 
 
 def recheck(domain: GcDomain, image: GcImage, still_wanted: Callable[[GcImage], Optional[str]]) -> Optional[str]:
@@ -385,11 +397,11 @@ class PruneReport:
 
     @property
     def freed(self) -> int:
-        return sum(item.size for item in self.items if item.action == "removed")
+        return sum(item.size for item in self.items if item.action == PRUNE_REMOVED)
 
     @property
     def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(item.action == "failed" for item in self.items) else EXIT_OK
+        return EXIT_PARTIAL if any(item.action == PRUNE_FAILED for item in self.items) else EXIT_OK
 
 
 def prune_domains(node: Node, namespaces: Sequence[str],
