@@ -49,20 +49,9 @@ def envelope(**fields: Any) -> str:
 
 
 def image_dict(row: ImageRow) -> dict[str, Any]:
-    return {
-        "namespace": row.namespace,
-        "ref": row.ref,
-        "id": row.image_id,
-        "digest": row.digest,
-        "size": row.size,
-        "pinned": row.pinned,
-        "reasons": [reason.as_dict() for reason in row.reasons],
-        "labels": dict(row.labels),
-        "drift": row.drift,
-        "source": row.source,
-        "config_labels": row.config_labels,
-        "cri_pinned": row.cri_pinned,
-    }
+    from pinctl.columns import LS_COLUMNS
+
+    return {column.json_key: column.value(row) for column in LS_COLUMNS if column.json_key}
 
 
 def result_dict(result: ItemResult) -> dict[str, Any]:
@@ -177,33 +166,19 @@ DRIFT_TEXT: dict[Drift, str] = {
 def _print_image_table(
     rows: Sequence[ImageRow], wide: bool, out: TextIO, show_drift: bool = False, show_cri: bool = False
 ) -> None:
+    from pinctl.columns import LS_COLUMNS, Cell, Switch
+
     fit = out.isatty() and not wide
-    headers = ["NAMESPACE", "REF", "IMAGE ID", "SIZE", "PINNED", "WHY"]
-    if wide:
-        headers = ["NAMESPACE", "REF", "IMAGE ID", "DIGEST", "SIZE", "PINNED", "WHY", "LABELS"]
-    table_rows = [_image_cells(row, wide, _ellipsis(out) if fit else "") for row in rows]
-    if show_drift:
-        headers.insert(headers.index("WHY"), "DRIFT")
-        for row, cells in zip(rows, table_rows):
-            cells.insert(headers.index("DRIFT"), DRIFT_TEXT[row.drift] if row.drift else "-")
-    if show_cri:
-        headers.insert(headers.index("PINNED") + 1, "CRI PINNED")
-        for row, cells in zip(rows, table_rows):
-            cells.insert(headers.index("CRI PINNED"), {True: "yes", False: "no", None: "-"}[row.cri_pinned])
-    brief = {"WHY": [why_brief(row) for row in rows]} if fit else {}
-    print_table(headers, table_rows, out, highlight={"PINNED": {"yes": "green"}, "CRI PINNED": {"yes": "green"}},
-                cut=("WHY", "DRIFT") if fit else (), brief=brief)
-
-
-def _image_cells(row: ImageRow, wide: bool, ellipsis: str) -> list[str]:
-    """ellipsis: set when the table must fit a terminal; sha256: references are then shortened."""
-    pinned = "yes" if row.pinned else "no"
-    where = row.namespace or "docker"
-    if not wide:
-        ref = abbreviate(row.ref, ellipsis) if ellipsis else row.ref
-        return [where, ref, refs.short_id(row.image_id), human_size(row.size), pinned, why(row)]
-    labels = ",".join(f"{k}={v}" for k, v in sorted({**(row.config_labels or {}), **row.labels}.items())) or "-"
-    return [where, row.ref, row.image_id or "<none>", row.digest, human_size(row.size), pinned, why(row), labels]
+    wanted: list[tuple[Switch, bool]] = [("drift", show_drift), ("cri", show_cri)]
+    switches = frozenset(name for name, on in wanted if on)
+    columns = [column for column in LS_COLUMNS if column.shown(wide, switches)]
+    cell = Cell(wide, _ellipsis(out) if fit else "")
+    headers = [str(column.header) for column in columns]
+    table_rows = [[column.text(row, cell) for column in columns] for row in rows]
+    brief = {str(c.header): [c.brief(row) for row in rows] for c in columns if c.brief} if fit else {}
+    highlight = {str(c.header): c.highlight for c in columns if c.highlight}
+    print_table(headers, table_rows, out, highlight=highlight,
+                cut=[str(c.header) for c in columns if c.cut] if fit else (), brief=brief)
 
 
 def abbreviate(ref: str, ellipsis: str = "…") -> str:

@@ -7,7 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from pinctl import output
+import pytest
+
+from pinctl import columns, output
 from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json.md"
@@ -35,9 +37,9 @@ def test_ls_envelope_keys_and_types() -> None:
     assert sorted(doc) == ["errors", "images", "pinctl_result_version"]
     assert doc["pinctl_result_version"] == 1
     [image] = doc["images"]
-    assert sorted(image) == [
-        "config_labels", "cri_pinned", "digest", "drift", "id", "labels", "namespace", "pinned", "reasons", "ref", "size",
-        "source"]
+    # The keys are the declared columns' (pinctl.columns); each must be documented (test below).
+    assert sorted(image) == columns.json_keys()
+    assert {"id", "ref", "pinned", "reasons", "size"} <= set(image)
     assert image["source"] == "containerd" and image["config_labels"] is None
     assert isinstance(image["size"], int) and isinstance(image["pinned"], bool)
     assert image["reasons"] == [
@@ -165,3 +167,14 @@ def render_prune() -> dict:
     buf = io.StringIO()
     gc_output.print_prune([gc.PruneItem("r", "sha256:" + "a" * 64, ("x",), "kept", 1, "why")], False, "json", buf)
     return json.loads(buf.getvalue())
+
+
+def test_a_new_column_is_one_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = columns.Column("team", "TEAM", lambda row: row.labels.get("z"), lambda row, cell: row.labels.get("z", "-"))
+    monkeypatch.setattr(columns, "LS_COLUMNS", (*columns.LS_COLUMNS, extra))
+    assert render_ls()["images"][0]["team"] == "1"
+    for fmt in ("table", "wide"):
+        buf = io.StringIO()
+        output.print_images([ROW], [], fmt, False, out=buf)
+        header, line = buf.getvalue().splitlines()[:2]
+        assert header.split()[-1] == "TEAM" and line.split()[-1] == "1", fmt
