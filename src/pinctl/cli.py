@@ -263,7 +263,8 @@ def cli(**_: Any) -> None:
     The kubelet skips an image only when the runtime reports it pinned over the CRI.
     containerd's CRI plugin pins an image when any of its references carries the label
     io.cri-containerd.pinned=pinned. pinctl lists those pins, adds and removes them, and
-    keeps them in line with a policy of CRI-O-style patterns (see pinctl config show).
+    keeps them in line with a policy of CRI-O-style patterns (see pinctl config show). It
+    shows what the GC will delete next (gc plan) and prunes without touching what must stay.
     """
 
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any, Optional
 
 from pinctl.errors import ConfigError
-from pinctl.gcmodel import GcSettings
+from pinctl.gcmodel import GcSettings, GcSettingsError
 
 DEFAULT_CONFIG = "/var/lib/kubelet/config.yaml"
 # KubeletConfiguration field -> GcSettings attribute.
@@ -93,7 +93,12 @@ def read_gc_settings(path: Optional[str], overrides: GcOverrides = GcOverrides()
         given = getattr(overrides, name)
         if given is not None:
             values[name], sources[name] = given, f"flag {flag}"
-    return SourcedGcSettings(GcSettings(**values).validate(), sources)
+    settings = GcSettings(**values)
+    problems = settings.problems()
+    if problems:
+        named = "; ".join(f"{FLAGS[name]}: {sources[name]}" for name in FIELDS.values())
+        raise GcSettingsError(f"invalid image GC settings: {problems[0]}", f"where each came from: {named}")
+    return SourcedGcSettings(settings, sources)
 
 
 def _read_document(path: Optional[str], default_path: str) -> tuple[Optional[dict[str, Any]], str]:
