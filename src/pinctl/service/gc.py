@@ -51,6 +51,7 @@ class Observation:
     containers: list[ObservedContainer]
     fs: ImageFs
     fs_source: str
+    fs_path: str = ""  # what statfs read: measured again between prune's deletions
 
 
 class GcDomain(Protocol):
@@ -84,8 +85,28 @@ def statfs(path: str, what: str) -> ImageFs:
     return ImageFs(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
 
 
-def _earliest(rows: Sequence[ImageRow], keys: set[str]) -> Optional[datetime]:
-    times = [row.created for row in rows if row.created is not None and ({row.image_id, row.digest} & keys)]
+class RowIndex:
+    """pinctl's rows by image ID or target digest, and by reference: one pass over the rows, so
+    a node's thousand images cost look-ups, not a thousand passes. Matches come in row order."""
+
+    def __init__(self, rows: Sequence[ImageRow]) -> None:
+        self.rows = rows
+        self._by_key: dict[str, list[int]] = {}
+        self._by_ref: dict[str, list[int]] = {}
+        for position, row in enumerate(rows):
+            for key in {row.image_id, row.digest}:
+                if key:
+                    self._by_key.setdefault(key, []).append(position)
+            self._by_ref.setdefault(row.ref, []).append(position)
+
+    def matching(self, keys: set[str], refs: Sequence[str] = ()) -> list[ImageRow]:
+        found = {position for key in keys for position in self._by_key.get(key, ())}
+        found.update(position for ref in refs for position in self._by_ref.get(ref, ()))
+        return [self.rows[position] for position in sorted(found)]
+
+
+def _earliest(index: RowIndex, keys: set[str]) -> Optional[datetime]:
+    times = [row.created for row in index.matching(keys) if row.created is not None]
     return utc(min(times)) if times else None
 
 
@@ -98,8 +119,9 @@ class CriDomain:
         self.name = f"{version} at {runtime.endpoint}"
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
+        index = RowIndex(rows)
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
-                                _earliest(rows, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
+                                _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
                   for i in self.runtime.list_images()]
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
                                         c.pod_sandbox_id, utc(c.created_at), utc(c.started_at), utc(c.finished_at))
@@ -109,7 +131,8 @@ class CriDomain:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
         mountpoint = filesystems[0].mountpoint
         fs = statfs(mountpoint, "the CRI's ImageFsInfo mount point")
-        return Observation(images, containers, fs, f"statfs of {mountpoint}, the CRI's ImageFsInfo mount point")
+        return Observation(images, containers, fs, f"statfs of {mountpoint}, the CRI's ImageFsInfo mount point",
+                           mountpoint)
 
     def users_now(self, image: GcImage) -> list[str]:
         names = {image.id, *image.refs}
@@ -132,15 +155,18 @@ class DockerDomain:
         self.name = f"Docker at {engine.host}"
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
-        docker_rows = [row for row in rows if row.source == "docker"]
+        docker_rows = RowIndex([row for row in rows if row.source == "docker"])
+        # Arrival on the node, like the kubelet's first detection: the record time in Docker's
+        # containerd store; the classic store keeps none, so the build time (earlier) stands in.
         images = [ObservedImage(i.image_id, i.size, (*i.repo_tags, *i.repo_digests), False,
-                                utc(i.created) or _earliest(docker_rows, {i.image_id}))
+                                _earliest(docker_rows, {i.image_id}) or utc(i.created))
                   for i in self.engine.list_images()]
         containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),  # type: ignore[arg-type]
                                         c.image_id, c.image, c.name, "", utc(c.created))
                       for c in self.engine.list_containers()]
         root = self.engine.root_dir()
-        return Observation(images, containers, statfs(root, "Docker's data root"), f"statfs of {root}, Docker's data root")
+        return Observation(images, containers, statfs(root, "Docker's data root"), f"statfs of {root}, Docker's data root",
+                           root)
 
     def users_now(self, image: GcImage) -> list[str]:
         names = {image.id, *image.refs}
@@ -165,13 +191,17 @@ def wanted_by_pinctl(images: Sequence[ObservedImage], rows: Sequence[ImageRow]) 
     """Image ID -> why pinctl wants it kept: a pin label (also where the runtime ignores it), a
     policy pattern, a Docker config label, the sandbox image."""
     why: dict[str, str] = {}
+    index = RowIndex(rows)
     for image in images:
         keys = {image.id, *(ref.partition("@")[2] for ref in image.refs if "@" in ref)}
-        names = set(image.refs)
-        reasons = [reason for row in rows if ({row.image_id, row.digest} & keys or row.ref in names)
+        reasons = [reason for row in index.matching(keys, image.refs)
                    for reason in row.reasons if reason.kind in WANTED_KINDS]
         if reasons:
-            why[image.id] = "; ".join(dict.fromkeys(_reason_text(r.kind, r.detail) for r in reasons))
+            # Every record of an image repeats its reasons, and one pin label is enough to name (a tag first).
+            reasons.sort(key=lambda r: (r.kind, r.detail.startswith("sha256:"), r.detail))
+            labels = [r for r in reasons if r.kind == REASON_LABEL][:1]
+            kept = labels + [r for r in reasons if r.kind != REASON_LABEL]
+            why[image.id] = "; ".join(dict.fromkeys(_reason_text(r.kind, r.detail) for r in kept))
     return why
 
 
@@ -264,6 +294,7 @@ class PrunePlan:
     target_usage: Optional[int]
     delete: list[GcImage]
     kept: list[tuple[GcImage, str]]
+    fs_path: str = ""
 
 
 def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings, request: PruneRequest,
@@ -283,7 +314,7 @@ def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings,
                            mode="all_unused" if request.all_unused else "threshold")
     delete = [entry.image for entry in plan.deletions]
     kept = [(p.image, _kept_why(p, wanted, named, seen.images)) for p in plan.protected]
-    return PrunePlan(domain, plan, target, delete, kept)
+    return PrunePlan(domain, plan, target, delete, kept, seen.fs_path)
 
 
 def _prune_settings(settings: GcSettings, target: Optional[int], older_than: Optional[timedelta]) -> GcSettings:
@@ -339,24 +370,37 @@ def apply_prune(plans: Sequence[PrunePlan], still_wanted: Callable[[GcImage], Op
             items.append(PruneItem(plan.domain.name, image.id, image.refs, PRUNE_KEPT, image.size, why))
         for image in plan.delete:
             item = (PruneItem(plan.domain.name, image.id, image.refs, PRUNE_WOULD_REMOVE, image.size) if dry_run
-                    else _remove_one(plan.domain, image, still_wanted))
+                    else _remove_one(plan, image, still_wanted))
             items.append(item)
             progress(item)
     return items
 
 
-def _remove_one(domain: GcDomain, image: GcImage, still_wanted: Callable[[GcImage], Optional[str]]) -> PruneItem:
+def _remove_one(plan: PrunePlan, image: GcImage, still_wanted: Callable[[GcImage], Optional[str]]) -> PruneItem:
+    domain = plan.domain
+
     def item(action: PruneAction, why: Optional[str] = None) -> PruneItem:
         return PruneItem(domain.name, image.id, image.refs, action, image.size, why)
 
     try:
-        reason = recheck(domain, image, still_wanted)
+        reason = target_reached(plan) or recheck(domain, image, still_wanted)
         if reason is not None:
             return item(PRUNE_KEPT, reason)
         domain.remove(image)
     except EngineError as err:
         return item(PRUNE_FAILED, str(err))
     return item(PRUNE_REMOVED)
+
+
+def target_reached(plan: PrunePlan) -> Optional[str]:
+    """Why no more deletions are needed: the filesystem, measured again, is at the target. The
+    plan credits each image with its CRI size, which undercounts what its unpacked layers free."""
+    if plan.target_usage is None or not plan.fs_path:
+        return None
+    usage = statfs(plan.fs_path, "the image filesystem").usage_percent
+    if usage > plan.target_usage:
+        return None
+    return f"not needed: the image filesystem is at {usage}%, the target is {plan.target_usage}%"
 
 
 def recheck(domain: GcDomain, image: GcImage, still_wanted: Callable[[GcImage], Optional[str]]) -> Optional[str]:
