@@ -50,33 +50,59 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
     if fmt == FORMAT_JSON:
         out.write(envelope(gc=gc_dict(report)) + "\n")
         return
+    wide = fmt == FORMAT_WIDE
     for line in _summary_lines(report):
-        out.write(line + "\n")
+        out.write(_folded(line, out) + "\n")
     plan = report.plan
     wanted = {risk.image.id: risk for risk in plan.at_risk}
-    shown = plan.order if fmt == FORMAT_WIDE else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
+    shown = plan.order if wide else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
     if shown:
-        out.write("\nDELETION ORDER" + ("" if fmt == FORMAT_WIDE else " (what goes, and wanted images at risk)") + "\n")
-        cells = [_order_cells(entry, wanted.get(entry.image.id)) for entry in shown]
-        print_table(["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "AT RISK"], cells, out)
+        out.write("\nDELETION ORDER" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
+        headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
+        _table(headers, [_order_cells(entry, wanted.get(entry.image.id)) for entry in shown], wide, out, ())
     if plan.protected:
         out.write("\nPROTECTED\n")
-        print_table(["IMAGE", "IMAGE ID", "SIZE", "WHY"], [_protected_cells(p) for p in plan.protected], out)
-    risky = [risk for risk in plan.at_risk]
-    if risky:
+        _table(["IMAGE", "IMAGE ID", "SIZE", "WHY"], [_protected_cells(p) for p in plan.protected], wide, out,
+               ("WHY",))
+    if plan.at_risk:
         out.write("\nWANTED BUT NOT PROTECTED BY THE RUNTIME\n")
-        print_table(["IMAGE", "IMAGE ID", "POSITION", "THIS RUN", "WANTED BECAUSE"],
-                    [_risk_cells(risk) for risk in risky], out)
+        _table(["IMAGE", "IMAGE ID", "POSITION", "THIS RUN", "WANTED BECAUSE"],
+               [_risk_cells(risk) for risk in plan.at_risk], wide, out, ("WANTED BECAUSE",))
     if plan.wanted_deleted:
         warn(f"gc plan: {len(plan.wanted_deleted)} image(s) pinctl wants kept would be deleted at "
              f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%")
+
+
+def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, cut: Sequence[str]) -> None:
+    """IMAGE ID only with -o wide (the name says which image, JSON has the ID); on a terminal the
+    long text columns are cut to fit, -o wide and pipes keep them whole."""
+    if not wide:
+        at = headers.index("IMAGE ID")
+        headers = headers[:at] + headers[at + 1:]
+        rows = [row[:at] + row[at + 1:] for row in rows]
+    print_table(headers, rows, out, cut=() if wide else cut)
+
+
+def _folded(line: str, out: TextIO) -> str:
+    """A summary line folded to the terminal, continuing under its value; whole into a pipe."""
+    if not out.isatty():
+        return line
+    import shutil
+    import textwrap
+
+    width = shutil.get_terminal_size().columns
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent=" " * SUMMARY_INDENT,
+                                    break_on_hyphens=False)) or line
+
+
+SUMMARY_INDENT = 13
 
 
 def _summary_lines(report: GcReport) -> list[str]:
     plan, sources = report.plan, report.settings_sources
     fs = plan.fs
     s = plan.settings
-    usage = f"{plan.usage_percent}%" + (" (simulated with --usage)" if plan.simulated else "")
+    usage = f"{plan.usage_percent}%" + (" (simulated, --usage)" if plan.simulated else "")
     lines = [
         f"Runtime:     {report.domain}",
         f"Image fs:    {usage} used of {human_size(fs.capacity_bytes)}, {human_size(fs.available)} free "
@@ -92,7 +118,7 @@ def _summary_lines(report: GcReport) -> list[str]:
         lines.append(f"To free:     {human_size(max(plan.amount_to_free, 0))} to reach {s.low_threshold_percent}%; "
                      f"the order below frees {human_size(plan.freed_bytes)}")
     if plan.kubelet_message:
-        lines.append(f"Kubelet says: {plan.kubelet_message}")
+        lines.append(f"Warning:     {plan.kubelet_message}")
     lines.append("Times:       pinctl estimates the kubelet's first-detected and last-used times "
                  "(see docs/gc-model.md)")
     return lines
@@ -108,7 +134,7 @@ def _order_cells(entry: OrderEntry, risk: Optional[AtRisk]) -> list[str]:
     image = entry.image
     freed = human_size(entry.running_total) if entry.running_total is not None else "-"
     return [str(entry.position), _name(image.refs, image.id), refs.short_id(image.id), human_size(image.size),
-            freed, FATE_TEXT.get(entry.fate.value, entry.fate.value), "AT RISK" if risk else "-"]
+            freed, FATE_TEXT.get(entry.fate.value, entry.fate.value), "at risk" if risk else "-"]
 
 
 def _protected_cells(item: ProtectedImage) -> list[str]:

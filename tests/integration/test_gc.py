@@ -322,7 +322,7 @@ def test_gc_plan_reads_the_real_filesystem_and_simulates_a_fuller_one(pod_node: 
 
     table = run(pod_node.daemon, *args, "--usage", "95")
     assert table.returncode == 1, table.stderr
-    assert "95% (simulated with --usage)" in table.stdout and "AT RISK" in table.stdout
+    assert "95% (simulated, --usage)" in table.stdout and "at risk" in table.stdout
     assert "WANTED BUT NOT PROTECTED BY THE RUNTIME" in table.stdout
     assert "would be deleted at the simulated usage of 95%" in table.stderr
     doc = run_json(pod_node.daemon, *args, "--usage", "95", expect=1)

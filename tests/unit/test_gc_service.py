@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime, timedelta, timezone
+
+import pytest
 from typing import Optional, Sequence
 
 from pinctl import gc_output
@@ -162,3 +164,22 @@ def test_prune_json_envelope() -> None:
     assert doc["results"] == [{"action": "removed", "id": item.image_id, "refs": ["example.test/a:1"],
                                "runtime": "fake runtime", "size": 10, "why": None}]
     assert doc["freed_bytes"] == 10 and doc["status"] == "success"
+
+
+def test_gc_plan_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    from .test_output import Terminal
+
+    monkeypatch.setenv("COLUMNS", "80")
+    images, containers = node_images()
+    long_why = Reason("pattern", "example.test/a-rather-long-team-name/with-a-deep-path/*", "/etc/pinctl/config.d/x.toml:3")
+    rows = [row_for(images[0], long_why)]
+    domain = FakeDomain(images, containers, used_percent=90)
+    sourced = SourcedGcSettings(GcSettings(), {"high_threshold_percent": "/var/lib/kubelet/config.yaml imageGC"
+                                                                         "HighThresholdPercent"})
+    out = Terminal()
+    gc_output.print_gc_plan(gc.gc_plan(domain, rows, sourced, NOW), "table", out)
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue()).splitlines()
+    assert lines and all(len(line) <= 80 for line in lines), "\n".join(line for line in lines if len(line) > 80)
+    assert any(line.startswith("DELETION ORDER") for line in lines)
