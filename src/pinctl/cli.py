@@ -542,9 +542,10 @@ def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: 
     settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age).settings
     request = gc.PruneRequest(until_usage, all_unused, older_than)
     rules = list(cfg.settings.docker_pinned_image_labels)
-    report = commands.prune(open_node(cfg), load_policy(cfg), rules, cfg.settings.namespaces,
-                            lambda: sources.open_runtime(cfg, output.warn), settings, request, dry_run,
-                            lambda plans: _confirm_prune(plans, yes))
+    with gc_output.prune_progress() as progress:
+        report = commands.prune(open_node(cfg), load_policy(cfg), rules, cfg.settings.namespaces,
+                                lambda: sources.open_runtime(cfg, output.warn), settings, request, dry_run,
+                                lambda plans: _confirm_prune(plans, yes), progress)
     gc_output.print_prune(report.items, dry_run, fmt)
     return report.exit_code
 
@@ -561,7 +562,7 @@ def _confirm_prune(plans: Sequence[Any], yes: bool) -> None:
         raise UsageError("prune deletes images: refusing without --yes when there is no terminal to ask",
                          "look at the plan with --dry-run, then pass --yes")
     if not click.confirm("Delete these images?", default=False, err=True):
-        raise click.exceptions.Abort()
+        raise PinctlError("not confirmed: nothing was deleted")
 
 
 

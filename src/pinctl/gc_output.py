@@ -4,8 +4,9 @@ why, and item-by-item prune results; tables for people, the versioned JSON envel
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TextIO
 
 from pinctl import refs
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
@@ -234,6 +235,39 @@ def _risk_dict(risk: AtRisk) -> dict[str, Any]:
 # --- prune --------------------------------------------------------------------------------------
 
 
+@contextmanager
+def prune_progress(stream: Optional[TextIO] = None) -> Iterator[Callable[[PruneItem], None]]:
+    """A transient line while images are deleted one by one, on a terminal only. It starts with
+    the first deletion (not while the plan is being confirmed), is erased when the prune ends,
+    and nothing of it reaches a pipe or a log."""
+    err = stream or sys.stderr
+    if not err.isatty():
+        yield lambda _item: None
+        return
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    spinner = Spinner("dots", text="prune: checking and deleting")
+    live = Live(spinner, console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
+                refresh_per_second=8)
+    done = {"images": 0, "bytes": 0}
+
+    def heard(item: PruneItem) -> None:
+        if not live.is_started:
+            live.start()
+        done["images"] += 1
+        done["bytes"] += item.size if item.action == "removed" else 0
+        spinner.update(text=f"prune: {done['images']} image(s) handled, {human_size(done['bytes'])} freed; "
+                            f"last {_name(item.refs, item.image_id)}: {item.action}")
+
+    try:
+        yield heard
+    finally:
+        if live.is_started:
+            live.stop()
+
+
 def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -> None:
     """What a prune would delete, before asking: on stderr, so stdout keeps only the results."""
     out = out or sys.stderr
@@ -259,7 +293,7 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
         return
     cells = [[i.action.replace("-", " "), _name(i.refs, i.image_id), refs.short_id(i.image_id), human_size(i.size),
               i.why or "-"] for i in items]
-    print_table(["ACTION", "IMAGE", "IMAGE ID", "SIZE", "WHY"], cells, out)
+    _table(["ACTION", "IMAGE", "IMAGE ID", "SIZE", "WHY"], cells, fmt == FORMAT_WIDE, out, ("WHY",))
     removed = [i for i in items if i.action in ("removed", "would-remove")]
     verb = "would free" if dry_run else "freed"
     warn(f"prune{' (dry run)' if dry_run else ''}: {len(removed)} image(s) {verb} {human_size(sum(i.size for i in removed))}, "

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.gcmodel import GcSettings
     from pinctl.kubelet import SourcedGcSettings
-    from pinctl.service.gc import GcReport, PrunePlan, PruneReport, PruneRequest
+    from pinctl.service.gc import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
     from pinctl.service.check import CheckResult, Clock, RuntimeImages
     from pinctl.config import PatternEntry
     from pinctl.service.export import Export
@@ -179,7 +179,8 @@ def gc_plan(node: Node, policy: Policy, label_rules: Sequence[str], runtime: Cri
 
 def prune(node: Node, policy: Policy, label_rules: Sequence[str], namespaces: Sequence[str],
           open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], settings: GcSettings,
-          request: PruneRequest, dry_run: bool, confirm: Callable[[Sequence[PrunePlan]], None]) -> PruneReport:
+          request: PruneRequest, dry_run: bool, confirm: Callable[[Sequence[PrunePlan]], None],
+          progress: Callable[[PruneItem], None] = lambda _item: None) -> PruneReport:
     """Plan per runtime, have the plan confirmed (unless a dry run), then delete item by item."""
     from datetime import datetime, timezone
 
@@ -193,4 +194,4 @@ def prune(node: Node, policy: Policy, label_rules: Sequence[str], namespaces: Se
              for domain in gc.prune_domains(node, namespaces, open_runtime)]
     if not dry_run and any(plan.delete for plan in plans):
         confirm(plans)
-    return gc.PruneReport(gc.apply_prune(plans, gc.wanted_now(node, policy), dry_run), dry_run)
+    return gc.PruneReport(gc.apply_prune(plans, gc.wanted_now(node, policy), dry_run, progress), dry_run)
