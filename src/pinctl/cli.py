@@ -511,8 +511,8 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
     return report.exit_code
 
 
-@cli.command("prune", epilog="Exit codes: 0 done, 1 error, 2 usage or config error (or no --yes without a "
-                             "terminal), 3 some deletions failed.")
+@cli.command("prune", epilog="Exit codes: 0 done, 1 error or the plan not confirmed, 2 usage or config error "
+                             "(or no --yes without a terminal), 3 some deletions failed.")
 @click.option("--until-usage", type=Percent(), metavar="PERCENT",
               help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
 @click.option("--all-unused", is_flag=True, help="Delete every image nothing protects, whatever the usage.")
