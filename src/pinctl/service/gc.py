@@ -39,8 +39,14 @@ PRUNE_REMOVED: Final = "removed"
 PRUNE_WOULD_REMOVE: Final = "would-remove"  # a dry run's removal
 PRUNE_KEPT: Final = "kept"
 PRUNE_FAILED: Final = "failed"
-DOCKER_STATES = {"running": "running", "paused": "running", "restarting": "running", "created": "created",
-                 "exited": "exited", "dead": "exited", "removing": "exited"}
+# Docker's container states in the CRI's words: any of them keeps the image, as in the kubelet.
+DOCKER_STATES: dict[str, gcmodel.ContainerState] = {
+    "running": "running", "paused": "running", "restarting": "running", "created": "created",
+    "exited": "exited", "dead": "exited", "removing": "exited",
+}
+CRI_STATES: dict[str, gcmodel.ContainerState] = {
+    "created": "created", "running": "running", "exited": "exited", "unknown": "unknown",
+}
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ class DockerDomain:
         images = [ObservedImage(i.image_id, i.size, (*i.repo_tags, *i.repo_digests), False,
                                 _earliest(docker_rows, {i.image_id}) or utc(i.created))
                   for i in self.engine.list_images()]
-        containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),  # type: ignore[arg-type]
+        containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),
                                         c.image_id, c.image, c.name, "", utc(c.created))
                       for c in self.engine.list_containers()]
         root = self.engine.root_dir()
@@ -181,7 +187,7 @@ class DockerDomain:
 
 
 def _state(value: str) -> gcmodel.ContainerState:
-    return value if value in ("created", "running", "exited") else "unknown"  # type: ignore[return-value]
+    return CRI_STATES.get(value, "unknown")
 
 
 # --- what pinctl wants kept ----------------------------------------------------------------------
