@@ -278,3 +278,55 @@ def test_a_failed_textfile_write_is_one_error(tmp_path: Path) -> None:
     path = tmp_path / "gone" / "pinctl.prom"
     with pytest.raises(PinctlError):
         metrics.write_textfile(str(path), [])
+
+
+# -- README's Monitoring section against the code and the rules --------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_table(first_header: str) -> dict[str, list[str]]:
+    """A table of README's Monitoring section by its first column (backquotes dropped)."""
+    section = (ROOT / "README.md").read_text().split("## Monitoring\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    inside = False
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if cells[:1] == [first_header]:
+            inside = True
+        elif inside and cells and not cells[0].startswith("---"):
+            rows[cells[0].strip("`")] = cells[1:]
+        elif inside and not cells:
+            break
+    return rows
+
+
+def test_readme_lists_every_metric_with_its_type_and_labels() -> None:
+    rows = readme_table("metric")
+    assert list(rows) == [spec.name for spec in metrics.METRICS]
+    for spec in metrics.METRICS:
+        kind, labels = rows[spec.name][0], rows[spec.name][1]
+        assert kind == ("gauge" if spec.kind == "info" else spec.kind), spec.name
+        names = re.sub(r":( `[a-z-]+`,?)+", "", labels)  # "`kind`: `a`, `b`" lists kind's values
+        assert re.findall(r"`([a-z_]+)`", names) == list(spec.labels), (spec.name, labels)
+
+
+def test_readme_lists_the_label_values_the_code_has() -> None:
+    rows = readme_table("metric")
+    values = {"pinctl_sync_errors_total": monitor.SYNC_ERRORS, "pinctl_check_errors_total": monitor.CHECK_ERRORS,
+              "pinctl_cri_mismatches": check.MISMATCHES, "pinctl_drift_references": figures.DRIFTS}
+    for name, wanted in values.items():
+        listed = re.findall(r"`([a-z-]+)`", rows[name][1].split(":", 1)[1])
+        assert listed == list(wanted), name
+
+
+def test_readme_lists_the_alerts_as_the_rules_have_them() -> None:
+    import yaml
+
+    rule = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "monitoring" / "prometheusrule.yaml").read_text())
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
+    rows = readme_table("alert")
+    assert set(rows) == set(alerts)
+    for name, (expr, duration, severity) in rows.items():
+        assert expr.strip("`").replace("\\|", "|") == alerts[name]["expr"].strip(), name
+        assert (duration, severity) == (alerts[name]["for"], alerts[name]["labels"]["severity"]), name
