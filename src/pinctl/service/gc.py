@@ -84,9 +84,21 @@ def statfs(path: str, what: str) -> ImageFs:
     return ImageFs(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
 
 
-def _earliest(rows: Sequence[ImageRow], keys: set[str]) -> Optional[datetime]:
-    times = [row.created for row in rows if row.created is not None and ({row.image_id, row.digest} & keys)]
+def _earliest(created: dict[str, float], keys: set[str]) -> Optional[datetime]:
+    times = [created[key] for key in keys if key in created]
     return utc(min(times)) if times else None
+
+
+def _creation_times(rows: Sequence[ImageRow]) -> dict[str, float]:
+    """The earliest record creation time per image ID and per manifest digest: one pass, so that
+    observing a node costs rows + images, not rows x images."""
+    earliest: dict[str, float] = {}
+    for row in rows:
+        if row.created is None:
+            continue
+        for key in filter(None, (row.image_id, row.digest)):
+            earliest[key] = min(earliest.get(key, row.created), row.created)
+    return earliest
 
 
 class CriDomain:
@@ -98,8 +110,9 @@ class CriDomain:
         self.name = f"{version} at {runtime.endpoint}"
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
+        created = _creation_times(rows)
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
-                                _earliest(rows, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
+                                _earliest(created, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
                   for i in self.runtime.list_images()]
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
                                         c.pod_sandbox_id, utc(c.created_at), utc(c.started_at), utc(c.finished_at))
@@ -132,9 +145,9 @@ class DockerDomain:
         self.name = f"Docker at {engine.host}"
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
-        docker_rows = [row for row in rows if row.source == "docker"]
+        created = _creation_times([row for row in rows if row.source == "docker"])
         images = [ObservedImage(i.image_id, i.size, (*i.repo_tags, *i.repo_digests), False,
-                                utc(i.created) or _earliest(docker_rows, {i.image_id}))
+                                utc(i.created) or _earliest(created, {i.image_id}))
                   for i in self.engine.list_images()]
         containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),  # type: ignore[arg-type]
                                         c.image_id, c.image, c.name, "", utc(c.created))
@@ -164,12 +177,18 @@ def _state(value: str) -> gcmodel.ContainerState:
 def wanted_by_pinctl(images: Sequence[ObservedImage], rows: Sequence[ImageRow]) -> dict[str, str]:
     """Image ID -> why pinctl wants it kept: a pin label (also where the runtime ignores it), a
     policy pattern, a Docker config label, the sandbox image."""
+    by_key: dict[str, set[int]] = {}
+    by_ref: dict[str, set[int]] = {}
+    for index, row in enumerate(rows):
+        for key in filter(None, (row.image_id, row.digest)):
+            by_key.setdefault(key, set()).add(index)
+        by_ref.setdefault(row.ref, set()).add(index)
     why: dict[str, str] = {}
     for image in images:
         keys = {image.id, *(ref.partition("@")[2] for ref in image.refs if "@" in ref)}
-        names = set(image.refs)
-        reasons = [reason for row in rows if ({row.image_id, row.digest} & keys or row.ref in names)
-                   for reason in row.reasons if reason.kind in WANTED_KINDS]
+        found = set().union(*(by_key.get(key, ()) for key in keys), *(by_ref.get(ref, ()) for ref in image.refs))
+        reasons = [reason for index in sorted(found) for reason in rows[index].reasons
+                   if reason.kind in WANTED_KINDS]
         if reasons:
             why[image.id] = "; ".join(dict.fromkeys(_reason_text(r.kind, r.detail) for r in reasons))
     return why
