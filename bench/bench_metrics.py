@@ -118,21 +118,23 @@ def idle_cpu(pid: int, seconds: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--images", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3, help="bursts per mode, alternating")
+    parser.add_argument("--rounds", type=int, default=5, help="bursts per mode, alternating")
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle on the empty node")
     parser.add_argument("--idle-full", type=float, default=180.0,
                         help="seconds of idle with the images present (three periodic checks at the default 60 s)")
     opts = parser.parse_args()
-    without: list[float] = []
-    with_metrics: list[float] = []
+    # The p99 of one burst swings by tens of ms between runs of the same code: rounds alternate
+    # between the modes, and the p99 is taken over every latency of a mode at once.
+    without: list[list[float]] = []
+    with_metrics: list[list[float]] = []
     scrapes = failed = 0
     slowest = 0.0
     for _ in range(opts.rounds):
         with watching(None) as (daemon, _watcher, work):
-            without.append(p99(burst(daemon, work, opts.images)))
+            without.append(burst(daemon, work, opts.images))
         port = free_port()
         with watching(port) as (daemon, _watcher, work), Scraper(port) as scraper:
-            with_metrics.append(p99(burst(daemon, work, opts.images)))
+            with_metrics.append(burst(daemon, work, opts.images))
         scrapes, failed, slowest = scrapes + scraper.answered, failed + scraper.failed, max(slowest, scraper.slowest)
     port = free_port()
     with watching(port) as (daemon, watcher, work), Scraper(port):
@@ -140,10 +142,10 @@ def main() -> int:
         burst(daemon, work, opts.images)
         time.sleep(5)
         full = idle_cpu(watcher.pid, opts.idle_full)
-    base, ours = statistics.median(without), statistics.median(with_metrics)
+    base, ours = p99(sorted(x for run in without for x in run)), p99(sorted(x for run in with_metrics for x in run))
     print("| benchmark | result | goal | met |\n| --- | --- | --- | --- |")
-    print(f"| label latency p99, burst of {opts.images}, no metrics (median of {opts.rounds}) | {base * 1000:.0f} ms | | |")
-    print(f"| label latency p99, burst of {opts.images}, metrics scraped every 1 s (median of {opts.rounds}) | "
+    print(f"| label latency p99, {opts.rounds} bursts of {opts.images}, no metrics | {base * 1000:.0f} ms | | |")
+    print(f"| label latency p99, {opts.rounds} bursts of {opts.images}, metrics scraped every 1 s | "
           f"{ours * 1000:.0f} ms | within 10% | {'yes' if ours <= base * 1.1 else 'no'} |")
     print(f"| scrapes answered during the bursts | {scrapes} of {scrapes + failed}, slowest {slowest * 1000:.0f} ms | "
           f"all | {'yes' if not failed else 'no'} |")
@@ -151,7 +153,10 @@ def main() -> int:
           f"core | < 1 % | {'yes' if empty < 0.01 else 'no'} |")
     print(f"| watcher CPU idle, metrics on, scraped every 1 s, {opts.images} images, check every 60 s "
           f"({opts.idle_full:g} s) | {full * 100:.2f} % of a core | < 1 % | {'yes' if full < 0.01 else 'no'} |")
-    print(f"\nrounds, p99 ms: without {[round(x * 1000) for x in without]}, with {[round(x * 1000) for x in with_metrics]}")
+    print(f"\np99 of each burst, ms: without {[round(p99(run) * 1000) for run in without]}, "
+          f"with {[round(p99(run) * 1000) for run in with_metrics]}; "
+          f"p50 without {statistics.median(x for run in without for x in run) * 1000:.0f} ms, "
+          f"with {statistics.median(x for run in with_metrics for x in run) * 1000:.0f} ms")
     return 0
 
 

@@ -421,6 +421,8 @@ def _watch(ctx: click.Context, prune: bool, log_format: str, check_interval: flo
             lambda: _gc_settings(kubelet_config, None, None, None, None))
 
     watcher = watch.Watcher(load, log, prune)
+    if kubelet_config:
+        _gc_settings(kubelet_config, None, None, None, None)  # a file named but unreadable is exit 2, now
     with _metrics_served(load_config(ctx), watcher, log, check_interval):
         watcher.install_signal_handlers()
         return watcher.run()

@@ -186,6 +186,9 @@ def test_prometheus_sees_pins_come_and_go_and_readiness_follow_containerd(
     check_lint(port, tmp_path)
     burst_is_scraped(daemon, prometheus, port, tmp_path)
     readiness_follows_containerd(daemon, proc, prometheus, port)
+    code, took = proc.terminate()
+    assert code == 0 and took < 2.0, "the endpoint and the check thread must not hold up SIGTERM"
+    assert http_get(f"http://127.0.0.1:{port}/healthz", 1)[0] == 0, "nothing answers once it stopped"
 
 
 def check_lint(port: int, tmp_path: Path) -> None:
@@ -382,3 +385,9 @@ def test_a_textfile_directory_that_is_missing_or_read_only_is_one_line_and_exit_
     read_only = subprocess.run([sys.executable, "-m", "pinctl", *command, "--textfile", str(read_only_dir / "x.prom")],
                                capture_output=True, text=True, env={**os.environ, **env}, timeout=30)
     assert_one_line_error(read_only, 2, "cannot write in", "Read-only file system")
+
+
+def test_a_kubelet_config_that_cannot_be_read_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    missing = tmp_path / "kubelet.yaml"
+    result = watch_once("--metrics-address", f"127.0.0.1:{free_port()}", "--kubelet-config", str(missing))
+    assert_one_line_error(result, 2, str(missing))
