@@ -375,9 +375,9 @@ def _print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
                    "changed. SIGHUP reloads the config; SIGTERM or SIGINT stop it.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="With --watch: one log line per action on stderr, as text or JSON.")
-@click.option("--check-interval", type=Seconds(0, 86400), default=60.0, metavar="SECONDS", show_default=True,
+@click.option("--check-interval", type=Seconds(0, 86400), default=60.0, metavar="SECONDS",
               help="With --watch and --metrics-address: read the images, the CRI runtime's pins and the GC model "
-                   "this often for the metrics; 0 turns that off.")
+                   "this often for the metrics; 0 turns that off. Default: 60.")
 @click.option("--kubelet-config", metavar="PATH",
               help="With --metrics-address: the kubelet's config file to read the image GC thresholds from. "
                    "Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
