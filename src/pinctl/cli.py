@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO, TypeVar
 
 import click
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from pinctl.service.commands import ChangeReport
     from pinctl.service.policy import Policy
     from pinctl.service.sources import Node
+    from pinctl.service.watch import Watcher
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -167,6 +169,14 @@ def output_options(
                             show_default=True, help=help_text)(func)
 
     return decorate
+
+
+def textfile_option(what: str) -> Callable[[F], F]:
+    return click.option(
+        "--textfile", metavar="PATH", type=click.Path(dir_okay=False),
+        help=f"Also write {what} as Prometheus metrics to PATH, for node_exporter's textfile collector (a "
+             "*.prom file in its --collector.textfile.directory). Written to a temporary file beside it, then "
+             "renamed over it.")
 
 
 def _own_first(params: list[click.Parameter]) -> list[click.Parameter]:
@@ -366,11 +376,18 @@ def _print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
                    "changed. SIGHUP reloads the config; SIGTERM or SIGINT stop it.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="With --watch: one log line per action on stderr, as text or JSON.")
+@click.option("--check-interval", type=Seconds(0, 86400), default=60.0, metavar="SECONDS",
+              help="With --watch and --metrics-address: read the images, the CRI runtime's pins and the GC model "
+                   "this often for the metrics; 0 turns that off. Default: 60.")
+@click.option("--kubelet-config", metavar="PATH",
+              help="With --metrics-address: the kubelet's config file to read the image GC thresholds from. "
+                   "Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
 @output_options()
 @common_options
 @click.pass_context
 def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, watch: bool,
-                 log_format: str, fmt: OutputFormat, quiet: bool, **_: Any) -> int:
+                 log_format: str, check_interval: float, kubelet_config: Optional[str], fmt: OutputFormat,
+                 quiet: bool, **_: Any) -> int:
     """Label every image the policy covers, once.
 
     Each reference a pattern matches gets io.cri-containerd.pinned=pinned, plus
@@ -385,21 +402,58 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
         if dry_run:
             raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
         commands.refuse_empty_prune(policy, prune, allow_empty_policy, cfg.files)
-        return _watch(ctx, prune, log_format)
+        return _watch(ctx, prune, log_format, check_interval, kubelet_config)
     report = commands.sync(open_node(cfg), policy, prune, dry_run, allow_empty_policy, cfg.files)
     return _print_change(report, fmt, quiet)
 
 
-def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
-    from pinctl.service import watch
+def _watch(ctx: click.Context, prune: bool, log_format: str, check_interval: float,
+           kubelet_config: Optional[str]) -> int:
+    from pinctl.service import sources, watch
+
+    log = watch.Log(log_format)
 
     def load() -> watch.WatchSetup:
         cfg = load_config(ctx)
-        return watch.WatchSetup(lambda: open_node(cfg), load_policy(cfg), cfg.settings.containerd_address)
+        return watch.WatchSetup(
+            lambda: open_node(cfg), load_policy(cfg), cfg.settings.containerd_address,
+            cfg.settings.docker_pinned_image_labels,
+            lambda: sources.open_runtime(cfg, lambda note: log("info", note)),
+            lambda: _gc_settings(kubelet_config, None, None, None, None))
 
-    watcher = watch.Watcher(load, watch.Log(log_format), prune)
-    watcher.install_signal_handlers()
-    return watcher.run()
+    watcher = watch.Watcher(load, log, prune)
+    if kubelet_config:
+        _gc_settings(kubelet_config, None, None, None, None)  # a file named but unreadable is exit 2, now
+    with _metrics_served(load_config(ctx), watcher, log, check_interval):
+        watcher.install_signal_handlers()
+        return watcher.run()
+
+
+@contextlib.contextmanager
+def _metrics_served(cfg: Config, watcher: Watcher, log: Callable[..., None], check_interval: float) -> Iterator[None]:
+    """With --metrics-address: the address bound first (a bad one is exit 2 before anything
+    runs), served while the watcher runs, with the periodic check beside it."""
+    address = cfg.settings.metrics_address
+    if not address:
+        yield
+        return
+    from pinctl import metrics
+    from pinctl.service import monitor
+
+    checker = monitor.Checker(lambda: watcher.settings, check_interval, log) if check_interval > 0 else None
+    registry = metrics.watcher_registry(watcher.state, checker)
+    server = metrics.MetricsServer(address, cfg.sources["metrics_address"], registry, watcher.state.liveness,
+                                   watcher.state.readiness)
+    server.start()
+    log("info", "serving metrics", address=address, check_interval=f"{check_interval:g}s")
+    if checker is not None:
+        checker.start()
+    try:
+        yield
+    finally:
+        if checker is not None:
+            checker.stop()
+        server.stop()
 
 
 @cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "
@@ -407,10 +461,13 @@ def _watch(ctx: click.Context, prune: bool, log_format: str) -> int:
 @click.argument("refs", nargs=-1, metavar="[REF]...")
 @click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
+@textfile_option("the images per namespace and pin state, policy coverage and drift, and the disagreements "
+                 "by cause")
 @output_options(quiet=False, help_text="Output format; table shows only disagreements.")
 @common_options
 @click.pass_context
-def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: OutputFormat, **_: Any) -> int:
+def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile: Optional[str], fmt: OutputFormat,
+                  **_: Any) -> int:
     """Compare what pinctl expects with what the CRI runtime tells the kubelet.
 
     With REFs, only those images, asked one by one with the CRI's ImageStatus call, as the
@@ -424,13 +481,28 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, fmt: Out
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
+    if textfile:
+        _check_textfile(textfile, refs)
     runtime, version = sources.open_runtime(cfg, output.warn)
     node = open_node(cfg)
     rules = cfg.settings.docker_pinned_image_labels
     with output.check_progress(active=wait > 0) as progress:
         report = commands.check(node, policy, rules, runtime, version, refs, wait, progress)
     output.print_check(report.result, fmt, waited=report.waited)
+    if textfile:
+        from pinctl import metrics
+
+        metrics.write_textfile(textfile, metrics.check_textfile(report.rows, report.namespaces, report.result))
     return report.exit_code
+
+
+def _check_textfile(path: str, refs: Sequence[str] = ()) -> None:
+    from pinctl import metrics
+
+    if refs:
+        raise UsageError("--textfile counts the whole node: give no REF with it",
+                         "run check REF... and check --textfile PATH separately")
+    metrics.check_textfile_target(path)
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)
@@ -486,12 +558,13 @@ def gc_group() -> None:
 @click.option("--usage", type=Percent(), metavar="PERCENT",
               help="Simulate a disk this full instead of reading the image filesystem's usage.")
 @kubelet_options
+@textfile_option("the image filesystem's usage against the thresholds and the wanted images at risk")
 @output_options(quiet=False)
 @common_options
 @click.pass_context
 def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: Optional[str],
                     high_threshold: Optional[int], low_threshold: Optional[int], min_age: Any, max_age: Any,
-                    fmt: OutputFormat, **_: Any) -> int:
+                    textfile: Optional[str], fmt: OutputFormat, **_: Any) -> int:
     """Show what the kubelet's image GC would delete next, in order, and what it keeps and why.
 
     Reads the runtime's images and containers over the CRI, the image filesystem under the
@@ -504,10 +577,19 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 
     cfg = load_config(ctx)
     settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age)
+    if textfile:
+        if usage is not None:
+            raise UsageError("--usage simulates a disk: its figures do not belong in a textfile",
+                             "give --usage or --textfile, not both")
+        _check_textfile(textfile)
     runtime, version = sources.open_runtime(cfg, output.warn)
     rules = list(cfg.settings.docker_pinned_image_labels)
     report = commands.gc_plan(open_node(cfg), load_policy(cfg), rules, runtime, version, settings, usage)
     gc_output.print_gc_plan(report, fmt)
+    if textfile:
+        from pinctl import metrics
+
+        metrics.write_textfile(textfile, metrics.gc_textfile(report))
     return report.exit_code
 
 

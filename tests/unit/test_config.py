@@ -83,6 +83,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
         "docker_containerd_address": Value(None, "default"),
         "runtime_endpoint": Value(None, "default"),
         "docker_pinned_image_labels": Value((), "default"),
+        "metrics_address": Value(None, "default"),
     }
     assert cfg.patterns == [] and cfg.files == []
 
@@ -107,6 +108,7 @@ docker_host = "unix:///run/example-docker.sock"
 docker_containerd_address = "/run/example-docker/containerd.sock"
 runtime_endpoint = "unix:///run/example-cri.sock"
 docker_pinned_image_labels = ["team.example/keep=true", "keep"]
+metrics_address = "127.0.0.1:9736"
 """)
     cfg = load(main)
     assert {k: v.value for k, v in cfg.shown().items()} == {
@@ -119,6 +121,7 @@ docker_pinned_image_labels = ["team.example/keep=true", "keep"]
         "docker_containerd_address": "/run/example-docker/containerd.sock",
         "runtime_endpoint": "unix:///run/example-cri.sock",
         "docker_pinned_image_labels": ("team.example/keep=true", "keep"),
+        "metrics_address": "127.0.0.1:9736",
     }
     assert isinstance(cfg.settings.timeout, float)
     assert {v.source for v in cfg.shown().values()} == {path}
@@ -485,6 +488,7 @@ WRONG_TYPES = [
     ("runtime_endpoint", "1979-05-27", "must be a string, got 1979-05-27"),
     ("docker_pinned_image_labels", '"keep"', 'must be a list of strings, got "keep"'),
     ("docker_pinned_image_labels", '["=true"]', 'items must be "key=value" or "key", item 1 is "=true"'),
+    ("metrics_address", "9736", "must be a string, got 9736"),
 ]
 
 

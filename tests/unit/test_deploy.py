@@ -25,7 +25,7 @@ import click
 import pytest
 import yaml  # PyYAML: part of the test extras
 
-from pinctl import config
+from pinctl import config, metrics
 from pinctl.cli import cli
 from pinctl.config import KEYS
 from pinctl.errors import PinctlError
@@ -39,6 +39,7 @@ IGNORE_FILE = ROOT / ".dockerignore"
 KUBE = ROOT / "deploy" / "kubernetes"
 DEFAULT_SOCKET = KEYS["containerd_address"].default
 CONFIG_MAP = "pinctl-config"
+METRICS_PORT = "metrics"
 CONFIG_KEY = "config.toml"
 OWN_FILES = [UNIT, UNIT.parent / "README.md", CONTAINERFILE, IGNORE_FILE, *sorted(KUBE.glob("*"))]
 
@@ -101,6 +102,16 @@ def parse(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[str]], Parsed]:
         return Parsed([ctx.info_name or "" for ctx in seen], list(seen))
 
     return run
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def metrics_address(parsed: Parsed) -> tuple[str, int]:
+    """Where the watcher serves /metrics, /healthz and /readyz, parsed as pinctl parses it."""
+    address = parsed.option("--metrics-address")
+    assert address, "no --metrics-address: the deployment exports no metrics and has nothing to probe"
+    return metrics.parse_address(address)
 
 
 def check_watch_command(parsed: Parsed) -> None:
@@ -175,8 +186,9 @@ HARDENING = {
     "MemoryDenyWriteExecute": "yes",
     "SystemCallArchitectures": "native",
     "SystemCallFilter": "@system-service",
-    "RestrictAddressFamilies": "AF_UNIX",
+    "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
     "IPAddressDeny": "any",
+    "IPAddressAllow": "localhost",
     "CapabilityBoundingSet": "",
 }
 
@@ -200,6 +212,9 @@ def check_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[list[str]
     assert argv[0] == "/usr/local/bin/pinctl", f"ExecStart runs {argv[0]}"
     parsed = parse(argv[1:])
     check_watch_command(parsed)
+    host, _port = metrics_address(parsed)
+    assert host in LOOPBACK, f"--metrics-address {host}: the unit serves metrics on loopback only"
+    assert get("PrivateNetwork") in (None, "no"), "PrivateNetwork= hides the metrics port in a loopback of its own"
     socket = parsed.option("--address") or DEFAULT_SOCKET
     writable = unit_paths(service.get("ReadWritePaths", []))
     assert socket in writable, f"{socket} is not in ReadWritePaths={writable}"
@@ -484,6 +499,23 @@ def check_pod(docs: list[dict[str, Any]], parse: Callable[[list[str]], Parsed]) 
     image = container["image"]
     assert not has_registry_host(image), f"image {image} names a registry: leave it to the operator"
     assert ":" in image and not image.endswith(":latest"), f"image {image} needs a version tag"
+    check_probes(container, metrics_address(parsed))
+
+
+def named_ports(container: dict[str, Any]) -> dict[str, int]:
+    return {port["name"]: port["containerPort"] for port in container.get("ports", []) if "name" in port}
+
+
+def check_probes(container: dict[str, Any], address: tuple[str, int]) -> None:
+    """The metrics port is named, served on the pod's address, and probed on /healthz and /readyz."""
+    host, port = address
+    assert host in ("", "0.0.0.0", "::"), f"--metrics-address {host}: the kubelet and Prometheus reach the pod's IP"
+    ports = named_ports(container)
+    assert ports.get(METRICS_PORT) == port, f"no containerPort {port} named {METRICS_PORT!r}: {ports}"
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = container.get(probe, {}).get("httpGet", {})
+        assert get.get("path") == path, f"{probe} does not GET {path}"
+        assert ports.get(get.get("port"), get.get("port")) == port, f"{probe} is not on the metrics port"
 
 
 def test_daemonset(parse: Callable[[list[str]], Parsed]) -> None:
@@ -564,7 +596,12 @@ def _unit_without(key: str) -> str:
     UNIT.read_text().replace("--log-format json", "--log-format json --address /run/k3s/containerd/containerd.sock"),
     UNIT.read_text().replace("[Service]\n", "[Service]\nUser=pinctl\n"),
     UNIT.read_text().replace("TimeoutStopSec=5", "TimeoutStopSec=1"),
-], ids=["mdwe", "rw-socket", "ro-run", "reload", "caps", "text-log", "typo", "other-socket", "user", "stop"])
+    UNIT.read_text().replace("--metrics-address 127.0.0.1:9736", "--metrics-address 0.0.0.0:9736"),
+    UNIT.read_text().replace(" --metrics-address 127.0.0.1:9736", ""),
+    UNIT.read_text().replace("IPAddressAllow=localhost\n", "IPAddressAllow=any\n"),
+    UNIT.read_text().replace("[Install]", "PrivateNetwork=yes\n\n[Install]"),
+], ids=["mdwe", "rw-socket", "ro-run", "reload", "caps", "text-log", "typo", "other-socket", "user", "stop",
+        "metrics-everywhere", "no-metrics", "ip-allow-any", "private-network"])
 def test_unit_check_fails(broken: str, parse: Callable[[list[str]], Parsed]) -> None:
     with pytest.raises((AssertionError, click.UsageError)):
         check_unit(read_unit(broken), parse)
@@ -631,6 +668,12 @@ POD_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], 
     "tolerations": lambda pod, c, cm: pod.__setitem__("tolerations", [{"key": "x", "operator": "Exists"}]),
     "no-limits": lambda pod, c, cm: c["resources"].pop("limits"),
     "registry-image": lambda pod, c, cm: c.__setitem__("image", "registry.example/pinctl:0.1.0"),
+    "metrics-on-loopback": lambda pod, c, cm: c.__setitem__(
+        "args", [a.replace("0.0.0.0:", "127.0.0.1:") for a in c["args"]]),
+    "metrics-port-renamed": lambda pod, c, cm: c["ports"][0].__setitem__("name", "http"),
+    "metrics-port-moved": lambda pod, c, cm: c["ports"][0].__setitem__("containerPort", 9100),
+    "no-liveness": lambda pod, c, cm: c.pop("livenessProbe"),
+    "readiness-on-healthz": lambda pod, c, cm: c["readinessProbe"]["httpGet"].__setitem__("path", "/healthz"),
     "configmap-renamed": lambda pod, c, cm: cm["metadata"].__setitem__("name", "other"),
 }
 
@@ -659,3 +702,161 @@ def test_namespace_check_fails() -> None:
     the("ConfigMap", docs)["metadata"]["namespace"] = "kube-system"
     with pytest.raises(AssertionError):
         check_namespaces(docs)
+
+
+# -- monitoring: PodMonitor and alert rules (prometheus-operator) -----------------------------
+
+MONITORING = KUBE / "monitoring"
+# What the alert rules must watch for (issue 13), by alert name.
+ALERTS = {"PinctlWatcherNotReady", "PinctlWantedImageAtRisk", "PinctlWantedImageDeletedNextGc", "PinctlCriMismatch",
+          "PinctlSyncErrors"}
+
+
+def monitoring_manifests() -> dict[str, list[dict[str, Any]]]:
+    return {path.name: [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+            for path in sorted(MONITORING.glob("*.yaml"))}
+
+
+def monitoring_objects() -> list[dict[str, Any]]:
+    return [doc for name, docs in monitoring_manifests().items() if name != "kustomization.yaml" for doc in docs]
+
+
+def rule_groups(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = the("PrometheusRule", docs)["spec"]
+    return spec
+
+
+def alert_rules(groups: dict[str, Any]) -> list[dict[str, Any]]:
+    return [rule for group in groups["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def check_monitoring(docs: list[dict[str, Any]], pod_docs: list[dict[str, Any]]) -> None:
+    daemonset = the("DaemonSet", pod_docs)
+    namespace = the("Namespace", pod_docs)["metadata"]["name"]
+    for doc in docs:
+        assert doc["metadata"].get("namespace") == namespace, f"{doc['kind']} is not in {namespace}"
+    monitor = the("PodMonitor", docs)["spec"]
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    selector = monitor["selector"].get("matchLabels", {})
+    assert selector and selector.items() <= pod_labels.items(), f"selector {selector} misses the pods {pod_labels}"
+    ports = named_ports(container_of(daemonset))
+    for endpoint in monitor["podMetricsEndpoints"]:
+        assert endpoint.get("port") in ports, f"PodMonitor scrapes port {endpoint.get('port')!r}, not one of {ports}"
+        assert endpoint.get("path", "/metrics") == "/metrics"
+    rules = alert_rules(rule_groups(docs))
+    assert ALERTS <= {rule["alert"] for rule in rules}, f"missing alerts: {ALERTS - {r['alert'] for r in rules}}"
+    for rule in rules:
+        named = set(re.findall(r"\bpinctl_[a-z0-9_]+", rule["expr"]))
+        assert named, f"{rule['alert']} watches no pinctl metric"
+        unknown = named - set(metrics.SPECS)
+        assert not unknown, f"{rule['alert']}: pinctl exports no {sorted(unknown)}"
+        assert rule.get("labels", {}).get("severity") in ("warning", "critical"), f"{rule['alert']}: no severity"
+        assert rule.get("annotations", {}).get("summary"), f"{rule['alert']}: no summary"
+
+
+def test_monitoring(parse: Callable[[list[str]], Parsed]) -> None:
+    check_monitoring(monitoring_objects(), objects())
+
+
+def test_monitoring_kustomization_lists_every_manifest() -> None:
+    found = monitoring_manifests()
+    (kustomization,) = found.pop("kustomization.yaml")
+    assert sorted(kustomization["resources"]) == sorted(found)
+
+
+MONITORING_EDITS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
+    "selector": lambda docs: the("PodMonitor", docs)["spec"]["selector"]["matchLabels"].__setitem__("app", "x"),
+    "port": lambda docs: the("PodMonitor", docs)["spec"]["podMetricsEndpoints"][0].__setitem__("port", "http"),
+    "namespace": lambda docs: the("PodMonitor", docs)["metadata"].__setitem__("namespace", "monitoring"),
+    "unknown-metric": lambda docs: alert_rules(rule_groups(docs))[0].__setitem__("expr", "pinctl_redy == 0"),
+    "alert-gone": lambda docs: rule_groups(docs)["groups"][0]["rules"].pop(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MONITORING_EDITS))
+def test_monitoring_check_fails(name: str) -> None:
+    docs = copy.deepcopy(monitoring_objects())
+    MONITORING_EDITS[name](docs)
+    with pytest.raises(AssertionError):
+        check_monitoring(docs, objects())
+
+
+def _promtool() -> str:
+    from tests.conftest import engine_unavailable
+
+    tool = shutil.which("promtool")
+    if tool is None:
+        engine_unavailable("promtool is not installed (apt-get install prometheus; scripts/test-packages.txt)")
+    return tool
+
+
+def promtool(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_promtool(), *args], capture_output=True, text=True, cwd=cwd, timeout=60, check=False)
+
+
+def test_alert_rules_pass_promtool_check(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "pinctl.rules.yml"
+    path.write_text(yaml.safe_dump(rule_groups(monitoring_objects())))
+    result = promtool("check", "rules", str(path), cwd=tmp_path)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_promtool_check_rules_can_fail(tmp_path: pathlib.Path) -> None:
+    groups = rule_groups(monitoring_objects())
+    alert_rules(groups)[0]["expr"] = "sum without (kind (pinctl_ready)"
+    path = tmp_path / "broken.rules.yml"
+    path.write_text(yaml.safe_dump(groups))
+    assert promtool("check", "rules", str(path), cwd=tmp_path).returncode != 0
+
+
+# Each alert fires on the series that should raise it, and stays quiet on a healthy node. The
+# annotations are left out of this copy: promtool compares them word for word.
+NODE = 'node="n1", instance="10.0.0.1:9736"'
+ALERT_TESTS: list[dict[str, Any]] = [
+    {"interval": "1m",
+     "input_series": [{"series": f"pinctl_ready{{{NODE}}}", "values": "1 1 0x30"},
+                      {"series": 'pinctl_ready{node="n2", instance="10.0.0.2:9736"}', "values": "1x32"}],
+     "alert_rule_test": [{"eval_time": "10m", "alertname": "PinctlWatcherNotReady", "exp_alerts": []},
+                         {"eval_time": "14m", "alertname": "PinctlWatcherNotReady",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9736"}}]}]},
+    {"interval": "1m",
+     "input_series": [{"series": f"pinctl_gc_at_risk_images{{{NODE}}}", "values": "0 2x40"},
+                      {"series": f"pinctl_gc_at_risk_deleted_images{{{NODE}}}", "values": "0x10 1x10"}],
+     "alert_rule_test": [{"eval_time": "20m", "alertname": "PinctlWantedImageAtRisk", "exp_alerts": []},
+                         {"eval_time": "35m", "alertname": "PinctlWantedImageAtRisk",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9736"}}]},
+                         {"eval_time": "17m", "alertname": "PinctlWantedImageDeletedNextGc",
+                          "exp_alerts": [{"exp_labels": {"severity": "critical", "node": "n1",
+                                                         "instance": "10.0.0.1:9736"}}]}]},
+    {"interval": "1m",
+     "input_series": [{"series": f'pinctl_cri_mismatches{{{NODE}, cause="labels-ignored"}}', "values": "1x30"},
+                      {"series": f'pinctl_cri_mismatches{{{NODE}, cause="pattern-only"}}', "values": "0x30"},
+                      {"series": 'pinctl_cri_mismatches{node="n2", instance="10.0.0.2:9736", cause="labels-ignored"}',
+                       "values": "0x30"}],
+     "alert_rule_test": [{"eval_time": "20m", "alertname": "PinctlCriMismatch",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9736"}}]}]},
+    {"interval": "1m",
+     "input_series": [{"series": f'pinctl_sync_errors_total{{{NODE}, kind="unreachable"}}', "values": "0+1x40"},
+                      {"series": 'pinctl_sync_errors_total{node="n2", instance="10.0.0.2:9736", '
+                                 'kind="changed-under-us"}', "values": "0+5x40"}],
+     "alert_rule_test": [{"eval_time": "10m", "alertname": "PinctlSyncErrors", "exp_alerts": []},
+                         {"eval_time": "30m", "alertname": "PinctlSyncErrors",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9736"}}]}]},
+]
+
+
+def test_alert_rules_fire_when_they_should(tmp_path: pathlib.Path) -> None:
+    groups = rule_groups(monitoring_objects())
+    for rule in alert_rules(groups):
+        rule.pop("annotations", None)
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(groups))
+    tested = {case["alertname"] for test in ALERT_TESTS for case in test["alert_rule_test"]}
+    assert tested == ALERTS
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump({"rule_files": ["rules.yml"], "evaluation_interval": "1m",
+                                                        "tests": ALERT_TESTS}))
+    result = promtool("test", "rules", "tests.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -183,3 +183,24 @@ def test_gc_plan_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> 
     lines = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue()).splitlines()
     assert lines and all(len(line) <= 80 for line in lines), "\n".join(line for line in lines if len(line) > 80)
     assert any(line.startswith("DELETION ORDER") for line in lines)
+
+
+def test_wanted_joins_rows_by_image_id_manifest_digest_or_name() -> None:
+    digest = "sha256:" + "d" * 64
+
+    def row(ref: str, image_id: Optional[str], target: str, *reasons: Reason) -> ImageRow:
+        return ImageRow("k8s.io", ref, image_id, Descriptor("m", target, 1), 1, {}, reasons=list(reasons))
+
+    rows = [row("example.test/a:1", "sha256:aa", "sha256:" + "1" * 64, Reason("label", "example.test/a:1")),
+            row("example.test/b:1", None, digest, Reason("pattern", "example.test/b*", "cfg:1")),
+            row("example.test/c:1", "sha256:cc", "sha256:" + "3" * 64, Reason("pattern", "*c*", "cfg:2")),
+            row("example.test/d:1", "sha256:dd", "sha256:" + "4" * 64, Reason("sandbox", "x"))]
+    images = [ObservedImage("sha256:aa", 1, ("example.test/a:1",)),
+              ObservedImage("sha256:bb", 1, (f"example.test/b@{digest}",)),
+              ObservedImage("sha256:other", 1, ("example.test/c:1",)),
+              ObservedImage("sha256:none", 1, ("example.test/z:1",))]
+    assert gc.wanted_by_pinctl(images, rows) == {
+        "sha256:aa": "pin label on example.test/a:1",
+        "sha256:bb": "pattern example.test/b*",
+        "sha256:other": "pattern *c*",
+    }

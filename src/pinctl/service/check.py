@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
 
 from pinctl import labels as pin_labels
 from pinctl.model import (
@@ -26,6 +26,20 @@ WANTED: tuple[ReasonKind, ...] = (
 # check --wait asks again this often: the CRI plugin sees a label change within about a second.
 POLL_SECONDS = 1.0
 
+# Why pinctl and the runtime disagree on an image, as a closed set: metrics count by it, so it
+# must not carry names or versions (CheckItem.cause says those).
+Mismatch = Literal["labels-ignored", "wrong-namespace", "not-caught-up", "ineffective-label", "config-label-unread",
+                   "pattern-only", "unexplained-pin", "unknown-image"]
+MISMATCH_LABELS_IGNORED: Final = "labels-ignored"  # the runtime reports no pins from labels (old containerd, cri-dockerd, CRI-O)
+MISMATCH_WRONG_NAMESPACE: Final = "wrong-namespace"  # labelled in a namespace the CRI does not read
+MISMATCH_NOT_CAUGHT_UP: Final = "not-caught-up"  # labelled where the CRI reads; it has not said pinned yet
+MISMATCH_INEFFECTIVE_LABEL: Final = "ineffective-label"
+MISMATCH_CONFIG_LABEL_UNREAD: Final = "config-label-unread"  # a Docker config label the runtime does not pin by
+MISMATCH_PATTERN_ONLY: Final = "pattern-only"  # a policy pattern the runtime does not know
+MISMATCH_UNEXPLAINED_PIN: Final = "unexplained-pin"  # pinned by the runtime, nothing pinctl reads says why
+MISMATCH_UNKNOWN_IMAGE: Final = "unknown-image"  # a name asked about that the runtime does not know
+MISMATCHES: tuple[Mismatch, ...] = get_args(Mismatch)
+
 
 @dataclass
 class CheckItem:
@@ -36,6 +50,7 @@ class CheckItem:
     reasons: list[Reason] = field(default_factory=list)
     cause: Optional[str] = None
     fix: Optional[str] = None
+    mismatch: Optional[Mismatch] = None
 
     @property
     def agrees(self) -> bool:
@@ -64,7 +79,8 @@ def check(
     index = _Index(rows)
     items = [_item(cri, index.matching(cri), runtime) for cri in listed]
     items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
-                        fix="check the name with pinctl ls, or pull the image") for ref in unknown]
+                        fix="check the name with pinctl ls, or pull the image", mismatch=MISMATCH_UNKNOWN_IMAGE)
+              for ref in unknown]
     return CheckResult(endpoint, runtime, sorted(items, key=lambda i: (i.refs[:1], i.image_id)))
 
 
@@ -147,8 +163,9 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], runtime: RuntimeVersion) -> C
     refs = list(cri.repo_tags or cri.repo_digests or (cri.id,))
     item = CheckItem(cri.id, refs, desired, cri.pinned, reasons)
     if desired and not cri.pinned:
-        item.cause, item.fix = _why_not_pinned(reasons, runtime, refs[0])
+        item.mismatch, item.cause, item.fix = _why_not_pinned(reasons, runtime, refs[0])
     elif cri.pinned and not desired:
+        item.mismatch = MISMATCH_UNEXPLAINED_PIN
         item.cause = "the CRI says pinned but nothing pinctl reads explains it"
         item.fix = ("it is likely the runtime's sandbox image or in its own pinned_images config; "
                     "show them with --containerd-config or --from-crio")
@@ -170,48 +187,55 @@ def _label_namespaces(reasons: Sequence[Reason]) -> set[str]:
     return {r.detail.split("/", 1)[0] for r in reasons if r.kind == REASON_LABEL}
 
 
-def _why_not_pinned(reasons: Sequence[Reason], runtime: RuntimeVersion, ref: str) -> tuple[str, str]:
+# What a disagreement is, in words (cause) and as a command (fix).
+Diagnosis = tuple[Mismatch, str, str]
+
+
+def _why_not_pinned(reasons: Sequence[Reason], runtime: RuntimeVersion, ref: str) -> Diagnosis:
     kinds = {r.kind for r in reasons}
     if runtime.name == DOCKER:
         return _docker_cause(kinds, runtime)
     if runtime.name == CRIO:
-        return ("CRI-O pins only what its own pinned_images names; it ignores labels and pinctl's patterns",
+        return (MISMATCH_LABELS_IGNORED,
+                "CRI-O pins only what its own pinned_images names; it ignores labels and pinctl's patterns",
                 "add the patterns to CRI-O: pinctl config export --for crio > /etc/crio/crio.conf.d/50-pinctl.conf")
     return _containerd_cause(reasons, kinds, runtime, ref)
 
 
-def _docker_cause(kinds: set[ReasonKind], runtime: RuntimeVersion) -> tuple[str, str]:
+def _docker_cause(kinds: set[ReasonKind], runtime: RuntimeVersion) -> Diagnosis:
     if REASON_DOCKER_LABEL in kinds:
-        return ("cri-dockerd does not pin by these config labels",
+        return (MISMATCH_CONFIG_LABEL_UNREAD, "cri-dockerd does not pin by these config labels",
                 "start cri-dockerd with --pinned-image-labels (pinctl config export --for cri-dockerd)")
     if REASON_LABEL in kinds:
-        return (f"the runtime ignores labels: cri-dockerd ({runtime}) pins only its sandbox image "
+        return (MISMATCH_LABELS_IGNORED,
+                f"the runtime ignores labels: cri-dockerd ({runtime}) pins only its sandbox image "
                 "and what --pinned-images/--pinned-image-labels name",
                 "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
-    return ("pattern known only to pinctl: cri-dockerd does not read pinctl's config",
+    return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: cri-dockerd does not read pinctl's config",
             "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
 
 
 def _containerd_cause(
     reasons: Sequence[Reason], kinds: set[ReasonKind], runtime: RuntimeVersion, ref: str
-) -> tuple[str, str]:
+) -> Diagnosis:
     if not pin_labels.cri_honours_pins(runtime.version):
-        return (f"the runtime ignores labels: containerd {runtime.version} reports no pins to the kubelet",
+        return (MISMATCH_LABELS_IGNORED,
+                f"the runtime ignores labels: containerd {runtime.version} reports no pins to the kubelet",
                 "upgrade containerd to 1.6.25+ or 1.7.10+")
     labelled_in = _label_namespaces(reasons)
     if labelled_in and CRI_NAMESPACE not in labelled_in:
         where = ", ".join(sorted(labelled_in))
-        return (f"the label is in namespace {where}, but containerd's CRI reads {CRI_NAMESPACE}",
+        return (MISMATCH_WRONG_NAMESPACE, f"the label is in namespace {where}, but containerd's CRI reads {CRI_NAMESPACE}",
                 f"pinctl pin -n {CRI_NAMESPACE} {ref}")
     if labelled_in:
-        return ("the label is there but the CRI has not caught up yet",
+        return (MISMATCH_NOT_CAUGHT_UP, "the label is there but the CRI has not caught up yet",
                 "wait: pinctl check --wait 30 (the kubelet itself refreshes every 5 minutes)")
     if REASON_INEFFECTIVE_LABEL in kinds:
         bad = next(r.detail for r in reasons if r.kind == REASON_INEFFECTIVE_LABEL)
-        return (f"ineffective label: {bad}", f"pinctl pin {ref}")
+        return (MISMATCH_INEFFECTIVE_LABEL, f"ineffective label: {bad}", f"pinctl pin {ref}")
     if REASON_DOCKER_LABEL in kinds and REASON_PATTERN not in kinds:
-        return ("containerd does not read Docker config labels", f"pinctl pin {ref}")
-    return ("pattern known only to pinctl: containerd reads labels, not patterns",
+        return (MISMATCH_CONFIG_LABEL_UNREAD, "containerd does not read Docker config labels", f"pinctl pin {ref}")
+    return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: containerd reads labels, not patterns",
             "pinctl sync (or pinctl config export --for containerd)")
 
 

@@ -111,6 +111,9 @@ def refuse_empty_prune(policy: Policy, prune: bool, allow_empty_policy: bool, fi
 class CheckReport:
     result: CheckResult
     waited: Optional[float]
+    # pinctl's side of the last comparison, and the namespaces it was read from.
+    rows: list[ImageRow] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -125,11 +128,14 @@ def check(
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
     from pinctl.service import check as checking
 
+    rows: list[ImageRow] = []
+
     def read() -> CheckResult:
-        return checking.check_runtime(node.rows(policy, label_rules).rows, runtime, version, refs)
+        rows[:] = node.rows(policy, label_rules).rows
+        return checking.check_runtime(rows, runtime, version, refs)
 
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)
-    return CheckReport(result, waited if wait > 0 else None)
+    return CheckReport(result, waited if wait > 0 else None, rows, node.selected_namespaces())
 
 
 def namespaces(node: Node) -> list[tuple[str, bool]]:

@@ -175,6 +175,10 @@ class Node:
     def views(self) -> list[NamespaceView]:
         return [view for source in self.sources for view in source.views()]
 
+    def selected_namespaces(self) -> list[str]:
+        """The containerd namespaces read, asking no engine."""
+        return [ns for source in self.sources if isinstance(source, ContainerdSource) for ns in source.namespaces]
+
     def refusal(self, selector: refs.Selector) -> Optional[str]:
         return next((why for source in self.sources if (why := source.refusal(selector))), None)
 

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TextIO
 
 from pinctl import labels as pin_labels
 from pinctl.display import visible
@@ -23,9 +23,12 @@ from pinctl.model import (
     ACTION_CHANGED_UNDER_US, ACTION_PINNED, ACTION_PRUNED, MANAGED_LABEL, MANAGED_VALUE, Action, ItemResult,
 )
 from pinctl.service import pinning
+from pinctl.service.monitor import SYNC_ENGINE, SYNC_STREAM_ENDED, SYNC_UNREACHABLE, SyncError, WatchState
 
 if TYPE_CHECKING:
     from pinctl.backends import ImageEventStream
+    from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.kubelet import SourcedGcSettings
     from pinctl.service.policy import Policy
     from pinctl.service.sources import Followed, Node
 
@@ -70,6 +73,10 @@ class WatchSetup:
     open_node: Callable[[], Node]
     policy: Policy
     address: str
+    # What the periodic check of --metrics-address reads besides the node (monitor.CheckSources).
+    label_rules: Sequence[str]
+    open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]
+    gc_settings: Callable[[], SourcedGcSettings]
 
 
 class Watcher:
@@ -78,6 +85,8 @@ class Watcher:
         self.log = log
         self.prune = prune
         self.settings = load()
+        # Counted inline whether or not anything serves them: a dict increment per result.
+        self.state = WatchState(self.settings.address)
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._streams: list[ImageEventStream] = []
@@ -114,15 +123,19 @@ class Watcher:
                 if self._stop.is_set():
                     break
                 if self._reload.is_set():
+                    self.state.disconnected()
                     continue  # the stream was cut to reload, not lost
                 self._back_off(err)
+        self.state.disconnected()
         self.log("info", "stopped")
         return 0
 
     def _back_off(self, err: PinctlError) -> None:
+        self.state.lost(err, _error_kind(err))
         what = "containerd unreachable" if isinstance(err, EngineUnreachable) else "cannot sync yet"
         self.log("warning", f"{what}, retrying", error=str(err), retry_in=f"{self._delay:g}s")
         self._stop.wait(self._delay)
+        self.state.turned()
         self._delay = min(self._delay * 2, BACKOFF_MAX)
 
     def _session(self) -> None:
@@ -143,6 +156,8 @@ class Watcher:
             self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
             while not (self._stop.is_set() or self._reload.is_set()):
                 batch = _next_batch(events)
+                self.state.turned()
+                self.state.events += len(batch)
                 self._sync_batch(followed, [e for e in batch if e[1][1] in CHANGING_TOPICS
                                             and followed[e[0]].watches(e[1][0])])
         finally:
@@ -158,8 +173,10 @@ class Watcher:
         try:
             self.settings = self.load()
         except PinctlError as err:
+            self.state.reloaded(ok=False)
             self.log("error", "config reload failed, keeping the previous one", error=str(err))
             return
+        self.state.reloaded(ok=True)
         self.log("info", "config reloaded", patterns=len(self.settings.policy.patterns))
 
     def _full_sync(self, node: Node) -> None:
@@ -167,6 +184,7 @@ class Watcher:
         plan = pinning.make_sync_plan(views, self.settings.policy, self.prune)
         results = pinning.apply_plan(plan, dry_run=False)
         self._report(results)
+        self.state.synced([view.namespace for view in views])
         changed = sum(r.action in CHANGES for r in results)
         namespaces = ",".join(dict.fromkeys(view.namespace for view in views)) or "-"
         self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results))
@@ -195,6 +213,7 @@ class Watcher:
         return self.prune and labels.get(MANAGED_LABEL) == MANAGED_VALUE
 
     def _report(self, results: list[ItemResult]) -> None:
+        self.state.counted(results)
         for r in results:
             if r.action in CHANGES:
                 self.log("info", r.action, namespace=r.namespace, ref=r.ref)
@@ -203,6 +222,12 @@ class Watcher:
                 self.log("warning", r.action, namespace=r.namespace, ref=r.ref, detail=r.error or "")
             elif r.failed:
                 self.log("error", "failed", namespace=r.namespace, ref=r.ref, error=r.error or "")
+
+
+def _error_kind(err: PinctlError) -> SyncError:
+    if isinstance(err, _StreamEnded):
+        return SYNC_STREAM_ENDED
+    return SYNC_UNREACHABLE if isinstance(err, EngineUnreachable) else SYNC_ENGINE
 
 
 def _read_into(index: int, stream: ImageEventStream, events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> None:

@@ -1,0 +1,415 @@
+"""Prometheus exposition: the metrics of sync --watch over HTTP (/metrics, /healthz, /readyz), and
+the textfiles of check and gc plan for node_exporter's textfile collector.
+
+The prometheus_client library writes the text (and OpenMetrics) formats; it is imported here only,
+and this module only by the commands that export. Every metric is declared once in METRICS: the
+collectors, README's list and the alert rules' test all read it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Optional, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from pinctl import __version__
+from pinctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from pinctl.model import ImageRow
+    from pinctl.service.check import CheckResult
+    from pinctl.service.gc import GcReport
+    from pinctl.service.figures import CheckFigures, Figures, GcFigures, NodeFigures, Runtime
+    from pinctl.service.monitor import Checker, Verdict, WatchState
+
+Kind = Literal["counter", "gauge", "info"]
+# Which figures a metric comes from: the watcher's own counters, the listing, the CRI check, the GC model.
+Group = Literal["watch", "node", "check", "gc", "info"]
+EXAMPLE_ADDRESS = "127.0.0.1:9736"
+ADDRESS_HINT = f"give HOST:PORT, e.g. {EXAMPLE_ADDRESS}, [::1]:9736 or :9736 for every interface"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # as exposed: counters end in _total, the info metric in _info
+    kind: Kind
+    group: Group
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("pinctl_info", "info", "info", "pinctl's version and the CRI runtime's name and version (empty "
+               "until the runtime answers).", ("version", "runtime", "runtime_version")),
+    MetricSpec("pinctl_ready", "gauge", "watch", "1 when /readyz answers 200: the event stream is up since a "
+               "full sync that succeeded."),
+    MetricSpec("pinctl_event_stream_connected", "gauge", "watch", "1 while the watcher follows containerd's "
+               "image events."),
+    MetricSpec("pinctl_last_full_sync_timestamp_seconds", "gauge", "watch", "When the last full sync that "
+               "succeeded finished (one runs at start and after every reconnect)."),
+    MetricSpec("pinctl_last_full_sync_age_seconds", "gauge", "watch", "Seconds since the last full sync that "
+               "succeeded."),
+    MetricSpec("pinctl_full_syncs_total", "counter", "watch", "Full syncs that succeeded."),
+    MetricSpec("pinctl_reconnects_total", "counter", "watch", "Times the watcher connected to containerd again "
+               "after losing it."),
+    MetricSpec("pinctl_image_events_total", "counter", "watch", "containerd image events the watcher received."),
+    MetricSpec("pinctl_labels_written_total", "counter", "watch", "Pin labels the watcher wrote.", ("namespace",)),
+    MetricSpec("pinctl_labels_removed_total", "counter", "watch", "Pin labels the watcher removed (--prune).",
+               ("namespace",)),
+    MetricSpec("pinctl_sync_errors_total", "counter", "watch", "What kept the watcher from its job, by kind.",
+               ("kind",)),
+    MetricSpec("pinctl_config_reloads_total", "counter", "watch", "Config reloads on SIGHUP, by result.",
+               ("result",)),
+    MetricSpec("pinctl_check_errors_total", "counter", "watch", "Periodic checks that could not read a part "
+               "(that part's metrics are then left out).", ("part",)),
+    MetricSpec("pinctl_images", "gauge", "node", "Images (distinct image IDs) per namespace, and whether the "
+               "runtime keeps them pinned.", ("namespace", "pinned")),
+    MetricSpec("pinctl_images_size_bytes", "gauge", "node", "Size of those images, as the CRI reports sizes.",
+               ("namespace", "pinned")),
+    MetricSpec("pinctl_policy_references", "gauge", "node", "References a policy pattern covers, and whether "
+               "their image carries the pin label.", ("namespace", "labelled")),
+    MetricSpec("pinctl_drift_references", "gauge", "node", "References where labels and policy disagree: "
+               "covered but unlabelled, or labelled but uncovered.", ("namespace", "drift")),
+    MetricSpec("pinctl_last_check_timestamp_seconds", "gauge", "node", "When the images were last read."),
+    MetricSpec("pinctl_cri_images", "gauge", "check", "Images the CRI runtime lists."),
+    MetricSpec("pinctl_cri_mismatches", "gauge", "check", "Images whose pin pinctl and the CRI runtime "
+               "disagree on, by cause.", ("cause",)),
+    MetricSpec("pinctl_image_fs_capacity_bytes", "gauge", "gc", "Size of the image filesystem (statfs of the "
+               "CRI's ImageFsInfo mount point)."),
+    MetricSpec("pinctl_image_fs_available_bytes", "gauge", "gc", "Bytes available on the image filesystem."),
+    MetricSpec("pinctl_image_fs_usage_ratio", "gauge", "gc", "The image filesystem's usage as the kubelet "
+               "computes it (a whole percent, as a ratio)."),
+    MetricSpec("pinctl_kubelet_image_gc_high_threshold_ratio", "gauge", "gc", "The kubelet's "
+               "imageGCHighThresholdPercent as a ratio: image GC starts at this usage."),
+    MetricSpec("pinctl_kubelet_image_gc_low_threshold_ratio", "gauge", "gc", "The kubelet's "
+               "imageGCLowThresholdPercent as a ratio: image GC frees down to this usage."),
+    MetricSpec("pinctl_gc_at_risk_images", "gauge", "gc", "Images pinctl's labels or policy want kept that the "
+               "runtime does not pin: the kubelet's image GC may delete them."),
+    MetricSpec("pinctl_gc_at_risk_size_bytes", "gauge", "gc", "Size of the images at risk."),
+    MetricSpec("pinctl_gc_at_risk_deleted_images", "gauge", "gc", "Images at risk that the kubelet's next image "
+               "GC run deletes at today's usage."),
+    MetricSpec("pinctl_last_gc_plan_timestamp_seconds", "gauge", "gc", "When the GC model last ran."),
+)
+SPECS = {spec.name: spec for spec in METRICS}
+
+
+# -- metric families from figures ------------------------------------------------------------
+
+
+def _family(name: str, labels: Iterable[tuple[tuple[str, ...], float]]) -> Metric:
+    spec = SPECS[name]
+    if spec.kind == "info":
+        # One sample whose labels are the information; prometheus_client adds the _info suffix.
+        ((values, _value),) = labels
+        return InfoMetricFamily(name.removesuffix("_info"), spec.help, value=dict(zip(spec.labels, values)))
+    family = (CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily)(name, spec.help, labels=spec.labels)
+    for values, value in labels:
+        family.add_metric(list(values), value)
+    return family
+
+
+def _one(name: str, value: float) -> Metric:
+    return _family(name, [((), value)])
+
+
+def _yes(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def info_families(runtime: Optional[Runtime]) -> list[Metric]:
+    values = (__version__, runtime.name if runtime else "", runtime.version if runtime else "")
+    return [_family("pinctl_info", [(values, 1.0)])]
+
+
+def node_families(node: NodeFigures, taken_at: Optional[float]) -> list[Metric]:
+    found = [
+        _family("pinctl_images", [((ns, _yes(pinned)), n) for (ns, pinned), n in node.images.items()]),
+        _family("pinctl_images_size_bytes", [((ns, _yes(pinned)), n) for (ns, pinned), n in node.image_bytes.items()]),
+        _family("pinctl_policy_references", [((ns, _yes(labelled)), n)
+                                             for (ns, labelled), n in node.policy_refs.items()]),
+        _family("pinctl_drift_references", [((ns, drift), n) for (ns, drift), n in node.drift.items()]),
+    ]
+    if taken_at is not None:
+        found.append(_one("pinctl_last_check_timestamp_seconds", taken_at))
+    return found
+
+
+def check_families(check: CheckFigures) -> list[Metric]:
+    return [_one("pinctl_cri_images", check.images),
+            _family("pinctl_cri_mismatches", [((cause,), n) for cause, n in check.mismatches.items()])]
+
+
+def gc_families(gc: GcFigures, taken_at: Optional[float]) -> list[Metric]:
+    found = [
+        _one("pinctl_image_fs_capacity_bytes", gc.capacity_bytes),
+        _one("pinctl_image_fs_available_bytes", gc.available_bytes),
+        _one("pinctl_image_fs_usage_ratio", gc.usage_percent / 100),
+        _one("pinctl_kubelet_image_gc_high_threshold_ratio", gc.high_threshold_percent / 100),
+        _one("pinctl_kubelet_image_gc_low_threshold_ratio", gc.low_threshold_percent / 100),
+        _one("pinctl_gc_at_risk_images", gc.at_risk),
+        _one("pinctl_gc_at_risk_size_bytes", gc.at_risk_bytes),
+        _one("pinctl_gc_at_risk_deleted_images", gc.at_risk_deleted),
+    ]
+    if taken_at is not None:
+        found.append(_one("pinctl_last_gc_plan_timestamp_seconds", taken_at))
+    return found
+
+
+def figure_families(figures: Figures) -> list[Metric]:
+    """What a periodic check found; parts it could not read are left out, not shown stale."""
+    found: list[Metric] = []
+    if figures.node is not None:
+        found += node_families(figures.node, figures.taken_at)
+    if figures.check is not None:
+        found += check_families(figures.check)
+    if figures.gc is not None:
+        found += gc_families(figures.gc, figures.taken_at)
+    return found
+
+
+def watch_families(state: WatchState) -> list[Metric]:
+    found = [
+        _one("pinctl_ready", float(state.readiness().ok)),
+        _one("pinctl_event_stream_connected", float(state.connected)),
+        _one("pinctl_full_syncs_total", state.full_syncs),
+        _one("pinctl_reconnects_total", state.reconnects),
+        _one("pinctl_image_events_total", state.events),
+        _family("pinctl_labels_written_total", [((ns,), n) for ns, n in sorted(dict(state.labels_written).items())]),
+        _family("pinctl_labels_removed_total", [((ns,), n) for ns, n in sorted(dict(state.labels_removed).items())]),
+        _family("pinctl_sync_errors_total", [((kind,), n) for kind, n in dict(state.sync_errors).items()]),
+        _family("pinctl_config_reloads_total", [((result,), n) for result, n in dict(state.reloads).items()]),
+    ]
+    if state.last_full_sync is not None:
+        found.append(_one("pinctl_last_full_sync_timestamp_seconds", state.last_full_sync))
+        found.append(_one("pinctl_last_full_sync_age_seconds", max(0.0, state.wall() - state.last_full_sync)))
+    return found
+
+
+class FamiliesCollector(Collector):
+    """A collector whose families are worked out at each scrape from state already in memory."""
+
+    def __init__(self, families: Callable[[], list[Metric]]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families()
+
+
+def registry_of(families: Callable[[], list[Metric]]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamiliesCollector(families))
+    return registry
+
+
+def watcher_registry(state: WatchState, checker: Optional[Checker]) -> CollectorRegistry:
+    def families() -> list[Metric]:
+        latest = checker.latest if checker is not None else None
+        found = info_families(latest.runtime if latest else None) + watch_families(state)
+        if checker is not None:
+            found.append(_family("pinctl_check_errors_total", [((part,), n) for part, n in dict(checker.errors).items()]))
+        if latest is not None:
+            found += figure_families(latest)
+        return found
+
+    return registry_of(families)
+
+
+def text_of(families: list[Metric]) -> str:
+    from prometheus_client.exposition import generate_latest
+
+    return generate_latest(registry_of(lambda: families)).decode("utf-8")
+
+
+# -- textfiles for node_exporter ---------------------------------------------------------------
+# check and gc plan share no metric, so both files can sit in one textfile directory: the
+# collector refuses a series that two files give.
+
+
+def check_textfile(rows: Sequence[ImageRow], namespaces: Sequence[str], result: CheckResult) -> list[Metric]:
+    from pinctl.service import figures
+
+    now = time.time()
+    return (info_families(figures.runtime_of(result.runtime))
+            + node_families(figures.node_figures(rows, namespaces), now)
+            + check_families(figures.check_figures(result)))
+
+
+def gc_textfile(report: GcReport) -> list[Metric]:
+    from pinctl.service import figures
+
+    return gc_families(figures.gc_figures(report), time.time())
+
+
+
+def check_textfile_target(path: str) -> None:
+    """Fail now, before any work, when the textfile cannot be written: by creating and removing a
+    temporary file beside it, as the real write will."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"--textfile {path}: the directory {directory} does not exist",
+                         "create it, or point --textfile at node_exporter's --collector.textfile.directory")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".pinctl-", suffix=".tmp", dir=directory)
+    except OSError as err:
+        raise UsageError(f"--textfile {path}: cannot write in {directory}: {err.strerror}",
+                         "run pinctl as a user who may write there, or pick another directory") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def write_textfile(path: str, families: list[Metric]) -> None:
+    """Write the families to path atomically: a temporary file in the same directory (a name the
+    textfile collector ignores), flushed to disk, then renamed over path. A reader sees the old
+    file or the new one, never half of one."""
+    from pinctl.errors import PinctlError
+
+    directory = os.path.dirname(os.path.abspath(path))
+    text = text_of(families)
+    temporary = ""
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as err:
+        if temporary:
+            _discard(temporary)
+        raise PinctlError(f"cannot write the textfile {path}: {err.strerror}") from None
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# -- the HTTP endpoint of sync --watch -----------------------------------------------------------
+
+
+def parse_address(text: str, source: str = "") -> tuple[str, int]:
+    """HOST:PORT as --metrics-address takes it: an IPv4 address or a name, an IPv6 address in
+    brackets, or nothing for every interface."""
+    where = f" ({source})" if source and source != "flag" else ""
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"metrics address {text!r}{where}: {why}", ADDRESS_HINT)
+
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        raise bad("no port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if not host or ":" not in host:
+            raise bad("brackets are for an IPv6 address")
+    elif ":" in host:
+        raise bad("an IPv6 address goes in brackets")
+    if any(ch.isspace() or ch in "/[]@" for ch in host):
+        raise bad(f"{host!r} is not a host")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise bad(f"{port!r} is not a port from 1 to 65535")
+    return host, int(port)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    # A client that connects and says nothing must not hold a thread for ever.
+    timeout = 10
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._send(200, encoder(self.server.registry), content_type)
+        elif path in ("/healthz", "/readyz"):
+            verdict = (self.server.health if path == "/healthz" else self.server.ready)()
+            self._send(200 if verdict.ok else 503, f"{'ok' if verdict.ok else 'not ok'}: {verdict.reason}\n".encode())
+        elif path == "/":
+            self._send(200, b"pinctl sync --watch: /metrics /healthz /readyz\n")
+        else:
+            self._send(404, b"not found: /metrics /healthz /readyz\n")
+
+    def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        """Scrapes are not worth a log line each."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], family: int, registry: CollectorRegistry,
+                 health: Callable[[], Verdict], ready: Callable[[], Verdict]) -> None:
+        self.address_family = family
+        self.registry, self.health, self.ready = registry, health, ready
+        super().__init__(address, _Handler)
+
+
+class MetricsServer:
+    """/metrics, /healthz and /readyz on one address, served by threads of their own. The
+    address is bound when this is made, so a bad one fails before the watcher starts."""
+
+    def __init__(self, address: str, source: str, registry: CollectorRegistry,
+                 health: Callable[[], Verdict], ready: Callable[[], Verdict]) -> None:
+        host, port = parse_address(address, source)
+        family, bind_to = _resolve(address, host, port)
+        try:
+            self._server = _Server(bind_to, family, registry, health, ready)
+        except OSError as err:
+            raise UsageError(f"cannot serve metrics on {address}: {_bind_error(err)}",
+                             "pick another --metrics-address") from None
+        self.address = address
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.25},
+                                        name="pinctl-metrics", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _resolve(address: str, host: str, port: int) -> tuple[int, tuple[str, int]]:
+    try:
+        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise UsageError(f"metrics address {address!r}: cannot resolve {host!r}: {err.strerror}", ADDRESS_HINT) from None
+    # Every interface: IPv4's any-address, which is what a pod's or node's scraper reaches.
+    preferred = [entry for entry in found if entry[0] == socket.AF_INET] if not host else found
+    family, _type, _proto, _name, sockaddr = (preferred or found)[0]
+    return int(family), (str(sockaddr[0]), int(sockaddr[1]))
+
+
+def _bind_error(err: OSError) -> str:
+    if err.errno == errno.EADDRINUSE:
+        return "the address is already in use"
+    if err.errno == errno.EADDRNOTAVAIL:
+        return "no interface of this machine has that address"
+    if err.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges)"
+    return err.strerror or str(err)

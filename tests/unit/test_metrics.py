@@ -1,0 +1,332 @@
+"""Metrics without an engine: the figures from rows and results, the watcher's health, the
+exposition (parsed back with prometheus_client's own parser), the textfile write and the HTTP
+endpoint on loopback. The real watcher, containerd and Prometheus are in
+tests/integration/test_metrics.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pinctl import metrics
+from pinctl.backends.cri import CriImage, RuntimeVersion
+from pinctl.errors import EngineUnreachable, PinctlError, UsageError
+from pinctl.model import ItemResult, PIN_LABEL, Reason
+from pinctl.service import check, figures, monitor
+from pinctl.service.policy import Policy
+from pinctl.service.sources import ContainerdSource, Node
+
+from .fakes import FakeStore
+from .test_check import ID, REF, row
+
+PIN = {PIN_LABEL: "pinned"}
+PATTERN = Reason("pattern", "example.test/*", "cfg:1")
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+# -- the declared metrics -------------------------------------------------------------------
+
+
+def test_names_follow_prometheus_conventions() -> None:
+    for spec in metrics.METRICS:
+        assert re.fullmatch(r"pinctl_[a-z][a-z0-9_]*", spec.name), spec.name
+        assert spec.name.endswith("_total") == (spec.kind == "counter"), spec.name
+        assert spec.help and spec.help.endswith("."), spec.name
+        assert not {"ref", "image", "name", "id", "digest"} & set(spec.labels), f"{spec.name}: per-image label"
+        if "bytes" in spec.name or "seconds" in spec.name or "ratio" in spec.name:
+            assert re.search(r"_(bytes|seconds|ratio)(_total)?$", spec.name), f"{spec.name}: unit not last"
+    assert len(metrics.SPECS) == len(metrics.METRICS)
+
+
+# -- figures ----------------------------------------------------------------------------------
+
+
+def test_node_figures_count_images_once_and_keep_empty_namespaces() -> None:
+    pinned = row("k8s.io", Reason("label", REF), PATTERN)
+    pinned.pinned = True
+    same_image = row("k8s.io", Reason("label", REF), PATTERN)
+    same_image.ref, same_image.pinned = "example.test/app:other", True
+    unlabelled = row("k8s.io", PATTERN)
+    unlabelled.image_id, unlabelled.ref, unlabelled.drift = "sha256:" + "b" * 64, "example.test/b:1", "unlabelled"
+    found = figures.node_figures([pinned, same_image, unlabelled], ["k8s.io", "moby"])
+    assert found.images == {("k8s.io", True): 1, ("k8s.io", False): 1, ("moby", True): 0, ("moby", False): 0}
+    assert found.image_bytes[("k8s.io", True)] == 10 and found.image_bytes[("k8s.io", False)] == 10
+    assert found.policy_refs[("k8s.io", True)] == 2 and found.policy_refs[("k8s.io", False)] == 1
+    assert found.drift[("k8s.io", "unlabelled")] == 1 and found.drift[("moby", "uncovered")] == 0
+
+
+def test_a_classic_docker_image_counts_under_namespace_docker() -> None:
+    found = figures.node_figures([row(None, source="docker")])
+    assert found.images[("docker", False)] == 1
+
+
+@pytest.mark.parametrize("rows, pinned, name, version, kind", [
+    ([row("k8s.io", Reason("label", REF))], False, "containerd", "1.6.20~ds1", "labels-ignored"),
+    ([row("k8s.io", Reason("label", REF))], False, "containerd", "1.7.24", "not-caught-up"),
+    ([row("k8s.io"), row("moby", Reason("label", REF))], False, "containerd", "1.7.24", "wrong-namespace"),
+    ([row("k8s.io", PATTERN)], False, "containerd", "1.7.24", "pattern-only"),
+    ([row("k8s.io", Reason("ineffective-label", f"{REF}: x=true"))], False, "containerd", "1.7.24",
+     "ineffective-label"),
+    ([row(None, Reason("docker-label", "keep"), source="docker")], False, "docker", "26.1.5", "config-label-unread"),
+    ([row("k8s.io", PATTERN)], False, "cri-o", "1.30.0", "labels-ignored"),
+    ([row("k8s.io")], True, "containerd", "1.7.24", "unexplained-pin"),
+    ([row("k8s.io", Reason("label", REF))], True, "containerd", "1.7.24", None),
+])
+def test_mismatches_are_counted_by_a_closed_set_of_causes(rows: list[Any], pinned: bool, name: str, version: str,
+                                                          kind: str | None) -> None:
+    result = check.check(rows, [CriImage(ID, (REF,), (), 10, pinned)], RuntimeVersion(name, version, "v1"), "unix:///x")
+    counted = figures.check_figures(result)
+    assert set(counted.mismatches) == set(check.MISMATCHES)
+    assert {cause for cause, n in counted.mismatches.items() if n} == ({kind} if kind else set())
+    assert counted.images == 1
+
+
+# -- the watcher's state ----------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_ready_only_while_connected_since_a_full_sync_and_the_loop_turns() -> None:
+    clock = Clock()
+    state = monitor.WatchState("/run/c.sock", clock=clock, wall=clock)
+    assert not state.readiness().ok and "has not finished" in state.readiness().reason
+    state.synced(["k8s.io"])
+    assert state.readiness().ok and state.liveness().ok
+    state.lost(EngineUnreachable("no socket at /run/c.sock\n(is it running?)"), monitor.SYNC_UNREACHABLE)
+    verdict = state.readiness()
+    assert not verdict.ok and verdict.reason == "not connected to containerd at /run/c.sock: no socket at " \
+                                               "/run/c.sock (is it running?)"
+    assert state.liveness().ok
+    state.synced(["k8s.io"])
+    assert state.readiness().ok and state.reconnects == 1 and state.full_syncs == 2
+    clock.now += monitor.LIVENESS_SECONDS + 1
+    assert not state.liveness().ok and not state.readiness().ok
+    assert "has not turned for 61 s" in state.liveness().reason
+
+
+def test_results_and_errors_are_counted_by_kind() -> None:
+    state = monitor.WatchState("/x")
+    state.synced(["k8s.io", "moby"])
+    state.counted([ItemResult("k8s.io", "a", "pinned"), ItemResult("k8s.io", "b", "pinned"),
+                   ItemResult("moby", "c", "pruned"), ItemResult("k8s.io", "d", "failed", "refused"),
+                   ItemResult("k8s.io", "e", "changed-under-us"), ItemResult("k8s.io", "f", "already-pinned")])
+    state.reloaded(ok=False)
+    text = metrics.text_of(metrics.watch_families(state))
+    got = samples(text)
+    assert got[("pinctl_labels_written_total", (("namespace", "k8s.io"),))] == 2
+    assert got[("pinctl_labels_written_total", (("namespace", "moby"),))] == 0
+    assert got[("pinctl_labels_removed_total", (("namespace", "moby"),))] == 1
+    errors = {labels[0][1]: value for (name, labels), value in got.items() if name == "pinctl_sync_errors_total"}
+    assert errors == {"unreachable": 0, "engine": 0, "stream-ended": 0, "write-failed": 1, "changed-under-us": 1,
+                      "config-reload": 1}
+    assert got[("pinctl_ready", ())] == 1 and got[("pinctl_event_stream_connected", ())] == 1
+
+
+# -- the periodic check -----------------------------------------------------------------------
+
+
+class Sources:
+    def __init__(self, node: Node | Exception, runtime: Exception) -> None:
+        self.node, self.runtime = node, runtime
+        self.policy = Policy()
+        self.label_rules: list[str] = []
+
+    def open_node(self) -> Node:
+        if isinstance(self.node, Exception):
+            raise self.node
+        return self.node
+
+    def open_runtime(self) -> Any:
+        raise self.runtime
+
+    def gc_settings(self) -> Any:
+        raise AssertionError("not reached without a runtime")
+
+
+def test_a_part_that_cannot_be_read_is_left_out_and_counted() -> None:
+    store = FakeStore()
+    store.add("k8s.io", "example.test/app:1", "a", PIN)
+    logged: list[tuple[str, str]] = []
+    sources = Sources(Node([ContainerdSource(store, ["k8s.io"])]), EngineUnreachable("no CRI runtime answers"))
+    checker = monitor.Checker(lambda: sources, 60, lambda level, msg, **_: logged.append((level, msg)))
+    found = checker.round()
+    assert found.node is not None and found.node.images[("k8s.io", True)] == 1
+    assert found.check is None and found.gc is None and found.runtime is None
+    assert checker.errors["cri-unreachable"] == 1 and store.closed == 1
+    checker.latest = found
+    checker.round()
+    assert checker.errors["cri-unreachable"] == 2 and len(logged) == 1, "the same error is logged once"
+    sources.node = EngineUnreachable("containerd is gone")
+    assert checker.round().node is None and checker.errors["containerd"] == 1
+    text = metrics.text_of(metrics.figure_families(found))
+    assert "pinctl_images{" in text and "pinctl_cri_mismatches" not in text and "pinctl_gc_at_risk" not in text
+
+
+# -- addresses, the HTTP endpoint, textfiles -----------------------------------------------------
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("127.0.0.1:9736", ("127.0.0.1", 9736)), (":9736", ("", 9736)), ("[::1]:80", ("::1", 80)),
+    ("localhost:65535", ("localhost", 65535)),
+])
+def test_addresses(text: str, parsed: tuple[str, int]) -> None:
+    assert metrics.parse_address(text) == parsed
+
+
+@pytest.mark.parametrize("text, why", [
+    ("127.0.0.1", "no port"), ("127.0.0.1:0", "'0' is not a port"), ("127.0.0.1:99999", "'99999' is not a port"),
+    ("::1:80", "IPv6 address goes in brackets"), ("[]:80", "brackets are for an IPv6"), ("a b:1", "is not a host"),
+    ("127.0.0.1:http", "'http' is not a port"),
+])
+def test_malformed_addresses(text: str, why: str) -> None:
+    with pytest.raises(UsageError) as info:
+        metrics.parse_address(text, "/etc/pinctl/config.toml:3")
+    message = str(info.value)
+    assert why in message and "/etc/pinctl/config.toml:3" in message and "\n" not in message
+    assert info.value.exit_code == 2
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[metrics.MetricsServer, monitor.WatchState]]:
+    state = monitor.WatchState("/run/c.sock")
+    served = metrics.MetricsServer(f"127.0.0.1:{free_port()}", "flag",
+                                   metrics.watcher_registry(state, None), state.liveness, state.readiness)
+    served.start()
+    yield served, state
+    served.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_health_endpoints_answer_with_one_line(server: tuple[metrics.MetricsServer, monitor.WatchState]) -> None:
+    served, state = server
+    code, body = get(served.port, "/readyz")
+    assert code == 503 and body.count("\n") == 1 and body.startswith("not ok: the first full sync")
+    state.synced(["k8s.io"])
+    assert get(served.port, "/readyz")[0] == 200 and get(served.port, "/healthz")[0] == 200
+    code, text = get(served.port, "/metrics")
+    assert code == 200 and samples(text)[("pinctl_ready", ())] == 1
+    assert get(served.port, "/nothing")[0] == 404
+
+
+def test_an_address_in_use_is_a_usage_error(server: tuple[metrics.MetricsServer, monitor.WatchState]) -> None:
+    served, state = server
+    with pytest.raises(UsageError) as info:
+        metrics.MetricsServer(f"127.0.0.1:{served.port}", "flag", metrics.watcher_registry(state, None),
+                              state.liveness, state.readiness)
+    assert "already in use" in str(info.value)
+
+
+def test_textfile_is_replaced_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "pinctl.prom"
+    path.write_text("old\n")
+    before = path.stat().st_ino
+    metrics.check_textfile_target(str(path))
+    metrics.write_textfile(str(path), metrics.info_families(figures.Runtime("containerd", "1.7.24")))
+    assert path.stat().st_ino != before, "renamed over, not written in place"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pinctl.prom"]
+    assert samples(path.read_text())[("pinctl_info", (("runtime", "containerd"), ("runtime_version", "1.7.24"),
+                                                      ("version", metrics.__version__)))] == 1
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_textfile_target_must_be_a_writable_directory(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        metrics.check_textfile_target(str(tmp_path / "missing" / "pinctl.prom"))
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        with pytest.raises(UsageError, match="cannot write in"):
+            metrics.check_textfile_target(str(locked / "pinctl.prom"))
+
+
+def test_a_failed_textfile_write_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "gone" / "pinctl.prom"
+    with pytest.raises(PinctlError):
+        metrics.write_textfile(str(path), [])
+
+
+# -- README's Monitoring section against the code and the rules --------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_table(first_header: str) -> dict[str, list[str]]:
+    """A table of README's Monitoring section by its first column (backquotes dropped)."""
+    section = (ROOT / "README.md").read_text().split("## Monitoring\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    inside = False
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if cells[:1] == [first_header]:
+            inside = True
+        elif inside and cells and not cells[0].startswith("---"):
+            rows[cells[0].strip("`")] = cells[1:]
+        elif inside and not cells:
+            break
+    return rows
+
+
+def test_readme_lists_every_metric_with_its_type_and_labels() -> None:
+    rows = readme_table("metric")
+    assert list(rows) == [spec.name for spec in metrics.METRICS]
+    for spec in metrics.METRICS:
+        kind, labels = rows[spec.name][0], rows[spec.name][1]
+        assert kind == ("gauge" if spec.kind == "info" else spec.kind), spec.name
+        names = re.sub(r":( `[a-z-]+`,?)+", "", labels)  # "`kind`: `a`, `b`" lists kind's values
+        assert re.findall(r"`([a-z_]+)`", names) == list(spec.labels), (spec.name, labels)
+
+
+def test_readme_lists_the_label_values_the_code_has() -> None:
+    rows = readme_table("metric")
+    values = {"pinctl_sync_errors_total": monitor.SYNC_ERRORS, "pinctl_check_errors_total": monitor.CHECK_ERRORS,
+              "pinctl_cri_mismatches": check.MISMATCHES, "pinctl_drift_references": figures.DRIFTS}
+    for name, wanted in values.items():
+        listed = re.findall(r"`([a-z-]+)`", rows[name][1].split(":", 1)[1])
+        assert listed == list(wanted), name
+
+
+def test_readme_lists_the_alerts_as_the_rules_have_them() -> None:
+    import yaml
+
+    rule = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "monitoring" / "prometheusrule.yaml").read_text())
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
+    rows = readme_table("alert")
+    assert set(rows) == set(alerts)
+    for name, (expr, duration, severity) in rows.items():
+        assert expr.strip("`").replace("\\|", "|") == alerts[name]["expr"].strip(), name
+        assert (duration, severity) == (alerts[name]["for"], alerts[name]["labels"]["severity"]), name
