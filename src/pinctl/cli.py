@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TextIO, TypeVar
 
 import click
 
@@ -424,36 +423,13 @@ def _watch(ctx: click.Context, prune: bool, log_format: str, check_interval: flo
     watcher = watch.Watcher(load, log, prune)
     if kubelet_config:
         _gc_settings(kubelet_config, None, None, None, None)  # a file named but unreadable is exit 2, now
-    with _metrics_served(load_config(ctx), watcher, log, check_interval):
-        watcher.install_signal_handlers()
-        return watcher.run()
-
-
-@contextlib.contextmanager
-def _metrics_served(cfg: Config, watcher: Watcher, log: Callable[..., None], check_interval: float) -> Iterator[None]:
-    """With --metrics-address: the address bound first (a bad one is exit 2 before anything
-    runs), served while the watcher runs, with the periodic check beside it."""
-    address = cfg.settings.metrics_address
-    if not address:
-        yield
-        return
-    from pinctl import metrics
     from pinctl.service import monitor
 
-    checker = monitor.Checker(lambda: watcher.settings, check_interval, log) if check_interval > 0 else None
-    registry = metrics.watcher_registry(watcher.state, checker)
-    server = metrics.MetricsServer(address, cfg.sources["metrics_address"], registry, watcher.state.liveness,
-                                   watcher.state.readiness)
-    server.start()
-    log("info", "serving metrics", address=address, check_interval=f"{check_interval:g}s")
-    if checker is not None:
-        checker.start()
-    try:
-        yield
-    finally:
-        if checker is not None:
-            checker.stop()
-        server.stop()
+    cfg = load_config(ctx)
+    with monitor.metrics_served(cfg.settings.metrics_address, cfg.sources.get("metrics_address", ""), watcher, log,
+                                check_interval):
+        watcher.install_signal_handlers()
+        return watcher.run()
 
 
 @cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "

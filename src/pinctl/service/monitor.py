@@ -9,11 +9,12 @@ never waits on a scrape.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
+from typing import TYPE_CHECKING, Callable, Final, Iterator, Literal, Optional, Protocol, Sequence, get_args
 
 from pinctl.display import visible
 from pinctl.errors import EngineUnreachable, PinctlError
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from pinctl.model import ImageRow
     from pinctl.service.policy import Policy
     from pinctl.service.sources import Node
+    from pinctl.service.watch import Watcher
 
 # Why a sync could not do its job, as a closed set (a metric's label).
 SyncError = Literal["unreachable", "engine", "stream-ended", "write-failed", "changed-under-us", "config-reload"]
@@ -270,3 +272,29 @@ class Checker:
         if found.errors.get(kind) != message and self.latest.errors.get(kind) != message:
             self.log("warning", "periodic check: cannot read", part=kind, error=message)
         return replace(found, errors={**found.errors, kind: message})
+
+
+@contextlib.contextmanager
+def metrics_served(address: Optional[str], address_source: str, watcher: Watcher, log: Callable[..., None],
+                   check_interval: float) -> Iterator[None]:
+    """With a metrics address: bound first (a bad one is exit 2 before anything runs), served
+    while the watcher runs, with the periodic check beside it."""
+    if not address:
+        yield
+        return
+    from pinctl import metrics
+
+    checker = Checker(lambda: watcher.settings, check_interval, log) if check_interval > 0 else None
+    registry = metrics.watcher_registry(watcher.state, checker)
+    server = metrics.MetricsServer(address, address_source, registry, watcher.state.liveness,
+                                   watcher.state.readiness)
+    server.start()
+    log("info", "serving metrics", address=address, check_interval=f"{check_interval:g}s")
+    if checker is not None:
+        checker.start()
+    try:
+        yield
+    finally:
+        if checker is not None:
+            checker.stop()
+        server.stop()
