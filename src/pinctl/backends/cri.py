@@ -161,9 +161,10 @@ class CriRuntime:
 
         request = cri_pb2.PullImageRequest(image=cri_pb2.ImageSpec(image=ref))
         if auth is not None:
+            # No server_address: containerd parses it as a URL and rejects a bare host:port; the
+            # credentials are only ever sent with pulls from their own registry anyway.
             request.auth.CopyFrom(cri_pb2.AuthConfig(username=auth.username, password=auth.password,
-                                                     auth=auth.auth, server_address=auth.server,
-                                                     identity_token=auth.identity_token))
+                                                     auth=auth.auth, identity_token=auth.identity_token))
         call = _stub(self._open(), "ImageServiceStub").PullImage.future(request, timeout=timeout)
         finished = threading.Event()
         call.add_done_callback(lambda _call: finished.set())
