@@ -223,3 +223,26 @@ def test_basic_auth_over_tls_and_no_password_in_output(clean: reg.RegistryContai
             assert secret not in clean.log_tail(2000)
     finally:
         secured.stop()
+
+
+def test_docker_pulls_moby_images_and_pins_them(dockerd_containerd_store: Any, registry: reg.Registry,
+                                                tmp_path: pathlib.Path) -> None:
+    from tests.harness.docker import load_images_docker, reset_docker
+
+    docker = reset_docker(dockerd_containerd_store)
+    # Docker's namespace exists once it has held an image, as on any node that ran a container.
+    load_images_docker(docker, tmp_path / "seed", [images.recipe("example.test/seed:1", seed="pull-seed")])
+    ref = push(registry, tmp_path, "docked:1", "pull-docked")
+    result = pinctl(docker.containerd, "pull", "-n", "moby", "--pin", ref, "-o", "json",
+                    env={"DOCKER_HOST": docker.host})
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert document["runtime"].startswith("Docker at ")
+    assert [(p["action"], p["pin"], p["namespace"]) for p in document["pulls"]] == [("pulled", "pinned", "moby")]
+    assert docker.docker("image", "inspect", ref, check=False).returncode == 0
+    labels = {row.ref: row.labels for row in docker.containerd.images("moby")}
+    assert labels[ref].get(PIN) == "pinned"
+    missing = pinctl(docker.containerd, "pull", "-n", "moby", f"{registry.host}/pinctl/docked:nope",
+                     env={"DOCKER_HOST": docker.host})
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    reset_docker(docker)
