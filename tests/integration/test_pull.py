@@ -230,19 +230,21 @@ def test_docker_pulls_moby_images_and_pins_them(dockerd_containerd_store: Any, r
     from tests.harness.docker import load_images_docker, reset_docker
 
     docker = reset_docker(dockerd_containerd_store)
+    store = docker.containerd
+    assert store is not None
     # Docker's namespace exists once it has held an image, as on any node that ran a container.
     load_images_docker(docker, tmp_path / "seed", [images.recipe("example.test/seed:1", seed="pull-seed")])
     ref = push(registry, tmp_path, "docked:1", "pull-docked")
-    result = pinctl(docker.containerd, "pull", "-n", "moby", "--pin", ref, "-o", "json",
+    result = pinctl(store, "pull", "-n", "moby", "--pin", ref, "-o", "json",
                     env={"DOCKER_HOST": docker.host})
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(result.stdout)
     assert document["runtime"].startswith("Docker at ")
     assert [(p["action"], p["pin"], p["namespace"]) for p in document["pulls"]] == [("pulled", "pinned", "moby")]
     assert docker.docker("image", "inspect", ref, check=False).returncode == 0
-    labels = {row.ref: row.labels for row in docker.containerd.images("moby")}
+    labels = {row.ref: row.labels for row in store.images("moby")}
     assert labels[ref].get(PIN) == "pinned"
-    missing = pinctl(docker.containerd, "pull", "-n", "moby", f"{registry.host}/pinctl/docked:nope",
+    missing = pinctl(store, "pull", "-n", "moby", f"{registry.host}/pinctl/docked:nope",
                      env={"DOCKER_HOST": docker.host})
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     reset_docker(docker)

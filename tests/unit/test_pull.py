@@ -92,8 +92,12 @@ def make_run(target: FakeTarget, size: Optional[int], retries: int = 2, max_usag
     request = pull.PullRequest(("r/a:1",), pin=True, retries=retries, max_usage=max_usage)
     run = pull.PullRun(target, FakeLabels(), request, pull.Budget(target, max_usage), {}, lambda _r, _a: size,
                        lambda _r, _s: None)
-    run.cancelled.wait = lambda _seconds=None: False  # type: ignore[method-assign]  # no real backoff here
     return run
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pull, "BACKOFF_FIRST", 0.0)
 
 
 def test_budget_refuses_a_known_size_that_does_not_fit() -> None:
