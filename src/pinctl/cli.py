@@ -74,6 +74,24 @@ class Percent(click.ParamType):
         return number
 
 
+class Count(click.ParamType):
+    """A whole number within bounds, without click's '[x>=...]' in --help."""
+
+    name = "count"
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a whole number; give {self.low} to {self.high}", param, ctx)
+        if not self.low <= number <= self.high:
+            self.fail(f"{value} is out of range; give {self.low} to {self.high}", param, ctx)
+        return number
+
+
 class Duration(click.ParamType):
     """A duration as the kubelet writes them: 2m, 1h30m, 90s, 0."""
 
@@ -364,6 +382,87 @@ def _print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
     return report.exit_code
 
 
+def pull_options(func: F) -> F:
+    """How pull (and sync --pull) pulls: credentials, budget, parallelism, patience."""
+    return _pull_option_list(func, kubelet=True)
+
+
+def _pull_option_list(func: F, kubelet: bool) -> F:
+    options = [
+        click.option("--registry-config", metavar="PATH", type=click.Path(dir_okay=False),
+                     help="Docker's config.json to take registry credentials from (its auths entries); they are "
+                          "passed to the runtime with each pull. The runtime's own credentials apply too."),
+        click.option("--max-usage", type=Percent(), metavar="PERCENT",
+                     help="Pull nothing that would take the image filesystem past this usage. Default: the "
+                          "kubelet's high threshold minus 5."),
+        click.option("--kubelet-config", metavar="PATH",
+                     help="The kubelet's config file to read the image GC high threshold from. Default: "
+                          "/var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
+        if kubelet else None,
+        click.option("--parallel", type=Count(1, 32), default=3, metavar="N",
+                     help="Pulls at a time (1 to 32). Default: 3."),
+        click.option("--pull-timeout", type=Seconds(1, 86400), default=600.0, metavar="SECONDS",
+                     help="Give up on one pull after this long. Default: 600."),
+        click.option("--retries", type=Count(0, 10), default=3, metavar="N",
+                     help="Tries again after a transient registry error (HTTP 429 or 5xx, unavailable), waiting "
+                          "1, 2, 4... seconds (0 to 10). Default: 3."),
+        click.option("--always", is_flag=True, help="Pull again even when the image is present (its pin labels "
+                                                     "are kept)."),
+    ]
+    for option in reversed(options):
+        func = option(func) if option is not None else func
+    return func
+
+
+def sync_pull_options(func: F) -> F:
+    """pull's options, for sync --pull; sync has its own --kubelet-config."""
+    return _pull_option_list(func, kubelet=False)
+
+
+def _pull_request(refs: Sequence[str], pin: bool, options: Mapping[str, Any]) -> Any:
+    from pinctl.service.pull import PullRequest, default_max_usage
+
+    max_usage = options["max_usage"]
+    if max_usage is None:
+        settings = _gc_settings(options["kubelet_config"], None, None, None, None).settings
+        max_usage = default_max_usage(settings.high_threshold_percent)
+    return PullRequest(tuple(refs), pin, options["always"], options["parallel"], options["pull_timeout"],
+                       options["retries"], max_usage)
+
+
+@cli.command("pull", epilog="Exit codes: 0 every image pulled or present (and pinned), 1 error or every pull "
+                            "failed, 2 usage or config error, 3 partial (some failed or skipped for lack of "
+                            "room), 130 interrupted.")
+@click.argument("refs", nargs=-1, required=True, metavar="REF...")
+@click.option("--pin", is_flag=True, help="Pin each image right after its pull succeeds (and only then).")
+@pull_options
+@output_options(quiet=False)
+@common_options
+@click.pass_context
+def pull_command(ctx: click.Context, refs: Sequence[str], pin: bool, fmt: OutputFormat, **options: Any) -> int:
+    """Pull images through the runtime that will use them, within a disk budget.
+
+    Kubernetes' images (namespace k8s.io, the default) are pulled with the CRI's PullImage, so
+    the runtime's registry configuration, mirrors and credentials apply; -n moby (or a node
+    where only Docker answers) pulls through Docker's API. Images already present are skipped
+    unless --always. Before each pull the image filesystem is read: a pull that would take it
+    past --max-usage is skipped and said so (its size comes from the registry's manifest when
+    the registry answers pinctl; when it does not, the pull is refused only when usage is at or
+    past the budget already). Credentials never appear in output or errors.
+    """
+    from pinctl import output, pull_output
+    from pinctl.service import commands, sources
+
+    cfg = load_config(ctx)
+    request = _pull_request(refs, pin, options)
+    node = open_node(cfg)
+    with pull_output.pull_progress() as (progress, finished):
+        report = commands.pull(node, cfg.settings.namespaces, lambda: sources.open_runtime(cfg, output.warn),
+                               request, options["registry_config"], progress, finished)
+    pull_output.print_pull(report, fmt)
+    return report.exit_code
+
+
 @cli.command("sync", epilog=EXIT_CODES_HELP)
 @click.option("--prune", is_flag=True,
               help="Also unpin references that sync pinned earlier and no pattern covers now.")
@@ -379,14 +478,18 @@ def _print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
               help="With --watch and --metrics-address: read the images, the CRI runtime's pins and the GC model "
                    "this often for the metrics; 0 turns that off. Default: 60.")
 @click.option("--kubelet-config", metavar="PATH",
-              help="With --metrics-address: the kubelet's config file to read the image GC thresholds from. "
-                   "Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
+              help="With --metrics-address or --pull: the kubelet's config file to read the image GC thresholds "
+                   "from. Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
+@click.option("--pull", "pull_first", is_flag=True,
+              help="First pull every exact reference of the policy the node lacks (as pinctl pull does; globs and "
+                   "keywords are reported as skipped), then sync.")
+@sync_pull_options
 @output_options()
 @common_options
 @click.pass_context
 def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, watch: bool,
-                 log_format: str, check_interval: float, kubelet_config: Optional[str], fmt: OutputFormat,
-                 quiet: bool, **_: Any) -> int:
+                 log_format: str, check_interval: float, kubelet_config: Optional[str], pull_first: bool,
+                 fmt: OutputFormat, quiet: bool, **options: Any) -> int:
     """Label every image the policy covers, once.
 
     Each reference a pattern matches gets io.cri-containerd.pinned=pinned, plus
@@ -398,12 +501,34 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     cfg = load_config(ctx)
     policy = load_policy(cfg)
     if watch:
+        if pull_first:
+            raise UsageError("--watch and --pull do not go together", "run sync --pull once, then sync --watch")
         if dry_run:
             raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
         commands.refuse_empty_prune(policy, prune, allow_empty_policy, cfg.files)
         return _watch(ctx, prune, log_format, check_interval, kubelet_config)
+    if pull_first:
+        return _sync_pull(cfg, policy, prune, allow_empty_policy, dry_run, fmt, quiet,
+                          {**options, "kubelet_config": kubelet_config})
     report = commands.sync(open_node(cfg), policy, prune, dry_run, allow_empty_policy, cfg.files)
     return _print_change(report, fmt, quiet)
+
+
+def _sync_pull(cfg: Config, policy: Policy, prune: bool, allow_empty_policy: bool, dry_run: bool,
+               fmt: OutputFormat, quiet: bool, options: Mapping[str, Any]) -> int:
+    from pinctl import output, pull_output
+    from pinctl.service import commands, sources
+
+    if dry_run:
+        raise UsageError("--pull and --dry-run do not go together", "use sync --dry-run to see the label plan")
+    request = _pull_request((), False, options)
+    with pull_output.pull_progress() as (progress, finished):
+        report = commands.sync_pull(open_node(cfg), policy, cfg.settings.namespaces,
+                                    lambda: sources.open_runtime(cfg, output.warn), request,
+                                    options["registry_config"], prune, allow_empty_policy, cfg.files, progress,
+                                    finished)
+    pull_output.print_sync_pull(report, fmt, quiet)
+    return report.exit_code
 
 
 def _watch(ctx: click.Context, prune: bool, log_format: str, check_interval: float,

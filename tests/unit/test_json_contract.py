@@ -141,8 +141,25 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     config_keys = {key for entry in render_config()["config"].values() for key in entry} | {"config"}
     emitted = keys_of(render_ls()) | keys_of(render_pin()) | keys_of(render_lint()) | keys_of(render_check()) | config_keys
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
-    emitted |= keys_of(render_gc_plan()) | keys_of(render_prune())
+    emitted |= keys_of(render_gc_plan()) | keys_of(render_prune()) | keys_of(render_pull())
     assert emitted == documented
+
+
+def render_pull() -> dict:
+    from pinctl import pull_output
+    from pinctl.service.pull import PullItem, PullReport
+
+    buf = io.StringIO()
+    items = [PullItem("example.test/app:1", "k8s.io", "pulled", None, "pinned", "sha256:" + "a" * 64, 10, 1)]
+    pull_output.print_pull(PullReport("containerd", items, 80.0), "json", buf)
+    return json.loads(buf.getvalue())
+
+
+def test_pull_envelope() -> None:
+    found = render_pull()
+    assert found["command"] == "pull" and found["status"] == "success" and found["interrupted"] is False
+    assert found["pulls"][0] == {"ref": "example.test/app:1", "namespace": "k8s.io", "action": "pulled", "why": None,
+                                 "pin": "pinned", "image": "sha256:" + "a" * 64, "size": 10, "attempts": 1}
 
 
 def render_gc_plan() -> dict:

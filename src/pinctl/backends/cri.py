@@ -4,11 +4,13 @@ filesystem, RemoveImage."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from pinctl.backends import _grpc
 from pinctl.errors import EngineError, EngineUnreachable
+from pinctl.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
 
 # The sockets crictl and the kubelet are usually pointed at, most common first.
 KNOWN_ENDPOINTS = (
@@ -148,12 +150,54 @@ class CriRuntime:
         reply = self._call("ImageServiceStub", "ImageFsInfo", cri_pb2.ImageFsInfoRequest())
         return [ImageFs(fs.fs_id.mountpoint, int(fs.used_bytes.value)) for fs in reply.image_filesystems]
 
+    def pull_image(self, ref: str, auth: Optional[RegistryAuth], timeout: float,
+                   cancelled: Optional[Callable[[], bool]] = None) -> str:
+        """Pull through the runtime (its mirrors, hosts.toml and credentials apply), bounded by its
+        own timeout; returns the image reference the runtime reports. With cancelled, the call is
+        abandoned (and the runtime told) as soon as it turns true."""
+        import grpc
+
+        from pinctl.proto import cri_pb2
+
+        request = cri_pb2.PullImageRequest(image=cri_pb2.ImageSpec(image=ref))
+        if auth is not None:
+            # No server_address: containerd parses it as a URL and rejects a bare host:port; the
+            # credentials are only ever sent with pulls from their own registry anyway.
+            request.auth.CopyFrom(cri_pb2.AuthConfig(username=auth.username, password=auth.password,
+                                                     auth=auth.auth, identity_token=auth.identity_token))
+        call = _stub(self._open(), "ImageServiceStub").PullImage.future(request, timeout=timeout)
+        finished = threading.Event()
+        call.add_done_callback(lambda _call: finished.set())
+        try:
+            while not finished.wait(0.2):
+                if cancelled is not None and cancelled():
+                    call.cancel()
+                    raise PullCancelled(ref)
+            return str(call.result().image_ref)
+        except grpc.RpcError as err:
+            raise _pull_error(err, self.endpoint, timeout, auth) from None
+
     def remove_image(self, image: str) -> None:
         """Delete an image by ID or reference, as the kubelet's GC does. The CRI deletes it even
         when a container uses it or it is pinned: callers check that first."""
         from pinctl.proto import cri_pb2
 
         self._call("ImageServiceStub", "RemoveImage", cri_pb2.RemoveImageRequest(image=cri_pb2.ImageSpec(image=image)))
+
+
+def _pull_error(err: Any, endpoint: str, timeout: float, auth: Optional[RegistryAuth]) -> EngineError:
+    """The runtime's own words (they name the registry's answer), with any secret scrubbed; a
+    transient failure is marked so the caller can retry it."""
+    import grpc
+
+    code = err.code()
+    details = scrub((err.details() or "").strip(), auth)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return PullError(f"no pull within {timeout:g}s", "raise --timeout for large images or slow registries",
+                         transient=False)
+    if code == grpc.StatusCode.UNAVAILABLE and "connect" in details and endpoint in details:
+        return EngineUnreachable(f"{WHAT} at {endpoint} is not answering", "is it running?")
+    return PullError(details or code.name.lower(), transient=is_transient(code.name, details))
 
 
 def _stub(channel: Any, name: str) -> Any:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pinctl.backends._socket import check_socket
 from pinctl.errors import EngineError, EngineUnreachable
+from pinctl.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
@@ -101,10 +103,60 @@ class DockerEngine:
         """Where Docker keeps its data: its images' filesystem."""
         return str(self._call("info").get("DockerRootDir", ""))
 
+    def image_present(self, ref: str) -> Optional[str]:
+        """The ID of the image ref names, or None when Docker has no such image."""
+        import docker
+
+        try:
+            return str(self._api().inspect_image(ref).get("Id", "")) or None
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.DockerException as err:
+            raise self._fail(err) from None
+
+    def pull_image(self, ref: str, auth: Optional[RegistryAuth], timeout: float,
+                   cancelled: Optional[Callable[[], bool]] = None) -> str:
+        """Pull through dockerd (its mirrors and insecure-registries apply), on a connection of its
+        own whose reads wait up to timeout; the whole pull is bounded by timeout too. Returns the
+        image's ID."""
+        import docker
+        import requests
+
+        repository, tag = _split_for_pull(ref)
+        credentials = {"username": auth.username, "password": auth.password} if auth is not None else None
+        client = docker.APIClient(base_url=self.host, timeout=timeout, version="auto")
+        deadline = time.monotonic() + timeout
+        try:
+            for event in client.pull(repository, tag=tag, stream=True, decode=True, auth_config=credentials):
+                if "error" in event:
+                    text = scrub(str(event.get("error")), auth)
+                    raise PullError(text, transient=is_transient("", text))
+                if (cancelled is not None and cancelled()) or time.monotonic() > deadline:
+                    break
+            if cancelled is not None and cancelled():
+                raise PullCancelled(ref)
+            if time.monotonic() > deadline:
+                raise PullError(f"no pull within {timeout:g}s", "raise --timeout for large images or slow registries")
+        except (docker.errors.DockerException, requests.RequestException) as err:
+            text = scrub(str(err).splitlines()[0] if str(err) else type(err).__name__, auth)
+            raise PullError(f"Docker at {self.host}: {text}", transient=is_transient("", text)) from None
+        finally:
+            client.close()
+        return self.image_present(ref) or ref
+
     def remove_image(self, image_id: str) -> None:
         """Delete an image with all its tags (`docker rmi -f ID`). Docker still refuses one a running
         container uses; callers check for containers in any state just before."""
         self._call("remove_image", image_id, force=True)
+
+
+def _split_for_pull(ref: str) -> tuple[str, Optional[str]]:
+    """repository and tag (or digest) as Docker's pull API takes them."""
+    if "@" in ref:
+        repository, digest = ref.split("@", 1)
+        return repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository, digest
+    repository, _, tag = ref.rpartition(":")
+    return (repository, tag) if repository and "/" not in tag else (ref, None)
 
 
 def _docker_container(raw: dict[str, Any]) -> DockerContainer:

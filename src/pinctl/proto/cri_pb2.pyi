@@ -261,3 +261,39 @@ class ImageFsInfoResponse(_message.Message):
     image_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     container_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     def __init__(self, image_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ..., container_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ...) -> None: ...
+
+class AuthConfig(_message.Message):
+    __slots__ = ("username", "password", "auth", "server_address", "identity_token", "registry_token")
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REGISTRY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    username: str
+    password: str
+    auth: str
+    server_address: str
+    identity_token: str
+    registry_token: str
+    def __init__(self, username: _Optional[str] = ..., password: _Optional[str] = ..., auth: _Optional[str] = ..., server_address: _Optional[str] = ..., identity_token: _Optional[str] = ..., registry_token: _Optional[str] = ...) -> None: ...
+
+class PodSandboxConfig(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PullImageRequest(_message.Message):
+    __slots__ = ("image", "auth", "sandbox_config")
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    image: ImageSpec
+    auth: AuthConfig
+    sandbox_config: PodSandboxConfig
+    def __init__(self, image: _Optional[_Union[ImageSpec, _Mapping]] = ..., auth: _Optional[_Union[AuthConfig, _Mapping]] = ..., sandbox_config: _Optional[_Union[PodSandboxConfig, _Mapping]] = ...) -> None: ...
+
+class PullImageResponse(_message.Message):
+    __slots__ = ("image_ref",)
+    IMAGE_REF_FIELD_NUMBER: _ClassVar[int]
+    image_ref: str
+    def __init__(self, image_ref: _Optional[str] = ...) -> None: ...

@@ -202,6 +202,11 @@ class ImageServiceStub(object):
                 request_serializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusRequest.SerializeToString,
                 response_deserializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusResponse.FromString,
                 _registered_method=True)
+        self.PullImage = channel.unary_unary(
+                '/runtime.v1.ImageService/PullImage',
+                request_serializer=pinctl_dot_proto_dot_cri__pb2.PullImageRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_cri__pb2.PullImageResponse.FromString,
+                _registered_method=True)
         self.RemoveImage = channel.unary_unary(
                 '/runtime.v1.ImageService/RemoveImage',
                 request_serializer=pinctl_dot_proto_dot_cri__pb2.RemoveImageRequest.SerializeToString,
@@ -224,6 +229,12 @@ class ImageServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ImageStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullImage(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -253,6 +264,11 @@ def add_ImageServiceServicer_to_server(servicer, server):
                     servicer.ImageStatus,
                     request_deserializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusRequest.FromString,
                     response_serializer=pinctl_dot_proto_dot_cri__pb2.ImageStatusResponse.SerializeToString,
+            ),
+            'PullImage': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullImage,
+                    request_deserializer=pinctl_dot_proto_dot_cri__pb2.PullImageRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_cri__pb2.PullImageResponse.SerializeToString,
             ),
             'RemoveImage': grpc.unary_unary_rpc_method_handler(
                     servicer.RemoveImage,
@@ -319,6 +335,33 @@ class ImageService(object):
             '/runtime.v1.ImageService/ImageStatus',
             pinctl_dot_proto_dot_cri__pb2.ImageStatusRequest.SerializeToString,
             pinctl_dot_proto_dot_cri__pb2.ImageStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullImage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.ImageService/PullImage',
+            pinctl_dot_proto_dot_cri__pb2.PullImageRequest.SerializeToString,
+            pinctl_dot_proto_dot_cri__pb2.PullImageResponse.FromString,
             options,
             channel_credentials,
             insecure,

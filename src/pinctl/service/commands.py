@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pinctl.service.export import Export
     from pinctl.service.lint import Problem
     from pinctl.service.policy import Policy
+    from pinctl.service.pull import PullItem, PullReport, PullRequest
     from pinctl.service.sources import Node
 
 
@@ -201,3 +202,81 @@ def prune(node: Node, policy: Policy, label_rules: Sequence[str], namespaces: Se
     if not dry_run and any(plan.delete for plan in plans):
         confirm(plans)
     return gc.PruneReport(gc.apply_prune(plans, gc.wanted_now(node, policy), dry_run, progress), dry_run)
+
+
+def pull(node: Node, namespaces: Sequence[str], open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]],
+         request: PullRequest, registry_config: Optional[str], progress: Callable[[str, str], None],
+         finished: Callable[[PullItem], None]) -> PullReport:
+    """Every reference parsed first (a malformed one pulls nothing), then pulled through the
+    runtime that will use it, within the disk budget, each pinned right after its pull."""
+    from pinctl import refs as references
+    from pinctl.patterns import is_pattern
+
+    wanted: list[str] = []
+    for arg in request.refs:
+        if is_pattern(arg) or arg.startswith("sha256:"):
+            raise UsageError(f"cannot pull {arg}: only a reference names what to pull",
+                             "give registry.example/team/app:1.0 or NAME@sha256:<digest>")
+        wanted.append(references.normalize(arg))
+    return _pull_refs(node, namespaces, open_runtime, request, registry_config, list(dict.fromkeys(wanted)),
+                      progress, finished)
+
+
+def _pull_refs(node: Node, namespaces: Sequence[str],
+               open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], request: PullRequest,
+               registry_config: Optional[str], wanted: Sequence[str], progress: Callable[[str, str], None],
+               finished: Callable[[PullItem], None]) -> PullReport:
+    from pinctl import registry
+    from pinctl.registry_auth import load_auths
+    from pinctl.service import pull as pulling
+    from pinctl.service.pull_targets import NodeLabels, choose_target
+
+    auths = load_auths(registry_config) if registry_config else {}
+    target = choose_target(node, namespaces, open_runtime)
+    if not wanted:
+        return pulling.PullReport(target.name, [], request.max_usage)
+    run = pulling.PullRun(target, NodeLabels(node), request, pulling.Budget(target, request.max_usage), auths,
+                          registry.compressed_size, progress)
+    items, interrupted = pulling.run(run, wanted, finished)
+    return pulling.PullReport(target.name, items, request.max_usage, interrupted)
+
+
+@dataclass
+class SyncPullReport:
+    """sync --pull: the pulls (with what the policy names but cannot be pulled), then the sync."""
+
+    pulled: PullReport
+    sync: Optional[ChangeReport]
+
+    @property
+    def exit_code(self) -> int:
+        if self.pulled.interrupted or self.sync is None:
+            return self.pulled.exit_code
+        codes = {self.pulled.exit_code, self.sync.exit_code}
+        return EXIT_OK if codes == {EXIT_OK} else (EXIT_ERROR if codes == {EXIT_ERROR} else EXIT_PARTIAL)
+
+
+def sync_pull(node: Node, policy: Policy, namespaces: Sequence[str],
+              open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], request: PullRequest,
+              registry_config: Optional[str], prune: bool, allow_empty_policy: bool, files: Sequence[str],
+              progress: Callable[[str, str], None], finished: Callable[[PullItem], None]) -> SyncPullReport:
+    """Pull every exact reference of the policy the node lacks, then sync. Globs, keywords and
+    image IDs name no one image to pull: each is reported as skipped, with why."""
+    from dataclasses import replace
+
+    from pinctl import refs as references
+    from pinctl.service import pull as pulling
+
+    refuse_empty_prune(policy, prune, allow_empty_policy, files)
+    exact = [p for p in policy.patterns if p.kind == "exact" and not p.needle.startswith("sha256:")]
+    wanted = list(dict.fromkeys(references.normalize(p.text) for p in exact))
+    report = _pull_refs(node, namespaces, open_runtime, replace(request, refs=wanted, pin=False),
+                        registry_config, wanted, progress, finished)
+    for pattern in policy.patterns:
+        if pattern not in exact:
+            what = "an image ID" if pattern.kind == "exact" else f"a {pattern.kind}"
+            report.items.append(pulling.PullItem(pattern.text, "", pulling.SKIPPED, unpullable=True,
+                                                 why=f"{what} names no one image to pull ({pattern.source or 'policy'})"))
+    if report.interrupted:
+        return SyncPullReport(report, None)
+    return SyncPullReport(report, sync(node, policy, prune, False, allow_empty_policy, files))
