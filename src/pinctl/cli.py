@@ -455,7 +455,7 @@ def pull_command(ctx: click.Context, refs: Sequence[str], pin: bool, fmt: Output
 
     cfg = load_config(ctx)
     request = _pull_request(refs, pin, options)
-    node = open_node(cfg)
+    node = open_node(_any_namespaces(cfg))
     with pull_output.pull_progress() as (progress, finished):
         report = commands.pull(node, cfg.settings.namespaces, lambda: sources.open_runtime(cfg, output.warn),
                                request, options["registry_config"], progress, finished)
@@ -514,6 +514,14 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     return _print_change(report, fmt, quiet)
 
 
+def _any_namespaces(cfg: Config) -> Config:
+    """The node as pull needs it: -n names where images go, and may name a namespace the first
+    pull creates, so the node is opened on the namespaces present."""
+    import dataclasses
+
+    return dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, namespaces=()))
+
+
 def _sync_pull(cfg: Config, policy: Policy, prune: bool, allow_empty_policy: bool, dry_run: bool,
                fmt: OutputFormat, quiet: bool, options: Mapping[str, Any]) -> int:
     from pinctl import output, pull_output
@@ -523,7 +531,8 @@ def _sync_pull(cfg: Config, policy: Policy, prune: bool, allow_empty_policy: boo
         raise UsageError("--pull and --dry-run do not go together", "use sync --dry-run to see the label plan")
     request = _pull_request((), False, options)
     with pull_output.pull_progress() as (progress, finished):
-        report = commands.sync_pull(open_node(cfg), policy, cfg.settings.namespaces,
+        report = commands.sync_pull(open_node(_any_namespaces(cfg)), lambda: open_node(cfg), policy,
+                                    cfg.settings.namespaces,
                                     lambda: sources.open_runtime(cfg, output.warn), request,
                                     options["registry_config"], prune, allow_empty_policy, cfg.files, progress,
                                     finished)

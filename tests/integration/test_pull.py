@@ -248,3 +248,53 @@ def test_docker_pulls_moby_images_and_pins_them(dockerd_containerd_store: Any, r
                      env={"DOCKER_HOST": docker.host})
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     reset_docker(docker)
+
+
+def without_namespace(daemon: reg.RegistryContainerd, namespace: str = cri.NAMESPACE) -> None:
+    """A fresh node's containerd, before any pod ran: no k8s.io. Removal waits for containerd's
+    content GC, which holds a namespace until its blobs are gone."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        daemon.clear_images(namespace)
+        daemon.ctr("namespaces", "rm", namespace, namespace=namespace, check=False)
+        if namespace not in daemon.ctr("namespaces", "ls", "-q").stdout.split():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"could not remove namespace {namespace}: {daemon.ctr('namespaces', 'ls').stdout}")
+
+
+def test_a_first_pull_on_a_fresh_node_creates_the_namespace_and_pins(node: reg.RegistryContainerd,
+                                                                     registry: reg.Registry,
+                                                                     tmp_path: pathlib.Path) -> None:
+    """Node prep before any pod ran: containerd has no k8s.io yet; pull -n k8s.io --pin works."""
+    without_namespace(node)
+    ref = push(registry, tmp_path, "first:1", "pull-first")
+    result = run(node, "pull", "--pin", ref, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pulls"][0]["pin"] == "pinned"
+    assert cri_pinned(node)[ref] is True
+    images.ensure_sandbox_image(node)  # leave the namespace as the other tests expect it
+
+
+def test_always_repulls_and_keeps_the_pin(clean: reg.RegistryContainerd, registry: reg.Registry,
+                                          tmp_path: pathlib.Path) -> None:
+    ref = push(registry, tmp_path, "again:1", "pull-again")
+    assert run(clean, "pull", "--pin", ref).returncode == 0
+    result = run(clean, "pull", "--always", ref, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pulls"][0]["action"] == "pulled"
+    labels = {row.ref: row.labels for row in clean.images(cri.NAMESPACE)}
+    assert labels[ref].get(PIN) == "pinned" and cri_pinned(clean)[ref] is True
+
+
+def test_sync_pull_on_a_fresh_node_pulls_then_labels(node: reg.RegistryContainerd, registry: reg.Registry,
+                                                     tmp_path: pathlib.Path) -> None:
+    without_namespace(node)
+    ref = push(registry, tmp_path, "prep:1", "pull-prep")
+    config = tmp_path / "config.toml"
+    config.write_text(f'pinned_images = ["{ref}"]\n')
+    result = run(node, "sync", "--pull", env={"PINCTL_CONFIG": str(config)})
+    assert result.returncode == 0, result.stderr
+    labels = {row.ref: row.labels for row in node.images(cri.NAMESPACE)}
+    assert labels[ref].get(PIN) == "pinned" and cri_pinned(node)[ref] is True
+    images.ensure_sandbox_image(node)

@@ -256,12 +256,13 @@ class SyncPullReport:
         return EXIT_OK if codes == {EXIT_OK} else (EXIT_ERROR if codes == {EXIT_ERROR} else EXIT_PARTIAL)
 
 
-def sync_pull(node: Node, policy: Policy, namespaces: Sequence[str],
+def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, namespaces: Sequence[str],
               open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], request: PullRequest,
               registry_config: Optional[str], prune: bool, allow_empty_policy: bool, files: Sequence[str],
               progress: Callable[[str, str], None], finished: Callable[[PullItem], None]) -> SyncPullReport:
-    """Pull every exact reference of the policy the node lacks, then sync. Globs, keywords and
-    image IDs name no one image to pull: each is reported as skipped, with why."""
+    """Pull every exact reference of the policy the node lacks, then sync on the node as the pulls
+    left it (reopen: a first pull may create the namespace). Globs, keywords and image IDs name
+    no one image to pull: each is reported as skipped, with why."""
     from dataclasses import replace
 
     from pinctl import refs as references
@@ -279,4 +280,4 @@ def sync_pull(node: Node, policy: Policy, namespaces: Sequence[str],
                                                  why=f"{what} names no one image to pull ({pattern.source or 'policy'})"))
     if report.interrupted:
         return SyncPullReport(report, None)
-    return SyncPullReport(report, sync(node, policy, prune, False, allow_empty_policy, files))
+    return SyncPullReport(report, sync(reopen(), policy, prune, False, allow_empty_policy, files))

@@ -86,7 +86,8 @@ class NodeLabels:
         self.node = node
 
     def _views(self, namespace: str) -> list[NamespaceView]:
-        return [view for view in self.node.views() if view.namespace == namespace]
+        view = self.node.view_of(namespace)
+        return [view] if view is not None else []
 
     def pin(self, namespace: str, ref: str) -> tuple[str, Optional[str]]:
         from pinctl.service import pinning

@@ -182,6 +182,17 @@ class Node:
     def refusal(self, selector: refs.Selector) -> Optional[str]:
         return next((why for source in self.sources if (why := source.refusal(selector))), None)
 
+    def view_of(self, namespace: str) -> Optional[NamespaceView]:
+        """A label view of one namespace as it is now, also one that did not exist when the
+        node was opened (a first pull creates k8s.io on a fresh node)."""
+        for source in self.sources:
+            if isinstance(source, ContainerdSource) and (namespace in source.namespaces
+                                                         or namespace in source.store.namespaces()):
+                from pinctl.service.pinning import NamespaceView
+
+                return NamespaceView(source.store, namespace)
+        return None
+
     def docker_engine(self) -> Optional[DockerEngine]:
         """Docker's API, when Docker is one of the sources."""
         return next((source.view.engine for source in self.sources if isinstance(source, DockerSource)), None)
