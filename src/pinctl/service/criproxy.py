@@ -42,6 +42,7 @@ UNARY_UNARY, UNARY_STREAM, STREAM_UNARY, STREAM_STREAM = "unary-unary", "unary-s
 # The streaming methods of runtime.v1; every other method is forwarded as unary.
 STREAMING = {"/runtime.v1.RuntimeService/GetContainerEvents": UNARY_STREAM}
 REFRESH_SECONDS = 2.0
+MAX_CACHED_METHODS = 1024
 SOCKET_MODE = 0o660
 # A GetContainerEvents follower holds a worker for as long as it follows.
 WORKERS = 64
@@ -70,15 +71,25 @@ class ProxySetup:
     label_rules: Sequence[str]
 
 
-def pinned_keys(rows: Sequence[ImageRow], runtime_name: str) -> frozenset[str]:
-    """Image IDs, manifest digests and names of every image pinctl wants the runtime to keep: as
-    check joins CRI images with rows, so that check through the proxy agrees."""
+@dataclass(frozen=True)
+class PinnedKeys:
+    """What to report pinned, keyed as check joins CRI images with rows (so that check through
+    the proxy agrees): image IDs first, then names for an image whose ID pinctl does not know."""
+
+    ids: frozenset[str]
+    known_ids: frozenset[str]
+    names: frozenset[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.ids or self.names)
+
+
+def pinned_keys(rows: Sequence[ImageRow], runtime_name: str) -> PinnedKeys:
     label_namespace = RUNTIME_NAMESPACES.get(runtime_name)
-    keys: set[str] = set()
-    for row in rows:
-        if any(_counts(reason.kind, row, label_namespace) for reason in row.reasons):
-            keys |= {row.image_id or "", row.digest, row.ref} - {""}
-    return frozenset(keys)
+    wanted = [row for row in rows if any(_counts(reason.kind, row, label_namespace) for reason in row.reasons)]
+    return PinnedKeys(frozenset(row.image_id for row in wanted if row.image_id),
+                      frozenset(row.image_id for row in rows if row.image_id),
+                      frozenset(key for row in wanted for key in (row.digest, row.ref) if key))
 
 
 def _counts(kind: str, row: ImageRow, label_namespace: Optional[str]) -> bool:
@@ -87,17 +98,26 @@ def _counts(kind: str, row: ImageRow, label_namespace: Optional[str]) -> bool:
     return kind in (REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX)
 
 
-def mark_pinned(images: Any, keys: frozenset[str]) -> int:
-    """Set pinned on each runtime.v1 Image whose ID, tag or digest is in keys; how many changed."""
+def mark_pinned(images: Any, keys: PinnedKeys) -> int:
+    """Set pinned on each runtime.v1 Image pinctl wants kept; how many changed.
+
+    An image whose ID pinctl has rows for is decided by its ID alone: every row of that ID has
+    its names, so they add nothing, and reading each image's tags would cost more than the
+    rest of the call on a node with 1,000 images."""
     changed = 0
+    ids, known, names = keys.ids, keys.known_ids, keys.names
     for image in images:
-        if not image.pinned and (image.id in keys or any(k in keys for k in (*image.repo_tags, *image.repo_digests))):
+        if image.pinned:
+            continue
+        image_id = image.id
+        if image_id in ids or (image_id not in known and names and (
+                not names.isdisjoint(image.repo_tags) or not names.isdisjoint(image.repo_digests))):
             image.pinned = True
             changed += 1
     return changed
 
 
-def rewrite(method: str, reply: bytes, keys: frozenset[str]) -> bytes:
+def rewrite(method: str, reply: bytes, keys: PinnedKeys) -> bytes:
     """The reply with pins added; the very same bytes when nothing changes."""
     from pinctl.proto import cri_pb2
 
@@ -122,14 +142,14 @@ class PinnedSet:
         self._clock = clock
         self._setup: Optional[ProxySetup] = None
         self._node: Optional[Node] = None
-        self._keys: Optional[frozenset[str]] = None
+        self._keys: Optional[PinnedKeys] = None
         self._read_at = -float("inf")
         self._lock = threading.Lock()
         self._failing = False
         self.reads = 0
         self.failures = 0
 
-    def current(self) -> Optional[frozenset[str]]:
+    def current(self) -> Optional[PinnedKeys]:
         """The keys, read again first when stale; None when they cannot be read."""
         if self._clock() - self._read_at < self._max_age:
             return self._keys
@@ -163,7 +183,7 @@ class PinnedSet:
             self._failed(err)
         else:
             if self._failing:
-                self._log("info", "pins readable again; adding them", pinned_keys=len(self._keys))
+                self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
             self._failing = False
         self._read_at = self._clock()
 
@@ -192,6 +212,18 @@ class Forwarder:
         self.channel = channel
         self.pins = pins
         self.log = log
+        self._callables: dict[tuple[str, str], Any] = {}
+
+    def _upstream(self, kind: str, method: str) -> Any:
+        """The channel's callable for a method, made once: making one per call costs latency."""
+        found = self._callables.get((kind, method))
+        if found is None:
+            factory = {UNARY_UNARY: self.channel.unary_unary, UNARY_STREAM: self.channel.unary_stream,
+                       STREAM_UNARY: self.channel.stream_unary, STREAM_STREAM: self.channel.stream_stream}[kind]
+            found = factory(method)
+            if len(self._callables) < MAX_CACHED_METHODS:  # names come from callers: bounded
+                self._callables[(kind, method)] = found
+        return found
 
     def handler(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         import grpc
@@ -209,7 +241,7 @@ class Forwarder:
     def _unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         import grpc
 
-        call = self.channel.unary_unary(method)
+        call = self._upstream(UNARY_UNARY, method)
         try:
             reply: bytes = call(request, **_call_options(context))
         except grpc.RpcError as err:
@@ -230,20 +262,20 @@ class Forwarder:
             return reply
 
     def _unary_stream(self, method: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        call = self.channel.unary_stream(method)(request, **_call_options(context))
+        call = self._upstream(UNARY_STREAM, method)(request, **_call_options(context))
         return _relay(call, context)
 
     def _stream_unary(self, method: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
         import grpc
 
         try:
-            reply: bytes = self.channel.stream_unary(method)(requests, **_call_options(context))
+            reply: bytes = self._upstream(STREAM_UNARY, method)(requests, **_call_options(context))
         except grpc.RpcError as err:
             _abort(context, err)
         return reply
 
     def _stream_stream(self, method: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-        call = self.channel.stream_stream(method)(requests, **_call_options(context))
+        call = self._upstream(STREAM_STREAM, method)(requests, **_call_options(context))
         return _relay(call, context)
 
 
