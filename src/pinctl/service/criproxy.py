@@ -25,7 +25,7 @@ from concurrent import futures
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional, Sequence
 
-from pinctl.errors import PinctlError, UsageError
+from pinctl.errors import UsageError
 from pinctl.model import REASON_DOCKER_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, ImageRow
 from pinctl.service.namespaces import CRI_NAMESPACE, DOCKER_NAMESPACE
 
@@ -179,7 +179,7 @@ class PinnedSet:
                 self._node = self._setup.open_node()
             rows = self._node.rows(self._setup.policy, self._setup.label_rules).rows
             self._keys = pinned_keys(rows, self._runtime_name())
-        except (PinctlError, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - availability first: whatever fails, answers pass through
             self._failed(err)
         else:
             if self._failing:
