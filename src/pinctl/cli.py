@@ -615,6 +615,44 @@ def _check_textfile(path: str, refs: Sequence[str] = ()) -> None:
     metrics.check_textfile_target(path)
 
 
+@cli.command("cri-proxy", epilog="Exit codes: 0 stopped by SIGTERM or SIGINT, 1 error, 2 usage or config error "
+                                   "(no --runtime-endpoint, --listen in use).")
+@click.option("--listen", metavar="SOCKET", required=True, type=click.Path(dir_okay=False),
+              help="Serve the CRI on this unix socket (mode 0660), e.g. /run/pinctl/cri-proxy.sock; point the "
+                   "kubelet's --container-runtime-endpoint at it. A stale socket there is replaced.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="One log line per event on stderr, as text or JSON.")
+@common_options
+@click.pass_context
+def cri_proxy_command(ctx: click.Context, listen: str, log_format: str, **_: Any) -> int:
+    """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
+
+    Requests, answers, metadata, deadlines and status codes pass through unchanged, except
+    that ListImages and ImageStatus report pinned: true for every image pinctl wants kept (the
+    pin label in the namespace the runtime reads, a policy pattern, a Docker config label, the
+    sandbox image), so runtimes that ignore the label keep them too. Nothing is ever unpinned.
+    The pins are read again at most every 2 seconds, when an image call comes; if they cannot
+    be read, answers pass through unchanged. SIGHUP reloads the config; SIGTERM stops it.
+    """
+    from pinctl.backends.cri import socket_path
+    from pinctl.service import criproxy, watch
+
+    cfg = load_config(ctx)
+    load_policy(cfg)  # a bad policy is exit 2 now, not a logged failure later
+    endpoint = cfg.settings.runtime_endpoint
+    if endpoint is None:
+        raise UsageError("cri-proxy needs the runtime to forward to",
+                         "give --runtime-endpoint unix:///run/containerd/containerd.sock (or the runtime's socket)")
+    log = watch.Log(log_format)
+
+    def load() -> criproxy.ProxySetup:
+        fresh = load_config(ctx)
+        return criproxy.ProxySetup(lambda: open_node(fresh), load_policy(fresh),
+                                   fresh.settings.docker_pinned_image_labels)
+
+    return criproxy.Proxy(listen, socket_path(endpoint), load, log).run()
+
+
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)
 @click.option("-q", "--quiet", is_flag=True, help="Names only (what shell completion reads).")
 @common_options

@@ -138,7 +138,7 @@ def test_zsh_has_compdef_header_and_descriptions() -> None:
 def test_fish_lines_use_seen_subcommand_conditions() -> None:
     script = completion.render("fish", cli)
     assert "complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from show'" in script
-    assert re.search(r"complete -c pinctl -n 'not __fish_seen_subcommand_from [a-z ]*pin[a-z ]*' -a pin -d ", script)
+    assert re.search(r"complete -c pinctl -n 'not __fish_seen_subcommand_from [a-z -]*pin[a-z -]*' -a pin -d ", script)
     assert "-a '(__fish_pinctl_refs)'" in script and "-a '(__fish_pinctl_namespaces)'" in script
 
 

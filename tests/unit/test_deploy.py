@@ -41,7 +41,8 @@ DEFAULT_SOCKET = KEYS["containerd_address"].default
 CONFIG_MAP = "pinctl-config"
 METRICS_PORT = "metrics"
 CONFIG_KEY = "config.toml"
-OWN_FILES = [UNIT, UNIT.parent / "README.md", CONTAINERFILE, IGNORE_FILE, *sorted(KUBE.glob("*"))]
+PROXY_UNIT = ROOT / "contrib" / "systemd" / "pinctl-cri-proxy.service"
+OWN_FILES = [UNIT, PROXY_UNIT, UNIT.parent / "README.md", CONTAINERFILE, IGNORE_FILE, *sorted(KUBE.glob("*"))]
 
 
 # -- parsing a command line with the real click tree ------------------------------------------
@@ -246,10 +247,10 @@ def _analyze() -> str:
     return tool
 
 
-def _verifiable_copy(tmp_path: pathlib.Path) -> pathlib.Path:
+def _verifiable_copy(tmp_path: pathlib.Path, unit: pathlib.Path = UNIT) -> pathlib.Path:
     """The unit, with ExecStart pointing at an executable that exists here (verify checks it)."""
-    text = UNIT.read_text().replace("ExecStart=/usr/local/bin/pinctl", f"ExecStart={sys.executable}")
-    path = tmp_path / UNIT.name
+    text = unit.read_text().replace("ExecStart=/usr/local/bin/pinctl", f"ExecStart={sys.executable}")
+    path = tmp_path / unit.name
     path.write_text(text)
     return path
 
@@ -276,6 +277,96 @@ def test_unit_systemd_analyze_security(tmp_path: pathlib.Path) -> None:
         pytest.skip(f"this systemd-analyze has no security --offline: {proc.stderr.strip()}")
     assert found, proc.stdout + proc.stderr
     assert float(found.group(1)) <= 2.0, proc.stdout
+
+
+# The proxy's hardening: the sync unit's, but no IP at all (no metrics port) and its own network.
+PROXY_HARDENING = {**{k: v for k, v in HARDENING.items() if k != "IPAddressAllow"}, "PrivateNetwork": "yes",
+                   "RestrictAddressFamilies": "AF_UNIX"}
+
+
+def check_proxy_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[list[str]], Parsed]) -> None:
+    service = unit.get("Service", {})
+
+    def get(key: str) -> Optional[str]:
+        return service.get(key, [None])[-1]
+
+    for key, wanted in PROXY_HARDENING.items():
+        assert service.get(key) == [wanted], f"{key}= is {service.get(key)}, wanted {wanted!r}"
+    assert get("IPAddressAllow") is None, "the proxy speaks no IP: nothing to allow"
+    for key in ("User", "DynamicUser", "PrivateUsers", "AmbientCapabilities"):
+        assert get(key) in (None, "", "no", "root", "0"), f"{key}={get(key)}: pinctl must run as uid 0"
+    (start,) = service.get("ExecStart", [None])
+    assert start, "no ExecStart="
+    argv = exec_argv(start)
+    assert argv[0] == "/usr/local/bin/pinctl", f"ExecStart runs {argv[0]}"
+    parsed = parse(argv[1:])
+    assert parsed.path[1:] == ["cri-proxy"], f"runs {' '.join(parsed.path)}, not pinctl cri-proxy"
+    assert parsed.option("--log-format") == "json"
+    listen = parsed.option("--listen")
+    upstream = parsed.option("--runtime-endpoint")
+    assert listen and upstream, "cri-proxy needs --listen and --runtime-endpoint"
+    writable = unit_paths(service.get("ReadWritePaths", []))
+    assert os.path.dirname(listen) in writable, f"the proxy cannot create {listen}: not in ReadWritePaths={writable}"
+    runtime_dirs = ["/run/" + d for d in " ".join(service.get("RuntimeDirectory", [])).split()]
+    assert os.path.dirname(listen) in runtime_dirs, "the socket's directory is not made by RuntimeDirectory="
+    assert upstream.removeprefix("unix://") in writable, f"{upstream} is not in ReadWritePaths={writable}"
+    assert "/run" in unit_paths(service.get("ReadOnlyPaths", [])), "ReadOnlyPaths=/run is missing"
+    assert get("Type") in ("simple", "exec")
+    assert get("Restart") in ("on-failure", "always")
+    assert 0 < seconds(get("RestartSec") or "0") <= 2, "the kubelet waits for the proxy: restart fast"
+    assert get("RestartPreventExitStatus") == "2", "a usage error does not heal by restarting"
+    assert get("ExecReload") == "/bin/kill -HUP $MAINPID", "reload is SIGHUP"
+    assert 2 < seconds(get("TimeoutStopSec") or "90") <= 10, "the proxy stops within 2 s of SIGTERM"
+    unit_section = unit.get("Unit", {})
+    assert "kubelet.service" in " ".join(unit_section.get("Before", [])).split(), "not ordered before the kubelet"
+    assert "containerd.service" in " ".join(unit_section.get("After", [])).split()
+    assert "multi-user.target" in " ".join(unit.get("Install", {}).get("WantedBy", [])).split()
+
+
+def test_proxy_unit(parse: Callable[[list[str]], Parsed]) -> None:
+    check_proxy_unit(read_unit(PROXY_UNIT.read_text()), parse)
+
+
+def test_proxy_unit_systemd_analyze_verify(tmp_path: pathlib.Path) -> None:
+    tool = _analyze()
+    path = _verifiable_copy(tmp_path, PROXY_UNIT)
+    env = {**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""}
+    proc = subprocess.run([tool, "verify", "--man=no", str(path)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=60, check=False)
+    remarks = [line for line in (proc.stdout + proc.stderr).splitlines() if PROXY_UNIT.name in line]
+    assert proc.returncode == 0 and not remarks, proc.stdout + proc.stderr
+
+
+def test_proxy_unit_systemd_analyze_security(tmp_path: pathlib.Path) -> None:
+    tool = _analyze()
+    path = _verifiable_copy(tmp_path, PROXY_UNIT)
+    proc = subprocess.run([tool, "security", "--offline=yes", "--no-pager", str(path)], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=60, check=False)
+    found = re.search(r"Overall exposure level for \S+: ([\d.]+)", proc.stdout)
+    if found is None and "offline" in proc.stderr:
+        pytest.skip(f"this systemd-analyze has no security --offline: {proc.stderr.strip()}")
+    assert found, proc.stdout + proc.stderr
+    assert float(found.group(1)) <= 2.0, proc.stdout
+
+
+@pytest.mark.parametrize("edit", [
+    ("Before=kubelet.service\n", ""),
+    ("RuntimeDirectory=pinctl\n", ""),
+    ("ReadWritePaths=/run/pinctl ", "ReadWritePaths="),
+    ("-/run/containerd/containerd.sock", "-/run/k3s/containerd/containerd.sock"),
+    ("PrivateNetwork=yes", "PrivateNetwork=no"),
+    ("RestrictAddressFamilies=AF_UNIX", "RestrictAddressFamilies=AF_UNIX AF_INET"),
+    ("MemoryDenyWriteExecute=yes\n", ""),
+    ("cri-proxy --listen", "cri-proxy --lisen"),
+    ("RestartSec=1s", "RestartSec=30s"),
+    ("IPAddressDeny=any\n", "IPAddressDeny=any\nIPAddressAllow=localhost\n"),
+], ids=["no-before-kubelet", "no-runtime-dir", "socket-dir-ro", "upstream-ro", "network", "inet", "mdwe", "typo",
+        "slow-restart", "ip-allowed"])
+def test_proxy_unit_check_fails(edit: tuple[str, str], parse: Callable[[list[str]], Parsed]) -> None:
+    text = PROXY_UNIT.read_text()
+    assert edit[0] in text
+    with pytest.raises((AssertionError, click.UsageError)):
+        check_proxy_unit(read_unit(text.replace(*edit)), parse)
 
 
 # -- Containerfile ------------------------------------------------------------------------

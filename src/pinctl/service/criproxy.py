@@ -1,0 +1,455 @@
+"""cri-proxy: the CRI, served on a socket of its own and forwarded to the real runtime, with one
+change: ListImages and ImageStatus report pinned=true for the images pinctl wants kept.
+
+Every call is forwarded by its method name as raw bytes, so methods added to the CRI later pass
+through untouched. Only the kind of a method (unary or streaming) cannot be told from its name:
+STREAMING lists runtime.v1's streaming methods, and everything else is forwarded as unary. A
+new streaming method needs one entry there.
+
+The pinned set is a short cache (PinnedSet): read from the label store, the policy and Docker
+when an image call finds it older than REFRESH_SECONDS, by one caller while the others wait for
+the same read. Nothing is read while no image call comes, and an answer is never staler than
+REFRESH_SECONDS plus one read. When it cannot be read, answers pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional, Sequence
+
+from pinctl.errors import UsageError
+from pinctl.model import REASON_DOCKER_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, ImageRow
+from pinctl.service.namespaces import CRI_NAMESPACE, DOCKER_NAMESPACE
+
+if TYPE_CHECKING:
+    import grpc
+
+    from pinctl.service.policy import Policy
+    from pinctl.service.sources import Node
+
+LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
+IMAGE_STATUS = "/runtime.v1.ImageService/ImageStatus"
+VERSION = "/runtime.v1.RuntimeService/Version"
+UNARY_UNARY, UNARY_STREAM, STREAM_UNARY, STREAM_STREAM = "unary-unary", "unary-stream", "stream-unary", "stream-stream"
+# The streaming methods of runtime.v1; every other method is forwarded as unary.
+STREAMING = {"/runtime.v1.RuntimeService/GetContainerEvents": UNARY_STREAM}
+REFRESH_SECONDS = 2.0
+MAX_CACHED_METHODS = 1024
+SOCKET_MODE = 0o660
+# A GetContainerEvents follower holds a worker for as long as it follows.
+WORKERS = 64
+MESSAGE_BYTES = 64 * 1024 * 1024
+# Reconnect to a restarted runtime within a second, not gRPC's default of up to two minutes.
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MESSAGE_BYTES),
+    ("grpc.enable_http_proxy", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+SERVER_OPTIONS = [("grpc.max_receive_message_length", MESSAGE_BYTES), ("grpc.max_send_message_length", MESSAGE_BYTES)]
+# The pin label counts only in the containerd namespace the runtime itself reads, by its CRI name.
+RUNTIME_NAMESPACES = {"containerd": CRI_NAMESPACE, "docker": DOCKER_NAMESPACE}
+Log = Callable[..., None]
+
+
+@dataclass
+class ProxySetup:
+    """What a (re)load of the configuration gives the proxy."""
+
+    open_node: Callable[[], Node]
+    policy: Policy
+    label_rules: Sequence[str]
+
+
+@dataclass(frozen=True)
+class PinnedKeys:
+    """What to report pinned, keyed as check joins CRI images with rows (so that check through
+    the proxy agrees): image IDs first, then names for an image whose ID pinctl does not know."""
+
+    ids: frozenset[str]
+    known_ids: frozenset[str]
+    names: frozenset[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.ids or self.names)
+
+
+def pinned_keys(rows: Sequence[ImageRow], runtime_name: str) -> PinnedKeys:
+    label_namespace = RUNTIME_NAMESPACES.get(runtime_name)
+    wanted = [row for row in rows if any(_counts(reason.kind, row, label_namespace) for reason in row.reasons)]
+    return PinnedKeys(frozenset(row.image_id for row in wanted if row.image_id),
+                      frozenset(row.image_id for row in rows if row.image_id),
+                      frozenset(key for row in wanted for key in (row.digest, row.ref) if key))
+
+
+def _counts(kind: str, row: ImageRow, label_namespace: Optional[str]) -> bool:
+    if kind == REASON_LABEL:
+        return label_namespace is not None and row.namespace == label_namespace
+    return kind in (REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX)
+
+
+def mark_pinned(images: Any, keys: PinnedKeys) -> int:
+    """Set pinned on each runtime.v1 Image pinctl wants kept; how many changed.
+
+    An image whose ID pinctl has rows for is decided by its ID alone: every row of that ID has
+    its names, so they add nothing, and reading each image's tags would cost more than the
+    rest of the call on a node with 1,000 images."""
+    changed = 0
+    ids, known, names = keys.ids, keys.known_ids, keys.names
+    for image in images:
+        if image.pinned:
+            continue
+        image_id = image.id
+        if image_id in ids or (image_id not in known and names and (
+                not names.isdisjoint(image.repo_tags) or not names.isdisjoint(image.repo_digests))):
+            image.pinned = True
+            changed += 1
+    return changed
+
+
+def rewrite(method: str, reply: bytes, keys: PinnedKeys) -> bytes:
+    """The reply with pins added; the very same bytes when nothing changes."""
+    from pinctl.proto import cri_pb2
+
+    if method == LIST_IMAGES:
+        listed = cri_pb2.ListImagesResponse.FromString(reply)
+        return listed.SerializeToString() if mark_pinned(listed.images, keys) else reply
+    status = cri_pb2.ImageStatusResponse.FromString(reply)
+    if status.HasField("image") and mark_pinned([status.image], keys):
+        return status.SerializeToString()
+    return reply
+
+
+class PinnedSet:
+    """The keys of the images to report pinned, read again when older than max_age seconds."""
+
+    def __init__(self, load: Callable[[], ProxySetup], runtime_name: Callable[[], str], log: Log,
+                 max_age: float = REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self._load = load
+        self._runtime_name = runtime_name
+        self._log = log
+        self._max_age = max_age
+        self._clock = clock
+        self._setup: Optional[ProxySetup] = None
+        self._node: Optional[Node] = None
+        self._keys: Optional[PinnedKeys] = None
+        self._read_at = -float("inf")
+        self._lock = threading.Lock()
+        self._failing = False
+        self.reads = 0
+        self.failures = 0
+
+    def current(self) -> Optional[PinnedKeys]:
+        """The keys, read again first when stale; None when they cannot be read."""
+        if self._clock() - self._read_at < self._max_age:
+            return self._keys
+        with self._lock:
+            if self._clock() - self._read_at >= self._max_age:
+                self._read()
+            return self._keys
+
+    def reload(self) -> None:
+        """Read the configuration again (SIGHUP); the next image call reads the images again."""
+        with self._lock:
+            self._setup = None
+            self._close_node()
+            self._read_at = -float("inf")
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_node()
+
+    def _read(self) -> None:
+        self.reads += 1
+        try:
+            if self._setup is None:
+                self._setup = self._load()
+                self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
+            if self._node is None:
+                self._node = self._setup.open_node()
+            rows = self._node.rows(self._setup.policy, self._setup.label_rules).rows
+            self._keys = pinned_keys(rows, self._runtime_name())
+        except Exception as err:  # noqa: BLE001 - availability first: whatever fails, answers pass through
+            self._failed(err)
+        else:
+            if self._failing:
+                self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
+            self._failing = False
+        self._read_at = self._clock()
+
+    def _failed(self, err: Exception) -> None:
+        self.failures += 1
+        self._keys = None
+        self._close_node()
+        if not self._failing:
+            self._log("error", "cannot read pins; answers pass through unchanged", error=str(err))
+        self._failing = True
+
+    def _close_node(self) -> None:
+        if self._node is not None:
+            try:
+                self._node.close()
+            except Exception:  # noqa: BLE001 - a broken connection cannot stop a reconnect
+                pass
+            self._node = None
+
+
+class Forwarder:
+    """A gRPC handler for every method: the request goes upstream as bytes, the answer (or the
+    upstream's status code and message) comes back as it is, image answers with pins added."""
+
+    def __init__(self, channel: grpc.Channel, pins: PinnedSet, log: Log) -> None:
+        self.channel = channel
+        self.pins = pins
+        self.log = log
+        self._callables: dict[tuple[str, str], Any] = {}
+
+    def _upstream(self, kind: str, method: str) -> Any:
+        """The channel's callable for a method, made once: making one per call costs latency."""
+        found = self._callables.get((kind, method))
+        if found is None:
+            factory = {UNARY_UNARY: self.channel.unary_unary, UNARY_STREAM: self.channel.unary_stream,
+                       STREAM_UNARY: self.channel.stream_unary, STREAM_STREAM: self.channel.stream_stream}[kind]
+            found = factory(method)
+            if len(self._callables) < MAX_CACHED_METHODS:  # names come from callers: bounded
+                self._callables[(kind, method)] = found
+        return found
+
+    def handler(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        import grpc
+
+        method = details.method
+        kind = STREAMING.get(method, UNARY_UNARY)
+        if kind == UNARY_STREAM:
+            return grpc.unary_stream_rpc_method_handler(lambda req, ctx: self._unary_stream(method, req, ctx))
+        if kind == STREAM_UNARY:
+            return grpc.stream_unary_rpc_method_handler(lambda reqs, ctx: self._stream_unary(method, reqs, ctx))
+        if kind == STREAM_STREAM:
+            return grpc.stream_stream_rpc_method_handler(lambda reqs, ctx: self._stream_stream(method, reqs, ctx))
+        return grpc.unary_unary_rpc_method_handler(lambda req, ctx: self._unary(method, req, ctx))
+
+    def _unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+        import grpc
+
+        call = self._upstream(UNARY_UNARY, method)
+        try:
+            reply: bytes = call(request, **_call_options(context))
+        except grpc.RpcError as err:
+            _abort(context, err)
+        if method in (LIST_IMAGES, IMAGE_STATUS):
+            return self._with_pins(method, reply)
+        return reply
+
+    def _with_pins(self, method: str, reply: bytes) -> bytes:
+        keys = self.pins.current()
+        if not keys:
+            return reply
+        try:
+            return rewrite(method, reply, keys)
+        except Exception as err:  # noqa: BLE001 - an answer pinctl cannot read still goes back as it came
+            self.log("error", "cannot read the runtime's answer; passed through unchanged", method=method,
+                     error=str(err))
+            return reply
+
+    def _unary_stream(self, method: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        call = self._upstream(UNARY_STREAM, method)(request, **_call_options(context))
+        return _relay(call, context)
+
+    def _stream_unary(self, method: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        import grpc
+
+        try:
+            reply: bytes = self._upstream(STREAM_UNARY, method)(requests, **_call_options(context))
+        except grpc.RpcError as err:
+            _abort(context, err)
+        return reply
+
+    def _stream_stream(self, method: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        call = self._upstream(STREAM_STREAM, method)(requests, **_call_options(context))
+        return _relay(call, context)
+
+
+class _Handler:
+    """grpc.GenericRpcHandler's one method, handing every method to the forwarder."""
+
+    def __init__(self, forwarder: Forwarder) -> None:
+        self.forwarder = forwarder
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        return self.forwarder.handler(handler_call_details)
+
+
+def _relay(call: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
+    import grpc
+
+    context.add_callback(call.cancel)  # the caller went away: stop following upstream
+    try:
+        yield from call
+    except grpc.RpcError as err:
+        if err.code() != grpc.StatusCode.CANCELLED or context.is_active():
+            _abort(context, err)
+
+
+def _call_options(context: grpc.ServicerContext) -> dict[str, Any]:
+    """The caller's metadata and remaining deadline, for the upstream call."""
+    remaining = context.time_remaining()
+    # Keys gRPC sets itself on every call are not the caller's to pass on.
+    metadata = [(k, v) for k, v in context.invocation_metadata() if not k.startswith(("grpc-", ":"))
+                and k != "user-agent"]
+    # Without a deadline gRPC reports an enormous remaining time.
+    timeout = remaining if remaining is not None and remaining < 10 ** 8 else None
+    return {"timeout": timeout, "metadata": metadata}
+
+
+def _abort(context: grpc.ServicerContext, err: grpc.RpcError) -> NoReturn:
+    """End the call with the upstream's own status code and message."""
+    call: Any = err
+    trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
+    if trailing:
+        context.set_trailing_metadata([(k, v) for k, v in trailing if not k.startswith("grpc-")])
+    context.abort(call.code(), call.details() or "")
+    raise AssertionError("context.abort raises")
+
+
+# -- the socket ------------------------------------------------------------------------------
+
+def claim_socket(path: str) -> None:
+    """Make way for a new socket at path: a stale one (nothing listening) is removed; a live one,
+    or anything that is not a socket, is refused."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise UsageError(f"--listen {path} exists and is not a socket", "give a path for the proxy's own socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError as err:
+        if err.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise UsageError(f"--listen {path}: cannot tell whether it is in use ({err.strerror})",
+                             "remove it if nothing serves it") from None
+        os.unlink(path)  # left by a crash: nothing listens on it
+        return
+    finally:
+        probe.close()
+    raise UsageError(f"--listen {path} is in use by a running process",
+                     "stop the other proxy, or give another --listen path")
+
+
+def same_socket(listen: str, upstream: str) -> bool:
+    return os.path.abspath(listen) == os.path.abspath(upstream) or (
+        os.path.exists(listen) and os.path.exists(upstream) and os.path.samefile(listen, upstream))
+
+
+# -- running ---------------------------------------------------------------------------------
+
+class Proxy:
+    """The server on listen, forwarding to the runtime at upstream (a unix socket path)."""
+
+    def __init__(self, listen: str, upstream: str, load: Callable[[], ProxySetup], log: Log,
+                 refresh_seconds: float = REFRESH_SECONDS) -> None:
+        import grpc
+
+        if same_socket(listen, upstream):
+            raise UsageError(f"--listen {listen} is the runtime's own socket",
+                             "give the proxy a socket of its own, e.g. /run/pinctl/cri-proxy.sock")
+        self.listen = os.path.abspath(listen)
+        self.upstream = upstream
+        self.log = log
+        self.channel = grpc.insecure_channel(f"unix://{os.path.abspath(upstream)}", options=CHANNEL_OPTIONS)
+        self._runtime_name: Optional[str] = None
+        self.pins = PinnedSet(load, self.runtime_name, log, refresh_seconds)
+        self.forwarder = Forwarder(self.channel, self.pins, log)
+        self._stop = threading.Event()
+        self._server: Optional[grpc.Server] = None
+        self._inode: Optional[tuple[int, int]] = None
+
+    def runtime_name(self) -> str:
+        """The upstream runtime's CRI name (containerd, docker, cri-o), asked once."""
+        if self._runtime_name is None:
+            from pinctl.proto import cri_pb2
+
+            call = self.channel.unary_unary(VERSION)
+            reply = cri_pb2.VersionResponse.FromString(call(cri_pb2.VersionRequest(version="v1").SerializeToString(),
+                                                            timeout=5.0))
+            self._runtime_name = reply.runtime_name
+        return self._runtime_name
+
+    def start(self) -> None:
+        import grpc
+
+        claim_socket(self.listen)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="cri-proxy"),
+                             handlers=[_Handler(self.forwarder)], options=SERVER_OPTIONS)
+        previous = os.umask(0o777 & ~SOCKET_MODE)
+        try:
+            bound = server.add_insecure_port(f"unix://{self.listen}")
+        except RuntimeError as err:
+            raise UsageError(f"--listen {self.listen}: cannot listen there ({err})",
+                             "check that its directory exists and is writable") from None
+        finally:
+            os.umask(previous)
+        if not bound:
+            raise UsageError(f"--listen {self.listen}: cannot listen there",
+                             "check that its directory exists and is writable")
+        os.chmod(self.listen, SOCKET_MODE)
+        info = os.stat(self.listen)
+        self._inode = (info.st_dev, info.st_ino)
+        server.start()
+        self._server = server
+        self.log("info", "serving the CRI", listen=self.listen, upstream=self.upstream)
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload())
+
+    def _reload(self) -> None:
+        # Not in the signal handler itself: the pins' lock may be held by the interrupted thread.
+        threading.Thread(target=self._do_reload, daemon=True).start()
+
+    def _do_reload(self) -> None:
+        self.pins.reload()
+        self.log("info", "config reload requested; read at the next image call")
+
+    def wait(self) -> None:
+        while not self._stop.wait(1.0):
+            pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.stop(grace=2.0).wait()
+            self._server = None
+        self._remove_socket()
+        self.pins.close()
+        self.channel.close()
+        self.log("info", "stopped")
+
+    def _remove_socket(self) -> None:
+        try:
+            info = os.stat(self.listen)
+        except FileNotFoundError:
+            return
+        if (info.st_dev, info.st_ino) == self._inode:  # not one a successor made meanwhile
+            os.unlink(self.listen)
+
+    def run(self) -> int:
+        self.start()
+        try:
+            self.install_signal_handlers()
+            self.wait()
+        finally:
+            self.stop()
+        return 0

@@ -1,0 +1,304 @@
+"""pinctl cri-proxy between CRI clients and real runtimes: containerd 1.6.20 (whose CRI ignores the
+pin label) for the pins, containerd 1.7 running real pods for everything else passing through."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.harness import cri, images, pods
+from tests.harness.containerd import ContainerdDaemon
+from tests.harness.pod_fixtures import PodNode
+from tests.integration.pinctl_runner import assert_one_line_error, pinctl
+
+pytestmark = pytest.mark.integration
+
+PIN = "io.cri-containerd.pinned"
+LABELLED = "example.test/px-labelled:1"
+POLICY_ONLY = "example.test/px-policy:1"
+PLAIN = "example.test/px-plain:1"
+VERSION = "/runtime.v1.RuntimeService/Version"
+EVENTS = "/runtime.v1.RuntimeService/GetContainerEvents"
+LoadImages = Callable[..., list[images.ImageInfo]]
+
+
+class ProxyProcess:
+    """`pinctl cri-proxy` as a process, on a short socket path (unix paths are limited to 108 bytes)."""
+
+    def __init__(self, daemon: ContainerdDaemon, upstream: str, *extra: str, env: dict[str, str] | None = None,
+                 listen: str | None = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="px", dir="/tmp")
+        self.path = listen or os.path.join(self.dir, "cri.sock")
+        self.log = Path(self.dir) / "proxy.log"
+        full_env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address,
+                    "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path), **(env or {})}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pinctl", "cri-proxy", "--listen", self.path, "-r", f"unix://{upstream}",
+                 *extra], stdout=subprocess.DEVNULL, stderr=log, env=full_env)
+
+    def wait_serving(self, timeout: float = 20.0) -> ProxyProcess:
+        deadline = time.monotonic() + timeout
+        while "serving the CRI" not in self.log.read_text():
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.05)
+        return self
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def proxies() -> Iterator[Callable[..., ProxyProcess]]:
+    started: list[ProxyProcess] = []
+
+    def start(daemon: ContainerdDaemon, *extra: str, upstream: str | None = None, **kwargs: object) -> ProxyProcess:
+        proxy = ProxyProcess(daemon, upstream or daemon.address, *extra, **kwargs)  # type: ignore[arg-type]
+        started.append(proxy)
+        return proxy.wait_serving()
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture
+def ctd16(containerd16: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+          load_images: LoadImages) -> ContainerdDaemon:
+    daemon = clean_k8s_io(containerd16)
+    load_images(daemon, [images.recipe(ref, seed=ref) for ref in (LABELLED, POLICY_ONLY, PLAIN)])
+    daemon.label_image(LABELLED, {PIN: "pinned"})
+    return daemon
+
+
+def pinned_by_tag(address: str) -> dict[str, bool]:
+    return {tag: image.pinned for tag, image in cri.by_tag(cri.list_images(address)).items()}
+
+
+def status_pinned(address: str, ref: str) -> bool:
+    found = pods.image_status(address, ref)
+    assert found is not None, ref
+    return found.pinned
+
+
+def call_code(address: str, method: str, request: bytes = b"") -> grpc.StatusCode:
+    with grpc.insecure_channel(f"unix://{address}") as channel:
+        try:
+            channel.unary_unary(method)(request, timeout=10)
+        except grpc.RpcError as err:
+            return err.code()
+    return grpc.StatusCode.OK
+
+
+def test_labelled_and_policy_images_read_pinned_only_through_the_proxy(
+        ctd16: ContainerdDaemon, proxies: Callable[..., ProxyProcess]) -> None:
+    proxy = proxies(ctd16, "--pinned-image", POLICY_ONLY)
+    direct = pinned_by_tag(ctd16.address)
+    assert (direct[LABELLED], direct[POLICY_ONLY], direct[PLAIN]) == (False, False, False)
+    through = pinned_by_tag(proxy.path)
+    assert (through[LABELLED], through[POLICY_ONLY], through[PLAIN]) == (True, True, False)
+    for ref in (LABELLED, POLICY_ONLY):
+        assert status_pinned(ctd16.address, ref) is False
+        assert status_pinned(proxy.path, ref) is True
+    assert status_pinned(proxy.path, PLAIN) is False
+    # Every other field is the runtime's own.
+    strip = {image.id: (image.repo_tags, image.repo_digests, image.size) for image in cri.list_images(proxy.path)}
+    assert strip == {image.id: (image.repo_tags, image.repo_digests, image.size)
+                     for image in cri.list_images(ctd16.address)}
+
+
+def test_check_through_the_proxy_agrees_with_pinctl(ctd16: ContainerdDaemon,
+                                                     proxies: Callable[..., ProxyProcess]) -> None:
+    proxy = proxies(ctd16, "--pinned-image", POLICY_ONLY)
+    direct = pinctl(ctd16, "check", "-r", f"unix://{ctd16.address}", "--pinned-image", POLICY_ONLY, "-o", "json")
+    assert direct.returncode == 1, direct.stderr
+    through = pinctl(ctd16, "check", "-r", f"unix://{proxy.path}", "--pinned-image", POLICY_ONLY, "-o", "json")
+    assert through.returncode == 0, through.stdout
+    assert json.loads(through.stdout)["agree"] is True
+
+
+def test_a_label_added_later_shows_within_the_refresh_bound(ctd16: ContainerdDaemon,
+                                                            proxies: Callable[..., ProxyProcess]) -> None:
+    proxy = proxies(ctd16)
+    assert pinned_by_tag(proxy.path)[PLAIN] is False
+    ctd16.label_image(PLAIN, {PIN: "pinned"})
+    start = time.monotonic()
+    while not pinned_by_tag(proxy.path)[PLAIN]:
+        assert time.monotonic() - start < 4.0, "not pinned within the 2 s refresh (plus one read)"
+        time.sleep(0.1)
+
+
+def test_sighup_reloads_the_policy(ctd16: ContainerdDaemon, proxies: Callable[..., ProxyProcess],
+                                   tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'pinned_images = ["{POLICY_ONLY}"]\n')
+    proxy = proxies(ctd16, "--config", str(config))
+    assert pinned_by_tag(proxy.path)[PLAIN] is False
+    config.write_text(f'pinned_images = ["{POLICY_ONLY}", "{PLAIN}"]\n')
+    proxy.proc.send_signal(signal.SIGHUP)
+    start = time.monotonic()
+    while not pinned_by_tag(proxy.path)[PLAIN]:
+        assert time.monotonic() - start < 5.0, proxy.log.read_text()
+        time.sleep(0.1)
+
+
+def test_unreadable_label_store_passes_answers_through(ctd16: ContainerdDaemon,
+                                                        proxies: Callable[..., ProxyProcess]) -> None:
+    proxy = proxies(ctd16, "--pinned-image", POLICY_ONLY, "-a", "/nonexistent/containerd.sock")
+    assert pinned_by_tag(proxy.path) == pinned_by_tag(ctd16.address)
+    assert status_pinned(proxy.path, LABELLED) is False
+    assert "cannot read pins; answers pass through unchanged" in proxy.log.read_text()
+    assert proxy.proc.poll() is None
+
+
+def test_unimplemented_method_and_bad_request_keep_the_runtimes_codes(
+        ctd16: ContainerdDaemon, proxies: Callable[..., ProxyProcess]) -> None:
+    proxy = proxies(ctd16)
+    missing = "/runtime.v1.RuntimeService/NoSuchMethodYet"
+    assert call_code(ctd16.address, missing) == grpc.StatusCode.UNIMPLEMENTED
+    assert call_code(proxy.path, missing) == grpc.StatusCode.UNIMPLEMENTED
+    garbage = b"\xff\xff\xff"
+    assert call_code(proxy.path, "/runtime.v1.ImageService/ImageStatus", garbage) == call_code(
+        ctd16.address, "/runtime.v1.ImageService/ImageStatus", garbage)
+    assert call_code(proxy.path, VERSION) == grpc.StatusCode.OK
+    assert proxy.proc.poll() is None
+
+
+def test_socket_mode_stale_and_live_sockets(ctd16: ContainerdDaemon, proxies: Callable[..., ProxyProcess]) -> None:
+    stale_dir = tempfile.mkdtemp(prefix="px", dir="/tmp")
+    stale = os.path.join(stale_dir, "cri.sock")
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(stale)
+    left.close()  # a socket file nothing listens on, as a crash leaves it
+    proxy = proxies(ctd16, listen=stale)
+    assert stat.S_IMODE(os.stat(stale).st_mode) == 0o660
+    assert call_code(stale, VERSION) == grpc.StatusCode.OK
+    second = pinctl(ctd16, "cri-proxy", "--listen", stale, "-r", f"unix://{ctd16.address}")
+    assert_one_line_error(second, 2, stale, "in use")
+    assert proxy.stop() == 0
+    assert not os.path.exists(stale)
+    os.rmdir(stale_dir)
+
+
+def test_needs_a_runtime_endpoint(ctd16: ContainerdDaemon) -> None:
+    result = pinctl(ctd16, "cri-proxy", "--listen", "/tmp/px-none.sock", env={"CONTAINER_RUNTIME_ENDPOINT": ""})
+    assert_one_line_error(result, 2, "--runtime-endpoint")
+
+
+def test_upstream_stopped_and_restarted_under_the_proxy(ctd16: ContainerdDaemon,
+                                                        proxies: Callable[..., ProxyProcess]) -> None:
+    proxy = proxies(ctd16)
+    assert call_code(proxy.path, VERSION) == grpc.StatusCode.OK
+    ctd16.stop()
+    try:
+        assert call_code(proxy.path, VERSION) == grpc.StatusCode.UNAVAILABLE
+        assert call_code(proxy.path, cri.LIST_IMAGES) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        ctd16.start()
+    start = time.monotonic()
+    while call_code(proxy.path, VERSION) != grpc.StatusCode.OK:
+        assert time.monotonic() - start < 5.0, "the proxy did not reconnect"
+        time.sleep(0.1)
+    assert pinned_by_tag(proxy.path)[LABELLED] is True
+    assert proxy.proc.poll() is None
+
+
+def test_eight_concurrent_clients_for_ten_seconds(ctd16: ContainerdDaemon,
+                                                  proxies: Callable[..., ProxyProcess]) -> None:
+    proxy = proxies(ctd16)
+    assert call_code(proxy.path, VERSION) == grpc.StatusCode.OK
+    baseline = proxy.fds()
+    errors: list[str] = []
+    calls = [0] * 8
+
+    def hammer(index: int) -> None:
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            # A new connection every 50 calls: connections come and go, as clients restart.
+            with grpc.insecure_channel(f"unix://{proxy.path}") as channel:
+                for _ in range(50):
+                    try:
+                        if calls[index] % 3 == 0:
+                            channel.unary_unary(cri.LIST_IMAGES)(b"", timeout=10)
+                        else:
+                            channel.unary_unary(VERSION)(b"", timeout=10)
+                    except grpc.RpcError as err:
+                        errors.append(f"{err.code()}: {err.details()}")
+                    calls[index] += 1
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert min(calls) > 100, calls
+    time.sleep(1.0)
+    assert proxy.fds() <= baseline + 2, (baseline, proxy.fds())
+
+
+def test_real_pods_and_container_events_through_the_proxy(pod_node: PodNode,
+                                                          proxies: Callable[..., ProxyProcess]) -> None:
+    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/px-pod:1")])
+    proxy = proxies(pod_node.daemon)
+    events: list[tuple[str, int]] = []
+    with grpc.insecure_channel(f"unix://{proxy.path}") as channel:
+        stream = channel.unary_stream(EVENTS)(b"")
+        follower = threading.Thread(target=_follow, args=(stream, events), daemon=True)
+        follower.start()
+        time.sleep(0.5)  # subscribed before the first container
+        made = pod_node.pods()
+        made.address = proxy.path
+        container = made.container(info.refs[0], "running")
+        assert container.id in {c.id for c in pods.list_containers(proxy.path)}
+        pods.stop_container(proxy.path, container.id)
+        made.wait_for_state(container.id, "exited")
+        pods.remove_container(proxy.path, container.id)
+        assert container.id not in {c.id for c in pods.list_containers(proxy.path)}
+        pods.stop_pod_sandbox(proxy.path, container.pod.id)
+        pods.remove_pod_sandbox(proxy.path, container.pod.id)
+        assert pods.list_pod_sandboxes(proxy.path) == []
+        # ContainerEventType: CREATED 0, STARTED 1, STOPPED 2, DELETED 3.
+        deadline = time.monotonic() + 10
+        while {0, 1, 2, 3} - {kind for cid, kind in events if cid == container.id}:
+            assert time.monotonic() < deadline, events
+            time.sleep(0.05)
+        stream.cancel()
+        follower.join(5)
+    assert proxy.stop() == 0
+
+
+def _follow(stream: Iterator[bytes], events: list[tuple[str, int]]) -> None:
+    from tests.harness.protowire import Reader
+
+    try:
+        for raw in stream:
+            event = Reader(raw)
+            events.append((event.text(1), event.integer(2)))
+    except grpc.RpcError:
+        pass

@@ -1,0 +1,114 @@
+"""cri-proxy's pure parts: which images it reports pinned, how answers are rewritten, how often
+the pins are read. The forwarding itself is tested against real runtimes (tests/integration)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pinctl.errors import EngineUnreachable
+from pinctl.model import REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, Descriptor, ImageRow, Reason
+from pinctl.proto import cri_pb2
+from pinctl.service import criproxy
+from pinctl.service.policy import compile_policy
+
+MEDIA = "application/vnd.oci.image.manifest.v1+json"
+
+
+def row(ref: str, image_id: Optional[str], namespace: str = "k8s.io", *reasons: Reason) -> ImageRow:
+    return ImageRow(namespace, ref, image_id, Descriptor(MEDIA, "sha256:m-" + ref, 1), 1, {}, reasons=list(reasons))
+
+
+def listing(*images: tuple[str, list[str], bool]) -> bytes:
+    reply = cri_pb2.ListImagesResponse()
+    for image_id, tags, pinned in images:
+        reply.images.add(id=image_id, repo_tags=tags, size=7, pinned=pinned)
+    return reply.SerializeToString()
+
+
+def pinned(reply: bytes) -> dict[str, bool]:
+    return {image.id: image.pinned for image in cri_pb2.ListImagesResponse.FromString(reply).images}
+
+
+def test_labels_count_only_in_the_runtimes_namespace() -> None:
+    rows = [row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1")),
+            row("b:1", "sha256:b", "moby", Reason(REASON_LABEL, "b:1"))]
+    assert criproxy.pinned_keys(rows, "containerd").ids == {"sha256:a"}
+    assert criproxy.pinned_keys(rows, "docker").ids == {"sha256:b"}
+    assert criproxy.pinned_keys(rows, "cri-o").ids == frozenset()
+
+
+def test_patterns_and_sandbox_count_anywhere() -> None:
+    rows = [row("p:1", "sha256:p", "moby", Reason(REASON_PATTERN, "p:*")),
+            row("s:1", "sha256:s", "k8s.io", Reason(REASON_SANDBOX, "s:1")), row("n:1", "sha256:n")]
+    keys = criproxy.pinned_keys(rows, "containerd")
+    assert keys.ids == {"sha256:p", "sha256:s"} and keys.known_ids == {"sha256:p", "sha256:s", "sha256:n"}
+
+
+def test_rewrite_adds_pins_never_removes_and_keeps_other_fields() -> None:
+    keys = criproxy.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*")),
+                                 row("c:1", "sha256:c")], "containerd")
+    reply = listing(("sha256:a", ["a:1"], False), ("sha256:b", ["b:1"], True), ("sha256:c", ["c:1"], False))
+    rewritten = criproxy.rewrite(criproxy.LIST_IMAGES, reply, keys)
+    assert pinned(rewritten) == {"sha256:a": True, "sha256:b": True, "sha256:c": False}
+    before = cri_pb2.ListImagesResponse.FromString(reply)
+    before.images[0].pinned = True
+    assert cri_pb2.ListImagesResponse.FromString(rewritten) == before
+
+
+def test_an_unknown_id_is_matched_by_name() -> None:
+    keys = criproxy.pinned_keys([row("a:1", None, "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
+    reply = listing(("sha256:other", ["a:1"], False), ("sha256:x", ["x:1"], False))
+    assert pinned(criproxy.rewrite(criproxy.LIST_IMAGES, reply, keys)) == {"sha256:other": True, "sha256:x": False}
+
+
+def test_unchanged_answers_are_the_same_bytes() -> None:
+    keys = criproxy.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
+    reply = listing(("sha256:b", ["b:1"], False))
+    assert criproxy.rewrite(criproxy.LIST_IMAGES, reply, keys) is reply
+    empty = cri_pb2.ImageStatusResponse().SerializeToString()
+    assert criproxy.rewrite(criproxy.IMAGE_STATUS, empty, keys) is empty
+
+
+def test_image_status_is_rewritten() -> None:
+    keys = criproxy.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
+    status = cri_pb2.ImageStatusResponse(image=cri_pb2.Image(id="sha256:a", repo_tags=["a:1"]),
+                                         info={"info": "{}"}).SerializeToString()
+    found = cri_pb2.ImageStatusResponse.FromString(criproxy.rewrite(criproxy.IMAGE_STATUS, status, keys))
+    assert found.image.pinned is True and dict(found.info) == {"info": "{}"}
+
+
+class FakeNode:
+    def __init__(self, rows: list[ImageRow]) -> None:
+        self.listed = rows
+        self.fail = False
+        self.reads = 0
+
+    def rows(self, policy: Any, label_rules: Any) -> Any:
+        self.reads += 1
+        if self.fail:
+            raise EngineUnreachable("containerd is down")
+        return type("Listing", (), {"rows": self.listed})()
+
+    def close(self) -> None:
+        pass
+
+
+def test_pins_are_read_at_most_once_per_refresh_and_not_at_all_when_unreadable() -> None:
+    node = FakeNode([row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1"))])
+    now = [100.0]
+    logged: list[str] = []
+    setup = criproxy.ProxySetup(lambda: node, compile_policy([]), [])  # type: ignore[arg-type, return-value]
+    pins = criproxy.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg),
+                              max_age=2.0, clock=lambda: now[0])
+    assert pins.current() is not None and node.reads == 1
+    now[0] += 1.9
+    pins.current()
+    assert node.reads == 1
+    now[0] += 0.2
+    node.fail = True
+    assert pins.current() is None and node.reads == 2
+    assert logged[-1].startswith("cannot read pins")
+    now[0] += 2.1
+    node.fail = False
+    keys = pins.current()
+    assert keys is not None and keys.ids == {"sha256:a"} and "pins readable again" in logged[-1]
