@@ -11,7 +11,7 @@ import pytest
 
 from pinctl.errors import ConfigError
 from pinctl.gcmodel import ImageFs
-from pinctl.registry_auth import PullError, RegistryAuth, is_transient, load_auths, scrub
+from pinctl.backends.registry_auth import PullError, RegistryAuth, is_transient, load_auths, scrub
 from pinctl.service import pull
 from pinctl.model import LabelChange
 

@@ -226,8 +226,8 @@ def _pull_refs(node: Node, namespaces: Sequence[str],
                open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], request: PullRequest,
                registry_config: Optional[str], wanted: Sequence[str], progress: Callable[[str, str], None],
                finished: Callable[[PullItem], None]) -> PullReport:
-    from pinctl import registry
-    from pinctl.registry_auth import load_auths
+    from pinctl.backends import registry
+    from pinctl.backends.registry_auth import load_auths
     from pinctl.service import pull as pulling
     from pinctl.service.pull_targets import NodeLabels, choose_target
 

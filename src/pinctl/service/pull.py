@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError
-from pinctl.registry_auth import PullCancelled, PullError, RegistryAuth
+from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth
 
 if TYPE_CHECKING:
     from pinctl.gcmodel import ImageFs

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pinctl.backends.docker import DockerEngine
     from pinctl.gcmodel import ImageFs
     from pinctl.model import LabelChange
-    from pinctl.registry_auth import RegistryAuth
+    from pinctl.backends.registry_auth import RegistryAuth
     from pinctl.service.pinning import NamespaceView
     from pinctl.service.pull import PullTarget
     from pinctl.service.sources import Node

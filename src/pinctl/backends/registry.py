@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Optional
 
-from pinctl.registry_auth import RegistryAuth
+from pinctl.backends.registry_auth import RegistryAuth
 
 ACCEPT = ", ".join((
     "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
