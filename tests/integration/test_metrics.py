@@ -27,7 +27,7 @@ from tests.conftest import engine_unavailable
 from tests.harness import images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl
-from tests.integration.test_watch import WatchProcess, labelled_within, load
+from tests.integration.test_watch import WatchProcess, labelled_within, load, watchers
 
 POLICY = 'pinned_images = ["example.test/keep/*", "example.test/bench-*"]\n'
 SCRAPE_SECONDS = 1
@@ -132,22 +132,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemo
 
 @pytest.fixture
 def watcher(tmp_path: Path) -> Iterator[Callable[[ContainerdDaemon, str], WatchProcess]]:
-    started: list[WatchProcess] = []
-
-    def start(daemon: ContainerdDaemon, job: str) -> WatchProcess:
-        config = tmp_path / "config.toml"
-        config.write_text(POLICY)
-        process = WatchProcess(daemon, config, "--metrics-address", f"127.0.0.1:{PORTS[job]}",
-                               "--check-interval", CHECK_SECONDS)
-        started.append(process)
-        process.wait_log("full sync")
-        return process
-
-    yield start
-    for process in started:
-        if process.proc.poll() is None:
-            process.proc.kill()
-            process.proc.wait()
+    for start in watchers(tmp_path):
+        yield lambda daemon, job: start(daemon, POLICY, "--metrics-address", f"127.0.0.1:{PORTS[job]}",
+                                        "--check-interval", CHECK_SECONDS)
 
 
 def series(name: str, job: str, **labels: str) -> str:

@@ -59,11 +59,12 @@ class WatchProcess:
         return code, time.monotonic() - start
 
 
-@pytest.fixture
-def watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
+def watchers(tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
+    """For a fixture: start(daemon, policy, *extra) runs a watcher until its first full sync;
+    every one still running is killed afterwards."""
     started: list[WatchProcess] = []
 
-    def start(policy: str, *extra: str) -> WatchProcess:
+    def start(daemon: ContainerdDaemon, policy: str, *extra: str) -> WatchProcess:
         config = tmp_path / "config.toml"
         config.write_text(policy)
         process = WatchProcess(daemon, config, *extra)
@@ -76,6 +77,12 @@ def watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable[..., Wa
         if process.proc.poll() is None:
             process.proc.kill()
             process.proc.wait()
+
+
+@pytest.fixture
+def watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
+    for start in watchers(tmp_path):
+        yield lambda policy, *extra: start(daemon, policy, *extra)
 
 
 def labelled_within(daemon: ContainerdDaemon, ref: str, timeout: float = DEADLINE, value: str | None = "pinned",
