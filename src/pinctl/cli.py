@@ -620,11 +620,15 @@ def _check_textfile(path: str, refs: Sequence[str] = ()) -> None:
 @click.option("--listen", metavar="SOCKET", required=True, type=click.Path(dir_okay=False),
               help="Serve the CRI on this unix socket (mode 0660), e.g. /run/pinctl/cri-proxy.sock; point the "
                    "kubelet's --container-runtime-endpoint at it. A stale socket there is replaced.")
+@click.option("--relay", metavar="auto|python|PATH", default="auto", show_default=True,
+              help="What forwards the calls: pinctl-cri-relay, the compiled relay (auto: when installed, beside "
+                   "pinctl or on PATH), or Python's gRPC (python: adds about 1 ms to a ListImages of 1,000 images "
+                   "and waits for each pin read).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="One log line per event on stderr, as text or JSON.")
 @common_options
 @click.pass_context
-def cri_proxy_command(ctx: click.Context, listen: str, log_format: str, **_: Any) -> int:
+def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: str, **_: Any) -> int:
     """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
 
     Requests, answers, metadata, deadlines and status codes pass through unchanged, except
@@ -635,8 +639,9 @@ def cri_proxy_command(ctx: click.Context, listen: str, log_format: str, **_: Any
     be read, answers pass through unchanged. SIGHUP reloads the config; SIGTERM stops it.
     """
     from pinctl.backends.cri import socket_path
-    from pinctl.service import criproxy, watch
+    from pinctl.service import criproxy, crirelay, watch
 
+    relay_binary = crirelay.find_relay(relay)
     cfg = load_config(ctx)
     load_policy(cfg)  # a bad policy is exit 2 now, not a logged failure later
     endpoint = cfg.settings.runtime_endpoint
@@ -650,7 +655,7 @@ def cri_proxy_command(ctx: click.Context, listen: str, log_format: str, **_: Any
         return criproxy.ProxySetup(lambda: open_node(fresh), load_policy(fresh),
                                    fresh.settings.docker_pinned_image_labels)
 
-    return criproxy.Proxy(listen, socket_path(endpoint), load, log).run()
+    return criproxy.Proxy(listen, socket_path(endpoint), load, log, relay=relay_binary).run()
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)

@@ -48,6 +48,10 @@ class EngineUnreachable(EngineError):
     """No daemon answers at the address: missing socket, permissions, timeout."""
 
 
+class RelayFailed(PinctlError):
+    """cri-proxy's compiled relay did not start serving."""
+
+
 class ImageNotFound(PinctlError):
     """No image matches a ref in the selected namespaces."""
 

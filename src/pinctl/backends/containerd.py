@@ -32,6 +32,9 @@ class ContainerdStore:
         self.config_path = config_path
         self._channel: Optional[grpc.Channel] = None
         self._stubs: dict[str, Any] = {}
+        # What the last resolve_targets found: a digest names the same content for ever, so a
+        # long-lived store (watcher, cri-proxy) reads only the manifests of images new since.
+        self._resolved: dict[tuple[str, str], ResolvedTarget] = {}
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -122,8 +125,18 @@ class ContainerdStore:
         return [_stored_image(img) for img in reply.images]
 
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
-        """Sizes count the blobs below the target for this host's platform (see ResolvedTarget)."""
-        digests = sorted(set(targets))
+        """Sizes count the blobs below the target for this host's platform (see ResolvedTarget).
+        Targets resolved by the previous call are not read again; failures always are."""
+        wanted = set(targets)
+        known = {digest: self._resolved[(namespace, digest)]
+                 for digest in wanted if (namespace, digest) in self._resolved}
+        resolved = {**known, **self._read_targets(namespace, sorted(wanted - known.keys()))}
+        # Only this call's targets are kept: the cache stays the size of the namespace's image list.
+        self._resolved = {key: value for key, value in self._resolved.items() if key[0] != namespace}
+        self._resolved.update(((namespace, digest), found) for digest, found in resolved.items() if not found.error)
+        return resolved
+
+    def _read_targets(self, namespace: str, digests: list[str]) -> dict[str, ResolvedTarget]:
         documents = self._read_json_blobs(namespace, digests)
         resolved: dict[str, ResolvedTarget] = {}
         children: dict[str, dict[str, Any]] = {}
