@@ -616,7 +616,7 @@ def _check_textfile(path: str, refs: Sequence[str] = ()) -> None:
 
 
 @cli.command("cri-proxy", epilog="Exit codes: 0 stopped by SIGTERM or SIGINT, 1 error, 2 usage or config error "
-                                   "(no --runtime-endpoint, --listen in use).")
+                                   "(no --runtime-endpoint, --listen or --metrics-address in use).")
 @click.option("--listen", metavar="SOCKET", required=True, type=click.Path(dir_okay=False),
               help="Serve the CRI on this unix socket (mode 0660), e.g. /run/pinctl/cri-proxy.sock; point the "
                    "kubelet's --container-runtime-endpoint at it. A stale socket there is replaced.")
@@ -633,9 +633,11 @@ def cri_proxy_command(ctx: click.Context, listen: str, log_format: str, **_: Any
     sandbox image), so runtimes that ignore the label keep them too. Nothing is ever unpinned.
     The pins are read again at most every 2 seconds, when an image call comes; if they cannot
     be read, answers pass through unchanged. SIGHUP reloads the config; SIGTERM stops it.
+    --metrics-address serves Prometheus metrics, /healthz and /readyz (ready while the pins
+    can be read).
     """
     from pinctl.backends.cri import socket_path
-    from pinctl.service import criproxy, watch
+    from pinctl.service import criproxy, proxystats, watch
 
     cfg = load_config(ctx)
     load_policy(cfg)  # a bad policy is exit 2 now, not a logged failure later
@@ -650,7 +652,9 @@ def cri_proxy_command(ctx: click.Context, listen: str, log_format: str, **_: Any
         return criproxy.ProxySetup(lambda: open_node(fresh), load_policy(fresh),
                                    fresh.settings.docker_pinned_image_labels)
 
-    return criproxy.Proxy(listen, socket_path(endpoint), load, log).run()
+    proxy = criproxy.Proxy(listen, socket_path(endpoint), load, log)
+    with proxystats.metrics_served(cfg.settings.metrics_address, cfg.sources.get("metrics_address", ""), proxy, log):
+        return proxy.run()
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)

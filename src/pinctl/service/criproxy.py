@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional, S
 from pinctl.errors import UsageError
 from pinctl.model import REASON_DOCKER_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, ImageRow
 from pinctl.service.namespaces import CRI_NAMESPACE, DOCKER_NAMESPACE
+from pinctl.service.proxystats import ANSWER_UNREADABLE, METHOD_LABELS, OTHER_METHOD, PINS_UNREADABLE, STATS
 
 if TYPE_CHECKING:
     import grpc
@@ -114,6 +115,7 @@ def mark_pinned(images: Any, keys: PinnedKeys) -> int:
                 not names.isdisjoint(image.repo_tags) or not names.isdisjoint(image.repo_digests))):
             image.pinned = True
             changed += 1
+    STATS.images_marked += changed
     return changed
 
 
@@ -148,6 +150,9 @@ class PinnedSet:
         self._failing = False
         self.reads = 0
         self.failures = 0
+        self.ok_reads = 0
+        self.last_error = ""
+        self._read_ok_at: Optional[float] = None
 
     def current(self) -> Optional[PinnedKeys]:
         """The keys, read again first when stale; None when they cannot be read."""
@@ -185,15 +190,35 @@ class PinnedSet:
             if self._failing:
                 self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
             self._failing = False
+            self.ok_reads += 1
+            self._read_ok_at = self._clock()
         self._read_at = self._clock()
 
     def _failed(self, err: Exception) -> None:
         self.failures += 1
+        self.last_error = str(err) or type(err).__name__
         self._keys = None
         self._close_node()
         if not self._failing:
             self._log("error", "cannot read pins; answers pass through unchanged", error=str(err))
         self._failing = True
+
+    # -- read by /readyz and scrapes, never reading anything themselves ----------------------
+
+    @property
+    def latest(self) -> Optional[PinnedKeys]:
+        """The keys as last read; None while unreadable or before the first read."""
+        return self._keys
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last read failed (answers pass through unchanged until one succeeds)."""
+        return self._failing
+
+    def age(self) -> Optional[float]:
+        """Seconds since the last read that succeeded; None before the first."""
+        read_at = self._read_ok_at
+        return None if read_at is None else max(0.0, self._clock() - read_at)
 
     def _close_node(self) -> None:
         if self._node is not None:
@@ -229,6 +254,7 @@ class Forwarder:
         import grpc
 
         method = details.method
+        STATS.calls[METHOD_LABELS.get(method, OTHER_METHOD)] += 1
         kind = STREAMING.get(method, UNARY_UNARY)
         if kind == UNARY_STREAM:
             return grpc.unary_stream_rpc_method_handler(lambda req, ctx: self._unary_stream(method, req, ctx))
@@ -253,10 +279,12 @@ class Forwarder:
     def _with_pins(self, method: str, reply: bytes) -> bytes:
         keys = self.pins.current()
         if not keys:
+            STATS.passed_through[PINS_UNREADABLE] += keys is None  # None: unreadable; empty: none to add
             return reply
         try:
             return rewrite(method, reply, keys)
         except Exception as err:  # noqa: BLE001 - an answer pinctl cannot read still goes back as it came
+            STATS.passed_through[ANSWER_UNREADABLE] += 1
             self.log("error", "cannot read the runtime's answer; passed through unchanged", method=method,
                      error=str(err))
             return reply
@@ -314,6 +342,7 @@ def _call_options(context: grpc.ServicerContext) -> dict[str, Any]:
 def _abort(context: grpc.ServicerContext, err: grpc.RpcError) -> NoReturn:
     """End the call with the upstream's own status code and message."""
     call: Any = err
+    STATS.upstream_errors[call.code().name] += 1
     trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
     if trailing:
         context.set_trailing_metadata([(k, v) for k, v in trailing if not k.startswith("grpc-")])
@@ -369,6 +398,7 @@ class Proxy:
         self.log = log
         self.channel = grpc.insecure_channel(f"unix://{os.path.abspath(upstream)}", options=CHANNEL_OPTIONS)
         self._runtime_name: Optional[str] = None
+        self.runtime: Optional[tuple[str, str]] = None  # the runtime's name and version, once asked
         self.pins = PinnedSet(load, self.runtime_name, log, refresh_seconds)
         self.forwarder = Forwarder(self.channel, self.pins, log)
         self._stop = threading.Event()
@@ -384,6 +414,7 @@ class Proxy:
             reply = cri_pb2.VersionResponse.FromString(call(cri_pb2.VersionRequest(version="v1").SerializeToString(),
                                                             timeout=5.0))
             self._runtime_name = reply.runtime_name
+            self.runtime = (reply.runtime_name, reply.runtime_version)
         return self._runtime_name
 
     def start(self) -> None:
@@ -409,6 +440,17 @@ class Proxy:
         server.start()
         self._server = server
         self.log("info", "serving the CRI", listen=self.listen, upstream=self.upstream)
+
+    def running(self) -> bool:
+        return self._server is not None and not self._stop.is_set()
+
+    def socket_is_ours(self) -> bool:
+        """Whether --listen is still the socket this proxy made (not removed, not replaced)."""
+        try:
+            info = os.stat(self.listen)
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) == self._inode
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
