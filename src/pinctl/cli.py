@@ -616,7 +616,7 @@ def _check_textfile(path: str, refs: Sequence[str] = ()) -> None:
 
 
 @cli.command("cri-proxy", epilog="Exit codes: 0 stopped by SIGTERM or SIGINT, 1 error, 2 usage or config error "
-                                   "(no --runtime-endpoint, --listen in use).")
+                                   "(no --runtime-endpoint, --listen or --metrics-address in use).")
 @click.option("--listen", metavar="SOCKET", required=True, type=click.Path(dir_okay=False),
               help="Serve the CRI on this unix socket (mode 0660), e.g. /run/pinctl/cri-proxy.sock; point the "
                    "kubelet's --container-runtime-endpoint at it. A stale socket there is replaced.")
@@ -637,9 +637,11 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
     sandbox image), so runtimes that ignore the label keep them too. Nothing is ever unpinned.
     The pins are read again at most every 2 seconds, when an image call comes; if they cannot
     be read, answers pass through unchanged. SIGHUP reloads the config; SIGTERM stops it.
+    --metrics-address serves Prometheus metrics, /healthz and /readyz (ready while the pins
+    can be read).
     """
     from pinctl.backends.cri import socket_path
-    from pinctl.service import criproxy, crirelay, watch
+    from pinctl.service import criproxy, crirelay, proxystats, watch
 
     relay_binary = crirelay.find_relay(relay)
     cfg = load_config(ctx)
@@ -655,7 +657,9 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
         return criproxy.ProxySetup(lambda: open_node(fresh), load_policy(fresh),
                                    fresh.settings.docker_pinned_image_labels)
 
-    return criproxy.Proxy(listen, socket_path(endpoint), load, log, relay=relay_binary).run()
+    proxy = criproxy.Proxy(listen, socket_path(endpoint), load, log, relay=relay_binary)
+    with proxystats.metrics_served(cfg.settings.metrics_address, cfg.sources.get("metrics_address", ""), proxy, log):
+        return proxy.run()
 
 
 @cli.command("namespaces", epilog=EXIT_CODES_HELP)

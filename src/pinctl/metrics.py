@@ -1,5 +1,5 @@
-"""Prometheus exposition: the metrics of sync --watch over HTTP (/metrics, /healthz, /readyz), and
-the textfiles of check and gc plan for node_exporter's textfile collector.
+"""Prometheus exposition: the metrics of sync --watch and of cri-proxy over HTTP (/metrics,
+/healthz, /readyz), and the textfiles of check and gc plan for node_exporter's textfile collector.
 
 The prometheus_client library writes the text (and OpenMetrics) formats; it is imported here only,
 and this module only by the commands that export. Every metric is declared once in METRICS: the
@@ -31,10 +31,12 @@ if TYPE_CHECKING:
     from pinctl.service.gc import GcReport
     from pinctl.service.figures import CheckFigures, Figures, GcFigures, NodeFigures, Runtime
     from pinctl.service.monitor import Checker, Verdict, WatchState
+    from pinctl.service.proxystats import ProxyFigures
 
 Kind = Literal["counter", "gauge", "info"]
-# Which figures a metric comes from: the watcher's own counters, the listing, the CRI check, the GC model.
-Group = Literal["watch", "node", "check", "gc", "info"]
+# Which figures a metric comes from: the watcher's own counters, the listing, the CRI check, the GC model,
+# cri-proxy's counters.
+Group = Literal["watch", "node", "check", "gc", "info", "proxy"]
 EXAMPLE_ADDRESS = "127.0.0.1:9736"
 ADDRESS_HINT = f"give HOST:PORT, e.g. {EXAMPLE_ADDRESS}, [::1]:9736 or :9736 for every interface"
 
@@ -99,6 +101,23 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("pinctl_gc_at_risk_deleted_images", "gauge", "gc", "Images at risk that the kubelet's next image "
                "GC run deletes at today's usage."),
     MetricSpec("pinctl_last_gc_plan_timestamp_seconds", "gauge", "gc", "When the GC model last ran."),
+    MetricSpec("pinctl_cri_proxy_ready", "gauge", "proxy", "1 when cri-proxy's /readyz answers 200: it serves its "
+               "socket and the last read of the pins succeeded."),
+    MetricSpec("pinctl_cri_proxy_calls_total", "counter", "proxy", "CRI calls cri-proxy received and forwarded to "
+               "the runtime, by runtime.v1 method (other: any other name).", ("method",)),
+    MetricSpec("pinctl_cri_proxy_upstream_errors_total", "counter", "proxy", "Forwarded calls the runtime answered "
+               "with an error, or did not answer (UNAVAILABLE), by gRPC status code.", ("code",)),
+    MetricSpec("pinctl_cri_proxy_pin_reads_total", "counter", "proxy", "Reads of the pins (labels, policy, Docker) "
+               "by result; a read happens when an image call finds them older than 2 s.", ("result",)),
+    MetricSpec("pinctl_cri_proxy_passed_through_total", "counter", "proxy", "Image answers (ListImages, "
+               "ImageStatus) passed through without pinctl's pins, by reason.", ("reason",)),
+    MetricSpec("pinctl_cri_proxy_images_marked_total", "counter", "proxy", "Images cri-proxy reported pinned in "
+               "answers where the runtime did not."),
+    MetricSpec("pinctl_cri_proxy_pinned_keys", "gauge", "proxy", "The pinned set as last read: the wanted images' "
+               "IDs, and their references and digests (matched when the runtime's ID is one pinctl lacks).",
+               ("kind",)),
+    MetricSpec("pinctl_cri_proxy_pins_age_seconds", "gauge", "proxy", "Seconds since the pins were last read "
+               "successfully."),
 )
 SPECS = {spec.name: spec for spec in METRICS}
 
@@ -195,6 +214,23 @@ def watch_families(state: WatchState) -> list[Metric]:
     return found
 
 
+def proxy_families(found: ProxyFigures) -> list[Metric]:
+    families = [
+        _one("pinctl_cri_proxy_ready", float(found.ready)),
+        _family("pinctl_cri_proxy_calls_total", [((method,), n) for method, n in found.calls.items()]),
+        _family("pinctl_cri_proxy_upstream_errors_total", [((code,), n) for code, n in found.upstream_errors.items()]),
+        _family("pinctl_cri_proxy_pin_reads_total", [((result,), n) for result, n in found.pin_reads.items()]),
+        _family("pinctl_cri_proxy_passed_through_total", [((why,), n) for why, n in found.passed_through.items()]),
+        _one("pinctl_cri_proxy_images_marked_total", found.images_marked),
+    ]
+    if found.pinned_keys is not None:
+        keys = found.pinned_keys
+        families.append(_family("pinctl_cri_proxy_pinned_keys", [((kind,), n) for kind, n in keys.items()]))
+    if found.pins_age is not None:
+        families.append(_one("pinctl_cri_proxy_pins_age_seconds", found.pins_age))
+    return families
+
+
 class FamiliesCollector(Collector):
     """A collector whose families are worked out at each scrape from state already in memory."""
 
@@ -220,6 +256,14 @@ def watcher_registry(state: WatchState, checker: Optional[Checker]) -> Collector
         if latest is not None:
             found += figure_families(latest)
         return found
+
+    return registry_of(families)
+
+
+def proxy_registry(figures: Callable[[], ProxyFigures]) -> CollectorRegistry:
+    def families() -> list[Metric]:
+        found = figures()
+        return info_families(found.runtime) + proxy_families(found)
 
     return registry_of(families)
 
@@ -297,7 +341,7 @@ def _discard(path: str) -> None:
         pass
 
 
-# -- the HTTP endpoint of sync --watch -----------------------------------------------------------
+# -- the HTTP endpoint of sync --watch and cri-proxy -------------------------------------------------
 
 
 def parse_address(text: str, source: str = "") -> tuple[str, int]:
@@ -339,7 +383,7 @@ class _Handler(BaseHTTPRequestHandler):
             verdict = (self.server.health if path == "/healthz" else self.server.ready)()
             self._send(200 if verdict.ok else 503, f"{'ok' if verdict.ok else 'not ok'}: {verdict.reason}\n".encode())
         elif path == "/":
-            self._send(200, b"pinctl sync --watch: /metrics /healthz /readyz\n")
+            self._send(200, f"{self.server.title}: /metrics /healthz /readyz\n".encode())
         else:
             self._send(404, b"not found: /metrics /healthz /readyz\n")
 
@@ -359,22 +403,23 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], family: int, registry: CollectorRegistry,
-                 health: Callable[[], Verdict], ready: Callable[[], Verdict]) -> None:
+                 health: Callable[[], Verdict], ready: Callable[[], Verdict], title: str) -> None:
         self.address_family = family
-        self.registry, self.health, self.ready = registry, health, ready
+        self.registry, self.health, self.ready, self.title = registry, health, ready, title
         super().__init__(address, _Handler)
 
 
 class MetricsServer:
     """/metrics, /healthz and /readyz on one address, served by threads of their own. The
-    address is bound when this is made, so a bad one fails before the watcher starts."""
+    address is bound when this is made, so a bad one fails before the watcher or proxy starts.
+    title names the command on /."""
 
-    def __init__(self, address: str, source: str, registry: CollectorRegistry,
-                 health: Callable[[], Verdict], ready: Callable[[], Verdict]) -> None:
+    def __init__(self, address: str, source: str, registry: CollectorRegistry, health: Callable[[], Verdict],
+                 ready: Callable[[], Verdict], title: str = "pinctl sync --watch") -> None:
         host, port = parse_address(address, source)
         family, bind_to = _resolve(address, host, port)
         try:
-            self._server = _Server(bind_to, family, registry, health, ready)
+            self._server = _Server(bind_to, family, registry, health, ready, title)
         except OSError as err:
             raise UsageError(f"cannot serve metrics on {address}: {_bind_error(err)}",
                              "pick another --metrics-address") from None

@@ -102,10 +102,11 @@ class Settings:
         (), help='Docker labels ("key=value" or "key") that pin an image.', example=("team.example/keep=true",),
         item_check=_is_label, item_form='"key=value" or "key"')
     metrics_address: Optional[str] = setting(
-        None, help="HOST:PORT where sync --watch serves /metrics, /healthz and /readyz; unset: not served.",
+        None, help="HOST:PORT where sync --watch or cri-proxy serves /metrics, /healthz and /readyz; unset: not "
+                   "served.",
         example="127.0.0.1:9736", env="PINCTL_METRICS_ADDRESS", flag="--metrics-address", metavar="HOST:PORT",
         flag_help="Serve Prometheus metrics (/metrics), /healthz and /readyz on HOST:PORT; an empty HOST is "
-                  "every interface (sync --watch).",
+                  "every interface (sync --watch, cri-proxy).",
         default_text="not served")
 
 

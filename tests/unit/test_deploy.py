@@ -279,9 +279,9 @@ def test_unit_systemd_analyze_security(tmp_path: pathlib.Path) -> None:
     assert float(found.group(1)) <= 2.0, proc.stdout
 
 
-# The proxy's hardening: the sync unit's, but no IP at all (no metrics port) and its own network.
-PROXY_HARDENING = {**{k: v for k, v in HARDENING.items() if k != "IPAddressAllow"}, "PrivateNetwork": "yes",
-                   "RestrictAddressFamilies": "AF_UNIX"}
+# The proxy's hardening: the sync unit's, IP on loopback only included (its metrics port).
+PROXY_HARDENING = HARDENING
+PROXY_METRICS_PORT = 9737  # beside the sync unit's 9736: both may run on one node
 
 
 def check_proxy_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[list[str]], Parsed]) -> None:
@@ -292,7 +292,7 @@ def check_proxy_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[lis
 
     for key, wanted in PROXY_HARDENING.items():
         assert service.get(key) == [wanted], f"{key}= is {service.get(key)}, wanted {wanted!r}"
-    assert get("IPAddressAllow") is None, "the proxy speaks no IP: nothing to allow"
+    assert get("PrivateNetwork") in (None, "no"), "PrivateNetwork= hides the metrics port in a loopback of its own"
     for key in ("User", "DynamicUser", "PrivateUsers", "AmbientCapabilities"):
         assert get(key) in (None, "", "no", "root", "0"), f"{key}={get(key)}: pinctl must run as uid 0"
     (start,) = service.get("ExecStart", [None])
@@ -305,6 +305,9 @@ def check_proxy_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[lis
     listen = parsed.option("--listen")
     upstream = parsed.option("--runtime-endpoint")
     assert listen and upstream, "cri-proxy needs --listen and --runtime-endpoint"
+    assert metrics_address(parsed) in [(host, PROXY_METRICS_PORT) for host in LOOPBACK], (
+        f"--metrics-address {parsed.option('--metrics-address')}: the proxy serves metrics on loopback port "
+        f"{PROXY_METRICS_PORT}")
     writable = unit_paths(service.get("ReadWritePaths", []))
     assert os.path.dirname(listen) in writable, f"the proxy cannot create {listen}: not in ReadWritePaths={writable}"
     runtime_dirs = ["/run/" + d for d in " ".join(service.get("RuntimeDirectory", [])).split()]
@@ -354,14 +357,17 @@ def test_proxy_unit_systemd_analyze_security(tmp_path: pathlib.Path) -> None:
     ("RuntimeDirectory=pinctl\n", ""),
     ("ReadWritePaths=/run/pinctl ", "ReadWritePaths="),
     ("-/run/containerd/containerd.sock", "-/run/k3s/containerd/containerd.sock"),
-    ("PrivateNetwork=yes", "PrivateNetwork=no"),
-    ("RestrictAddressFamilies=AF_UNIX", "RestrictAddressFamilies=AF_UNIX AF_INET"),
+    ("IPAddressAllow=localhost\n", "IPAddressAllow=localhost\nPrivateNetwork=yes\n"),
+    ("RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "RestrictAddressFamilies=AF_UNIX"),
     ("MemoryDenyWriteExecute=yes\n", ""),
     ("cri-proxy --listen", "cri-proxy --lisen"),
     ("RestartSec=1s", "RestartSec=30s"),
-    ("IPAddressDeny=any\n", "IPAddressDeny=any\nIPAddressAllow=localhost\n"),
-], ids=["no-before-kubelet", "no-runtime-dir", "socket-dir-ro", "upstream-ro", "network", "inet", "mdwe", "typo",
-        "slow-restart", "ip-allowed"])
+    ("IPAddressAllow=localhost\n", "IPAddressAllow=any\n"),
+    ("--metrics-address 127.0.0.1:9737", "--metrics-address 0.0.0.0:9737"),
+    (" --metrics-address 127.0.0.1:9737", ""),
+    ("--metrics-address 127.0.0.1:9737", "--metrics-address 127.0.0.1:9736"),
+], ids=["no-before-kubelet", "no-runtime-dir", "socket-dir-ro", "upstream-ro", "private-network", "no-inet", "mdwe",
+        "typo", "slow-restart", "ip-allow-any", "metrics-everywhere", "no-metrics", "sync-port"])
 def test_proxy_unit_check_fails(edit: tuple[str, str], parse: Callable[[list[str]], Parsed]) -> None:
     text = PROXY_UNIT.read_text()
     assert edit[0] in text
@@ -800,7 +806,7 @@ def test_namespace_check_fails() -> None:
 MONITORING = KUBE / "monitoring"
 # What the alert rules must watch for (issue 13), by alert name.
 ALERTS = {"PinctlWatcherNotReady", "PinctlWantedImageAtRisk", "PinctlWantedImageDeletedNextGc", "PinctlCriMismatch",
-          "PinctlSyncErrors"}
+          "PinctlSyncErrors", "PinctlCriProxyNotReady"}
 
 
 def monitoring_manifests() -> dict[str, list[dict[str, Any]]]:
@@ -937,6 +943,15 @@ ALERT_TESTS: list[dict[str, Any]] = [
                          {"eval_time": "30m", "alertname": "PinctlSyncErrors",
                           "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
                                                          "instance": "10.0.0.1:9736"}}]}]},
+    # Pins unreadable for 5 minutes, then readable (n2): no alert; for 12 minutes and on (n1): one.
+    {"interval": "1m",
+     "input_series": [{"series": 'pinctl_cri_proxy_ready{node="n1", instance="10.0.0.1:9737"}', "values": "1 1 0x30"},
+                      {"series": 'pinctl_cri_proxy_ready{node="n2", instance="10.0.0.2:9737"}',
+                       "values": "1 1 0x4 1x26"}],
+     "alert_rule_test": [{"eval_time": "10m", "alertname": "PinctlCriProxyNotReady", "exp_alerts": []},
+                         {"eval_time": "14m", "alertname": "PinctlCriProxyNotReady",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9737"}}]}]},
 ]
 
 

@@ -21,7 +21,7 @@ from pinctl import metrics
 from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.errors import EngineUnreachable, PinctlError, UsageError
 from pinctl.model import ItemResult, PIN_LABEL, Reason
-from pinctl.service import check, figures, monitor
+from pinctl.service import check, figures, monitor, proxystats
 from pinctl.service.policy import Policy
 from pinctl.service.sources import ContainerdSource, Node
 
@@ -314,7 +314,10 @@ def test_readme_lists_every_metric_with_its_type_and_labels() -> None:
 def test_readme_lists_the_label_values_the_code_has() -> None:
     rows = readme_table("metric")
     values = {"pinctl_sync_errors_total": monitor.SYNC_ERRORS, "pinctl_check_errors_total": monitor.CHECK_ERRORS,
-              "pinctl_cri_mismatches": check.MISMATCHES, "pinctl_drift_references": figures.DRIFTS}
+              "pinctl_cri_mismatches": check.MISMATCHES, "pinctl_drift_references": figures.DRIFTS,
+              "pinctl_cri_proxy_pin_reads_total": proxystats.READ_RESULTS,
+              "pinctl_cri_proxy_passed_through_total": proxystats.PASSED_THROUGH,
+              "pinctl_cri_proxy_pinned_keys": proxystats.KEY_KINDS}
     for name, wanted in values.items():
         listed = re.findall(r"`([a-z-]+)`", rows[name][1].split(":", 1)[1])
         assert listed == list(wanted), name

@@ -22,14 +22,16 @@ import stat
 import threading
 import time
 from concurrent import futures
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional, Sequence
 
 from pinctl.errors import PinctlError, UsageError
 from pinctl.model import REASON_DOCKER_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, ImageRow
 from pinctl.service.namespaces import CRI_NAMESPACE, DOCKER_NAMESPACE
+from pinctl.service.proxystats import (ANSWER_UNREADABLE, METHOD_LABELS, OTHER_METHOD, PINS_UNREADABLE, STATS,
+                                      ProxyStats)
 
 if TYPE_CHECKING:
     import grpc
@@ -127,6 +129,7 @@ def mark_pinned(images: Any, keys: PinnedKeys) -> int:
                 not names.isdisjoint(image.repo_tags) or not names.isdisjoint(image.repo_digests))):
             image.pinned = True
             changed += 1
+    STATS.images_marked += changed
     return changed
 
 
@@ -192,6 +195,9 @@ class PinnedSet:
         self._failing = False
         self.reads = 0
         self.failures = 0
+        self.ok_reads = 0
+        self.last_error = ""
+        self._read_ok_at: Optional[float] = None
 
     def current(self) -> Optional[PinnedKeys]:
         """The keys, read again first when stale; None when they cannot be read."""
@@ -229,15 +235,35 @@ class PinnedSet:
             if self._failing:
                 self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
             self._failing = False
+            self.ok_reads += 1
+            self._read_ok_at = self._clock()
         self._read_at = self._clock()
 
     def _failed(self, err: Exception) -> None:
         self.failures += 1
+        self.last_error = str(err) or type(err).__name__
         self._keys = None
         self._close_node()
         if not self._failing:
             self._log("error", "cannot read pins; answers pass through unchanged", error=str(err))
         self._failing = True
+
+    # -- read by /readyz and scrapes, never reading anything themselves ----------------------
+
+    @property
+    def latest(self) -> Optional[PinnedKeys]:
+        """The keys as last read; None while unreadable or before the first read."""
+        return self._keys
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last read failed (answers pass through unchanged until one succeeds)."""
+        return self._failing
+
+    def age(self) -> Optional[float]:
+        """Seconds since the last read that succeeded; None before the first."""
+        read_at = self._read_ok_at
+        return None if read_at is None else max(0.0, self._clock() - read_at)
 
     def _close_node(self) -> None:
         if self._node is not None:
@@ -273,6 +299,7 @@ class Forwarder:
         import grpc
 
         method = details.method
+        STATS.calls[METHOD_LABELS.get(method, OTHER_METHOD)] += 1
         kind = STREAMING.get(method, UNARY_UNARY)
         if kind == UNARY_STREAM:
             return grpc.unary_stream_rpc_method_handler(lambda req, ctx: self._unary_stream(method, req, ctx))
@@ -297,10 +324,12 @@ class Forwarder:
     def _with_pins(self, method: str, reply: bytes) -> bytes:
         keys = self.pins.current()
         if not keys:
+            STATS.passed_through[PINS_UNREADABLE] += keys is None  # None: unreadable; empty: none to add
             return reply
         try:
             return rewrite(method, reply, keys)
         except Exception as err:  # noqa: BLE001 - an answer pinctl cannot read still goes back as it came
+            STATS.passed_through[ANSWER_UNREADABLE] += 1
             self.log("error", "cannot read the runtime's answer; passed through unchanged", method=method,
                      error=str(err))
             return reply
@@ -358,6 +387,7 @@ def _call_options(context: grpc.ServicerContext) -> dict[str, Any]:
 def _abort(context: grpc.ServicerContext, err: grpc.RpcError) -> NoReturn:
     """End the call with the upstream's own status code and message."""
     call: Any = err
+    STATS.upstream_errors[call.code().name] += 1
     trailing = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
     if trailing:
         context.set_trailing_metadata([(k, v) for k, v in trailing if not k.startswith("grpc-")])
@@ -413,6 +443,7 @@ class Proxy:
         self.log = log
         self.channel = grpc.insecure_channel(f"unix://{os.path.abspath(upstream)}", options=CHANNEL_OPTIONS)
         self._runtime_name: Optional[str] = None
+        self.runtime: Optional[tuple[str, str]] = None  # the runtime's name and version, once asked
         self.relay_binary = relay
         # The relay keeps the pins for refresh_seconds itself, and asks for them when stale.
         self.pins = PinnedSet(load, self.runtime_name, log, 0.0 if relay else refresh_seconds)
@@ -421,6 +452,7 @@ class Proxy:
         self._stop = threading.Event()
         self._server: Optional[grpc.Server] = None
         self._relay: Optional[Relay] = None
+        self._relay_counted = ProxyStats()
         self._inode: Optional[tuple[int, int]] = None
 
     def runtime_name(self) -> str:
@@ -432,6 +464,7 @@ class Proxy:
             reply = cri_pb2.VersionResponse.FromString(call(cri_pb2.VersionRequest(version="v1").SerializeToString(),
                                                             timeout=5.0))
             self._runtime_name = reply.runtime_name
+            self.runtime = (reply.runtime_name, reply.runtime_version)
         return self._runtime_name
 
     def start(self) -> None:
@@ -476,6 +509,30 @@ class Proxy:
                              "check that its directory exists and is writable")
         server.start()
         self._server = server
+
+    def running(self) -> bool:
+        serving = self._server is not None or (self._relay is not None and self._relay.exited() is None)
+        return serving and not self._stop.is_set()
+
+    def call_stats(self) -> ProxyStats:
+        """The calls counted so far: here, or by the relay (since it started; None from a relay
+        that does not answer within 2 s gives the last figures it gave)."""
+        from pinctl.service.proxystats import relay_stats
+
+        if self._relay is None:
+            return STATS
+        counted = self._relay.stats()
+        if counted is not None:
+            self._relay_counted = relay_stats(counted)
+        return self._relay_counted
+
+    def socket_is_ours(self) -> bool:
+        """Whether --listen is still the socket this proxy made (not removed, not replaced)."""
+        try:
+            info = os.stat(self.listen)
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) == self._inode
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
