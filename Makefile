@@ -18,7 +18,7 @@ MANDIR ?= $(datadir)/man
 MAN8 = $(wildcard man/*.8)
 MAN5 = $(wildcard man/*.5)
 
-.PHONY: all generate check install install-completions install-man uninstall
+.PHONY: all generate check install install-completions install-man install-relay relay uninstall
 
 all: check
 
@@ -32,6 +32,16 @@ check:
 
 install: install-completions install-man
 
+# cri-proxy's compiled relay (Go): needs golang-go and golang-google-grpc-dev. Kept out of
+# `install`, which needs no compiler; `pinctl cri-proxy` finds the relay on PATH.
+bindir ?= $(PREFIX)/bin
+relay:
+	scripts/build-relay build/pinctl-cri-relay
+
+install-relay: relay
+	$(INSTALL) -d $(DESTDIR)$(bindir)
+	$(INSTALL) -m 755 build/pinctl-cri-relay $(DESTDIR)$(bindir)/pinctl-cri-relay
+
 install-completions:
 	$(INSTALL) -d $(DESTDIR)$(BASH_COMPLETION_DIR) $(DESTDIR)$(ZSH_COMPLETION_DIR) $(DESTDIR)$(FISH_COMPLETION_DIR)
 	$(INSTALL) -m 644 completions/bash/pinctl $(DESTDIR)$(BASH_COMPLETION_DIR)/pinctl
@@ -44,6 +54,7 @@ install-man:
 	$(INSTALL) -m 644 $(MAN5) $(DESTDIR)$(MANDIR)/man5/
 
 uninstall:
+	rm -f $(DESTDIR)$(bindir)/pinctl-cri-relay
 	rm -f $(DESTDIR)$(BASH_COMPLETION_DIR)/pinctl $(DESTDIR)$(ZSH_COMPLETION_DIR)/_pinctl \
 		$(DESTDIR)$(FISH_COMPLETION_DIR)/pinctl.fish
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(MAN8))) \
