@@ -482,6 +482,10 @@ class Proxy:
     def _start_relay(self, binary: str) -> None:
         from pinctl.service.crirelay import Relay
 
+        directory = os.path.dirname(self.listen)
+        if not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
+            raise UsageError(f"--listen {self.listen}: cannot listen there",
+                             "check that its directory exists and is writable")
         self._relay = Relay(binary, self.listen, self.upstream, self._pins_for_relay, self.log, self.refresh_seconds)
         self._relay.start()
 

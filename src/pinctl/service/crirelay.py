@@ -75,9 +75,11 @@ class Relay:
                                       start_new_session=True)  # a terminal's ^C goes to pinctl, which stops it
         proc = self._proc
         threading.Thread(target=self._read, args=(proc,), name="cri-relay-reader", daemon=True).start()
+        # The reader sets ready on the relay's "ready", or when its stdout ends (it exited).
         if not self._ready.wait(READY_SECONDS) or proc.poll() is not None:
             self.stop()
-            raise RelayFailed(f"{self.binary} did not start serving (exit code {proc.poll()}); its error is above")
+            raise RelayFailed(f"{self.binary} did not start serving (exit code {self._exit_code}; its own message, "
+                              "if any, is above)", "run it with --relay python to forward in Python meanwhile")
 
     def exited(self) -> Optional[int]:
         """The relay's exit code once it has stopped, else None."""
@@ -136,6 +138,8 @@ class Relay:
                 self.log("error", "unreadable message from the relay", line=line[:200].decode(errors="replace"))
                 continue
             self._dispatch(message)
+        proc.wait()
+        self._ready.set()  # a start waiting for "ready" learns that none will come
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
