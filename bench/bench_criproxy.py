@@ -34,7 +34,7 @@ WAYS = ("direct", "relay", "python")
 
 
 def round_robin(addresses: list[str], method: str, rounds: int, warm_up: int = 100) -> list[list[float]]:
-    """Seconds per call for each address, one call to each in turn per round, after warm_up calls."""
+    """Seconds per call for each address, one call to each per round, after warm_up calls."""
     channels = [grpc.insecure_channel(f"unix://{address}") for address in addresses]
     try:
         calls = [channel.unary_unary(method) for channel in channels]
@@ -42,11 +42,13 @@ def round_robin(addresses: list[str], method: str, rounds: int, warm_up: int = 1
             for _ in range(warm_up):
                 call(b"", timeout=30)
         found: list[list[float]] = [[] for _ in calls]
-        for _ in range(rounds):
-            for call, times in zip(calls, found):
+        for turn in range(rounds):
+            # Each round starts with the next address: none always follows the same one.
+            first = turn % len(calls)
+            for index in [*range(first, len(calls)), *range(first)]:
                 start = time.perf_counter()
-                call(b"", timeout=30)
-                times.append(time.perf_counter() - start)
+                calls[index](b"", timeout=30)
+                found[index].append(time.perf_counter() - start)
         return found
     finally:
         for channel in channels:

@@ -19,8 +19,6 @@ import (
 
 const (
 	messageBytes = 64 << 20
-	windowBytes  = 4 << 20
-	bufferBytes  = 256 << 10
 	socketMode   = 0o660
 	stopGrace    = 2 * time.Second
 )
@@ -51,10 +49,6 @@ func run(listen, upstream string, refresh, askTimeout time.Duration) error {
 		// Reconnect to a restarted runtime within a second, not gRPC's default of up to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
-		// A whole answer in one window and one read: no flow-control round trip to containerd
-		// in the middle of a ListImages.
-		grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
-		grpc.WithReadBufferSize(bufferBytes), grpc.WithWriteBufferSize(bufferBytes),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}),
 			grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
 	if err != nil {
@@ -66,8 +60,7 @@ func run(listen, upstream string, refresh, askTimeout time.Duration) error {
 	pins := newPinCache(ctl, refresh, askTimeout)
 	fw := &forwarder{upstream: conn, pins: pins, stats: stats, ctl: ctl}
 	server := grpc.NewServer(grpc.CustomCodec(rawCodec{}), grpc.UnknownServiceHandler(fw.handle),
-		grpc.MaxRecvMsgSize(messageBytes), grpc.MaxSendMsgSize(messageBytes),
-		grpc.ReadBufferSize(bufferBytes), grpc.WriteBufferSize(bufferBytes))
+		grpc.MaxRecvMsgSize(messageBytes), grpc.MaxSendMsgSize(messageBytes))
 
 	listener, identity, err := listenSocket(listen)
 	if err != nil {

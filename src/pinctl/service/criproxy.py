@@ -1,10 +1,12 @@
 """cri-proxy: the CRI, served on a socket of its own and forwarded to the real runtime, with one
 change: ListImages and ImageStatus report pinned=true for the images pinctl wants kept.
 
-Every call is forwarded by its method name as raw bytes, so methods added to the CRI later pass
-through untouched. Only the kind of a method (unary or streaming) cannot be told from its name:
-STREAMING lists runtime.v1's streaming methods, and everything else is forwarded as unary. A
-new streaming method needs one entry there.
+Two data paths, one behaviour. By default pinctl-cri-relay (cri-relay/, Go; crirelay.py runs it)
+serves the socket and forwards, and this process reads the pins it asks for. With --relay python,
+or when the relay is not installed, the Forwarder here does it: every call is forwarded by its
+method name as raw bytes, so methods added to the CRI later pass through untouched. Only the
+kind of a method (unary or streaming) cannot be told from its name: STREAMING lists runtime.v1's
+streaming methods, and everything else is forwarded as unary. (The relay needs no such list.)
 
 The pinned set is a short cache (PinnedSet): read from the label store, the policy and Docker
 when an image call finds it older than REFRESH_SECONDS, by one caller while the others wait for
