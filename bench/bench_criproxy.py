@@ -3,10 +3,9 @@
 Added latency per unary call (p50 and p99 of 10,000 `Version` calls, direct against through
 the proxy) and `ListImages` with 1,000 images through the proxy against direct, for both ways
 of forwarding: the compiled relay (the default) and Python's gRPC (`--relay python`). Calls go
-round-robin (direct, relay, python, direct, ...) so that all three see the same machine; for
-ListImages, direct with one proxy at a time. The
-policy covers 111 of the images and nothing is labelled, so every ListImages answer gets 111
-pins added.
+round-robin, each round starting with the next address, so that all see the same machine; for
+ListImages, direct with one proxy at a time. The policy covers 111 of the images and nothing is
+labelled, so every ListImages answer gets 111 pins added.
 
 Run from the repository root, as root:  .venv/bin/python -m bench.bench_criproxy [--images 1000]
 """
