@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -48,7 +49,11 @@ type forwarder struct {
 func (fw *forwarder) handle(_ interface{}, in grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(in)
 	err := fw.forward(method, in)
-	fw.stats.call(method, status.Code(err))
+	code := status.Code(err)
+	if code == codes.Canceled && in.Context().Err() != nil {
+		code = codes.OK // the caller went away (a follower of GetContainerEvents): not the runtime's error
+	}
+	fw.stats.call(method, code)
 	return err
 }
 

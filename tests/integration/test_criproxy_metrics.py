@@ -24,7 +24,7 @@ from tests.harness import cri
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import assert_one_line_error
 from tests.integration.test_criproxy import (  # noqa: F401 - ctd16, forwarding, proxies are fixtures
-    LABELLED, POLICY_ONLY, VERSION, ProxyProcess, call_code, ctd16, forwarding, proxies, status_pinned,
+    EVENTS, LABELLED, POLICY_ONLY, VERSION, ProxyProcess, call_code, ctd16, forwarding, proxies, status_pinned,
 )
 from tests.integration.test_metrics import WAIT, Prometheus, free_port, http_get, series, tool
 
@@ -141,6 +141,26 @@ def lint(port: int) -> None:
     found = subprocess.run([tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True,
                            timeout=30)
     assert found.returncode == 0 and not found.stdout.strip() and not found.stderr.strip(), found.stdout + found.stderr
+
+
+def test_a_follower_that_goes_away_is_not_a_runtime_error(containerd17: ContainerdDaemon,
+                                                           proxies: Callable[..., ProxyProcess]) -> None:
+    """GetContainerEvents (containerd 1.7) followed, then cancelled by the caller: one call, and
+    no CANCELLED counted against the runtime."""
+    port = free_port()
+    proxy = proxies(containerd17, "--metrics-address", f"127.0.0.1:{port}")
+    with grpc.insecure_channel(f"unix://{proxy.path}") as channel:
+        follower = channel.unary_stream(EVENTS)(b"")
+        time.sleep(0.5)  # following: the call is open upstream
+        follower.cancel()
+    key = ("pinctl_cri_proxy_calls_total", (("method", "GetContainerEvents"),))
+    deadline = time.monotonic() + WAIT
+    while scrape(port).get(key) != 1:
+        assert time.monotonic() < deadline, scrape(port).get(key)
+        time.sleep(0.1)
+    errors = {labels: value for (name, labels), value in scrape(port).items()
+              if name == "pinctl_cri_proxy_upstream_errors_total" and value}
+    assert errors == {}, errors
 
 
 def test_a_runtime_that_stops_is_counted_as_unavailable(ctd16: ContainerdDaemon,
