@@ -386,3 +386,9 @@ def test_a_relay_that_is_not_one(ctd16: ContainerdDaemon, tmp_path: Path) -> Non
     assert failing.returncode == 1, failing.stderr
     assert "did not start serving" in failing.stderr and "Traceback" not in failing.stderr
     assert not os.path.exists(tmp_path / "b.sock")
+
+
+def test_a_listen_directory_that_is_missing(ctd16: ContainerdDaemon, forwarding: str, tmp_path: Path) -> None:
+    result = pinctl(ctd16, "cri-proxy", "--listen", str(tmp_path / "missing" / "cri.sock"),
+                    "-r", f"unix://{ctd16.address}", "--relay", forwarding)
+    assert_one_line_error(result, 2, "--listen", "cannot listen there")

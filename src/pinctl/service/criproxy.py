@@ -470,6 +470,12 @@ class Proxy:
         return self._runtime_name
 
     def start(self) -> None:
+        # Checked here, for both paths: a failed bind is logged by gRPC's core on stderr, or
+        # ends the relay, before either says why.
+        directory = os.path.dirname(self.listen)
+        if not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
+            raise UsageError(f"--listen {self.listen}: cannot listen there",
+                             "check that its directory exists and is writable")
         claim_socket(self.listen)
         if self.relay_binary:
             self._start_relay(self.relay_binary)
@@ -484,10 +490,6 @@ class Proxy:
     def _start_relay(self, binary: str) -> None:
         from pinctl.service.crirelay import Relay
 
-        directory = os.path.dirname(self.listen)
-        if not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
-            raise UsageError(f"--listen {self.listen}: cannot listen there",
-                             "check that its directory exists and is writable")
         self._relay = Relay(binary, self.listen, self.upstream, self._pins_for_relay, self.log, self.refresh_seconds)
         self._relay.start()
 
