@@ -17,11 +17,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from bench.common import PINCTL, Row, report
+from bench.common import PINCTL, Row, report, timed
 from pinctl import config
 
 LOAD_GOAL_SECONDS = 0.2
@@ -97,12 +96,6 @@ def run(argv: Sequence[str], env: dict[str, str], codes: set[int]) -> None:
 def median(work: Callable[[], object], repeat: int) -> float:
     work()  # warm-up: imports, page cache
     return statistics.median(timed(work) for _ in range(repeat))
-
-
-def timed(work: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

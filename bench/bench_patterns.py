@@ -9,10 +9,9 @@ import argparse
 import random
 import statistics
 import sys
-import time
 from typing import Callable
 
-from bench.common import Row, report
+from bench.common import Row, report, timed
 from pinctl.patterns import Matcher, Pattern, matches, parse_pattern
 
 GOAL_SECONDS = 0.5
@@ -61,12 +60,6 @@ def bench_matcher(patterns: list[Pattern], names: list[str], repeat: int) -> Row
     peer = f"naive matches() loop, {len(sample)} patterns extrapolated to {len(patterns)}"
     name = f"Matcher.match, {len(patterns)} patterns x {len(names)} names"
     return (name, ours, peer, peer_time, f"< {GOAL_SECONDS:g} s", ours < GOAL_SECONDS)
-
-
-def timed(work: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

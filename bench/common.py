@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from tests.harness import images
 from tests.harness.containerd import ContainerdDaemon
@@ -33,6 +33,13 @@ def containerd_with_images(count: int, namespace: str = "k8s.io") -> Iterator[Co
             yield daemon
         finally:
             daemon.stop()
+
+
+def timed(work: Callable[[], object]) -> float:
+    """Seconds one call of work takes, in this process."""
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
 
 
 def run_once(argv: Sequence[str], env: Optional[dict[str, str]] = None, shell: bool = False) -> float:

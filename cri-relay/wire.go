@@ -124,7 +124,6 @@ func fields(msg []byte, visit func(f field)) error {
 // looking it up as string(id) in a map does not copy it.
 type image struct {
 	id     []byte
-	hasID  bool
 	pinned bool
 	msg    []byte
 }
@@ -134,7 +133,7 @@ func readImage(msg []byte) (image, error) {
 	err := fields(msg, func(f field) {
 		switch {
 		case f.number == fieldID && f.wireType == wireBytes:
-			img.id, img.hasID = f.payload, true
+			img.id = f.payload
 		case f.number == fieldPinned && f.wireType == wireVarint:
 			img.pinned = f.varint != 0
 		}

@@ -637,16 +637,9 @@ class ObservedImage:
 
 
 @dataclass(frozen=True)
-class ObservedContainer:
-    """A container as the runtime shows it (list entry plus status times)."""
+class ObservedContainer(GcContainer):
+    """A container as the runtime shows it: the list entry plus its status times."""
 
-    id: str
-    image_ref: str
-    state: ContainerState = "running"
-    image_id: str = ""
-    image: str = ""
-    name: str = ""
-    pod: str = ""
     created_at: Optional[datetime] = None
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None

@@ -12,6 +12,8 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
+from tests.harness import protowire
+
 # The only containerd namespace the CRI plugin (and so the kubelet) looks at.
 NAMESPACE = "k8s.io"
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
@@ -36,7 +38,7 @@ class CriImage:
 def list_images(address: str) -> list[CriImage]:
     """``ListImages`` against the CRI plugin listening on ``address`` (a unix socket path)."""
     payload = unary_call(address, LIST_IMAGES, b"")
-    return [_decode_image(raw) for field, raw in _fields(payload) if field == 1 and isinstance(raw, bytes)]
+    return [_decode_image(raw) for field, raw in protowire.decode(payload) if field == 1 and isinstance(raw, bytes)]
 
 
 def wait_for(
@@ -81,42 +83,10 @@ def unary_call(address: str, method: str, request: bytes) -> bytes:
     return reply
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
-    """Top-level protobuf fields as (number, int-or-bytes); fixed-width fields are skipped."""
-    pos = 0
-    result: list[tuple[int, int | bytes]] = []
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            result.append((number, value))
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            result.append((number, data[pos : pos + length]))
-            pos += length
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-        else:
-            raise CriError(f"unsupported protobuf wire type {wire}")
-    return result
-
-
 def _decode_image(raw: bytes) -> CriImage:
     strings: dict[int, list[str]] = {1: [], 2: [], 3: []}
     ints: dict[int, int] = {}
-    for number, value in _fields(raw):
+    for number, value in protowire.decode(raw):
         if isinstance(value, bytes) and number in strings:
             strings[number].append(value.decode())
         elif isinstance(value, int):

@@ -1,4 +1,5 @@
-"""Sockets that are not what pinctl expects, for the fault tests."""
+"""Fixtures the integration modules share: a containerd of a test's own, and sockets that are
+not what pinctl expects, for the fault tests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,18 @@ from pathlib import Path
 
 import grpc
 import pytest
+
+from tests.harness import images
+from tests.harness.containerd import ContainerdDaemon
+
+
+@pytest.fixture
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """A containerd 1.7 of the test's own, for tests that stop and start it (the session's are shared)."""
+    ctd = ContainerdDaemon("containerd-1.7", tmp_path_factory.mktemp("own-containerd")).start()
+    images.ensure_sandbox_image(ctd)
+    yield ctd
+    ctd.stop()
 
 
 @pytest.fixture

@@ -122,15 +122,6 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
 
 
 @pytest.fixture
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
-    """A containerd 1.7 of its own: this test stops and starts it."""
-    ctd = ContainerdDaemon("containerd-1.7", tmp_path_factory.mktemp("metrics")).start()
-    images.ensure_sandbox_image(ctd)
-    yield ctd
-    ctd.stop()
-
-
-@pytest.fixture
 def watcher(tmp_path: Path) -> Iterator[Callable[[ContainerdDaemon, str], WatchProcess]]:
     for start in watchers(tmp_path):
         yield lambda daemon, job: start(daemon, POLICY, "--metrics-address", f"127.0.0.1:{PORTS[job]}",

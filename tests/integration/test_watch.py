@@ -23,15 +23,6 @@ LoadImages = Callable[..., list[images.ImageInfo]]
 DEADLINE = 3.0  # generous for a loaded CI machine; bench/bench_watch.py measures the real latency
 
 
-@pytest.fixture
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
-    """A daemon of its own: these tests restart it."""
-    ctd = ContainerdDaemon("containerd-1.7", tmp_path_factory.mktemp("watch")).start()
-    images.ensure_sandbox_image(ctd)
-    yield ctd
-    ctd.stop()
-
-
 class WatchProcess:
     def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config), **(env or {})}
