@@ -490,14 +490,8 @@ class Proxy:
     def _start_relay(self, binary: str) -> None:
         from pinctl.service.crirelay import Relay
 
-        self._relay = Relay(binary, self.listen, self.upstream, self._pins_for_relay, self.log, self.refresh_seconds)
+        self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.refresh_seconds)
         self._relay.start()
-
-    def _pins_for_relay(self) -> Optional[dict[str, list[str]]]:
-        keys = self.pins.current()
-        if keys is None:
-            return None
-        return {"ids": sorted(keys.ids), "known_ids": sorted(keys.known_ids), "names": sorted(keys.names)}
 
     def _start_server(self) -> None:
         import grpc

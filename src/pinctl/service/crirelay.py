@@ -21,9 +21,12 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Any, Callable, Optional
+from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
 from pinctl.errors import RelayFailed, UsageError
+
+if TYPE_CHECKING:
+    from pinctl.service.criproxy import PinnedKeys
 
 RELAY_NAME = "pinctl-cri-relay"
 READY_SECONDS = 10.0
@@ -31,7 +34,7 @@ STOP_SECONDS = 5.0
 STATS_SECONDS = 2.0
 READER_NICENESS = 10
 Log = Callable[..., None]
-PinsAnswer = Callable[[], Optional[dict[str, Any]]]
+PinsAnswer = Callable[[], Optional["PinnedKeys"]]
 
 
 def find_relay(choice: str) -> Optional[str]:
@@ -60,7 +63,7 @@ class Relay:
         self.log = log
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._exit_code: Optional[int] = None
-        self._last_sent: Optional[dict[str, Any]] = None  # the pins the running relay has
+        self._last_sent: Optional[PinnedKeys] = None  # the pins the running relay has
         self._write_lock = threading.Lock()
         self._ready = threading.Event()
         self._stats: dict[int, dict[str, Any]] = {}
@@ -164,5 +167,7 @@ class Relay:
             # The relay keeps what it has: no set of 1,000 IDs to decode every 2 s.
             self._send({"type": "pins", "id": request_id, "ok": True, "same": True})
             return
-        self._send({"type": "pins", "id": request_id, "ok": keys is not None, **(keys or {})})
+        sets = {} if keys is None else {"ids": sorted(keys.ids), "known_ids": sorted(keys.known_ids),
+                                        "names": sorted(keys.names)}
+        self._send({"type": "pins", "id": request_id, "ok": keys is not None, **sets})
         self._last_sent = keys
