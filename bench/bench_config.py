@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from bench.common import PINCTL, Row, report, timed
-from pinctl import config
+from pinctl.config import loader as config
+from pinctl.config.files import toml_reader
 
 LOAD_GOAL_SECONDS = 0.2
 LINT_GOAL_SECONDS = 3.0
@@ -68,7 +69,7 @@ def make_pattern(rng: random.Random, number: int) -> str:
 
 
 def bench_load(path: str, count: int, repeat: int) -> Row:
-    toml = config.toml_reader()
+    toml = toml_reader()
     text = Path(path).read_text()
     loaded = config.load({}, {}, config_path=path)
     assert len(loaded.patterns) == count, len(loaded.patterns)

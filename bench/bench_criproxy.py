@@ -25,7 +25,7 @@ from pathlib import Path
 import grpc
 
 from bench.common import PINCTL, containerd_with_images
-from pinctl.service.crirelay import find_relay
+from pinctl.criproxy.relay import find_relay
 from tests.harness import cri
 
 VERSION = "/runtime.v1.RuntimeService/Version"

@@ -12,7 +12,7 @@ import sys
 from typing import Callable
 
 from bench.common import Row, report, timed
-from pinctl.patterns import Matcher, Pattern, matches, parse_pattern
+from pinctl.pins.patterns import Matcher, Pattern, matches, parse_pattern
 
 GOAL_SECONDS = 0.5
 PEER_SAMPLE = 100

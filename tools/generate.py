@@ -26,6 +26,7 @@ SRC = REPO / "src"
 PROTO_PACKAGE = Path("pinctl/proto")
 # The tree being generated from, whatever pinctl happens to be installed.
 sys.path.insert(0, str(SRC))
+sys.path.insert(1, str(REPO))  # tools.manpages and tools.readme, which stay out of the package
 
 COMPLETION_FILES = {"bash": Path("completions/bash/pinctl"), "zsh": Path("completions/zsh/_pinctl"),
                     "fish": Path("completions/fish/pinctl.fish")}
@@ -78,7 +79,7 @@ def generate_completions(out: Path) -> list[Path]:
 
 def generate_manpages(out: Path) -> list[Path]:
     """pinctl(8), a page per subcommand and pinctl.conf(5)."""
-    from pinctl import manpages
+    from tools import manpages
     from pinctl.cli import cli
 
     return [_write(out, MAN_DIR / name, text) for name, text in sorted(manpages.render_pages(cli).items())]
@@ -107,9 +108,9 @@ def generate_cli_doc(out: Path) -> list[Path]:
 
 def generate_readme(out: Path) -> list[Path]:
     """README.md with its tables of common options and config keys rewritten from the key table."""
-    from pinctl import readme
+    from tools import readme
     from pinctl.cli import cli
-    from pinctl.settings import KEYS
+    from pinctl.config.settings import KEYS
 
     text = (REPO / README).read_text(encoding="utf-8")
     try:

@@ -46,3 +46,12 @@ def _is_utf(encoding: str) -> bool:
         return codecs.lookup(encoding).name.startswith("utf")
     except LookupError:
         return False
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal, Optional
+from typing import Callable, Final, Literal, Optional
 
 PIN_LABEL = "io.cri-containerd.pinned"
 PIN_VALUE = "pinned"
@@ -12,6 +12,14 @@ MANAGED_LABEL = "io.pinctl.managed"
 MANAGED_VALUE = "true"
 
 LabelChange = dict[str, Optional[str]]
+# A log line of the long-running commands: log(level, message, **fields). render.log writes it.
+LogFn = Callable[..., None]
+
+# containerd's CRI plugin reads only this namespace; Docker's containerd image store uses the other.
+CRI_NAMESPACE = "k8s.io"
+DOCKER_NAMESPACE = "moby"
+DEFAULT_NAMESPACES = (CRI_NAMESPACE, DOCKER_NAMESPACE)
+ALL_NAMESPACES = "all"
 
 # -- closed vocabularies ----------------------------------------------------------------------
 # Each is a Literal type, so mypy refuses any other spelling, with one constant per value for

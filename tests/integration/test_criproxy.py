@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pinctl.service.crirelay import RELAY_NAME, find_relay
+from pinctl.criproxy.relay import RELAY_NAME, find_relay
 from tests.conftest import engine_unavailable
 from tests.harness import cri, images, pods
 from tests.harness.containerd import ContainerdDaemon

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import pytest
 
-from pinctl import gcmodel
+from pinctl.gc import model as gcmodel
 from tests.harness import cri, images, pods
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.docker import DockerDaemon, expected_id, load_images_docker, reset_docker
@@ -453,9 +453,9 @@ def test_prune_until_usage_stops_once_the_filesystem_is_there(pod_node: PodNode)
 def test_a_container_created_after_planning_protects_its_image(pod_node: PodNode) -> None:
     from pinctl.backends.containerd import ContainerdStore
     from pinctl.backends.cri import CriRuntime
-    from pinctl.service import gc
-    from pinctl.service.policy import Policy
-    from pinctl.service.sources import ContainerdSource, Node
+    from pinctl.gc import plan as gc
+    from pinctl.pins.policy import Policy
+    from pinctl.node.sources import ContainerdSource, Node
 
     used, labelled, spare = pod_node.load_runnable(
         [pods.runnable_recipe(f"example.test/gc-race-{name}:1") for name in ("used", "labelled", "spare")])

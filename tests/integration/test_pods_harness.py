@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pinctl import gcmodel
+from pinctl.gc import model as gcmodel
 from tests.harness import cri, images, pods
 from tests.harness.pod_fixtures import PodNode
 

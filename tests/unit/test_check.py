@@ -6,7 +6,7 @@ import pytest
 
 from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.model import Descriptor, ImageRow, Reason
-from pinctl.service.check import check
+from pinctl.check.compare import check
 
 ID = "sha256:" + "a" * 64
 REF = "example.test/app:1"

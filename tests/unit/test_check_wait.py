@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pinctl.backends.cri import RuntimeVersion
-from pinctl.service.check import POLL_SECONDS, CheckItem, CheckResult, wait_for_agreement
+from pinctl.check.compare import POLL_SECONDS, CheckItem, CheckResult, wait_for_agreement
 
 
 class FakeClock:

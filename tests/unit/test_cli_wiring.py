@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from pinctl import cli
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
-from pinctl.service import sources
+from pinctl.node import sources
 
 from .fakes import FakeStore
 from .test_commands import PIN, FakeRuntime, node_of

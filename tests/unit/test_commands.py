@@ -8,12 +8,12 @@ from typing import Optional
 import pytest
 
 from pinctl.backends.cri import CriImage, RuntimeVersion
-from pinctl.config import PatternEntry
+from pinctl.config.loader import PatternEntry
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
 from pinctl.model import PIN_LABEL
-from pinctl.service import commands
-from pinctl.service.policy import Policy, compile_policy
-from pinctl.service.sources import ContainerdSource, Node
+from pinctl import commands
+from pinctl.pins.policy import Policy, compile_policy
+from pinctl.node.sources import ContainerdSource, Node
 
 from .fakes import FakeStore, digest
 

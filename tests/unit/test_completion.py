@@ -21,7 +21,11 @@ from typing import NoReturn
 import click
 import pytest
 
-from pinctl import __version__, completion, config, manpages
+from pinctl import __version__, completion
+from tools import manpages
+from pinctl.config import loader as config
+from pinctl.config.files import toml_reader
+from pinctl.config.settings import KEYS
 from pinctl.completion import template
 from pinctl.cli import cli
 
@@ -198,7 +202,7 @@ def test_rendered_bash_script_passes_shellcheck(tmp_path: Path) -> None:
 
 def test_shell_data_files_are_package_data() -> None:
     # The wheel ships what pyproject.toml's package-data names; render() reads these at run time.
-    package_data = config.toml_reader().loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package_data = toml_reader().loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     package = ROOT / "src" / "pinctl"
     for path in SHELL_DATA.iterdir():
         rel = path.relative_to(package).as_posix()
@@ -323,7 +327,7 @@ def test_exit_status_comes_from_the_epilog() -> None:
 def test_config_page_covers_every_key() -> None:
     text = manpages.render_config(cli)
     plain = text.replace("\\-", "-").replace("\\fB", "").replace("\\fR", "")
-    for spec in config.KEYS.values():
+    for spec in KEYS.values():
         assert f"\n{spec.name}\n" in plain, spec.name
         assert spec.type_label in plain
         if spec.env:

@@ -19,16 +19,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pinctl import config
+from pinctl.config import loader as config
+from pinctl.config import files as config_files
+from pinctl.config.settings import KEYS
 from pinctl.backends._socket import check_socket
 from pinctl.backends.containerd import read_sandbox_image
-from pinctl.config import Config, PatternEntry, Value
+from pinctl.config.loader import Config, PatternEntry, Value
 from pinctl.errors import ConfigError, UsageError
 
 REAL_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not REAL_ROOT, reason="chown to another uid needs root")
 NOBODY = 65534
-KERNEL_EUID = config._euid  # before the autouse fixture replaces it
+KERNEL_EUID = config_files._euid  # before the autouse fixture replaces it
 
 
 @pytest.fixture(autouse=True)
@@ -36,12 +38,12 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
     """Never read the machine's /etc, and act as a non-root user unless a test says otherwise."""
     monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "etc-default" / "config.toml"))
     monkeypatch.setattr(config, "CRIO_DEFAULT_PATH", str(tmp_path / "etc-crio-default" / "crio.conf"))
-    monkeypatch.setattr(config, "_euid", lambda: 1000)
+    monkeypatch.setattr(config_files, "_euid", lambda: 1000)
 
 
 @pytest.fixture
 def as_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config, "_euid", lambda: 0)
+    monkeypatch.setattr(config_files, "_euid", lambda: 0)
 
 
 def write(path: pathlib.Path, text: str, mode: int = 0o644) -> str:
@@ -335,14 +337,14 @@ ENV_CASES = [
 @pytest.mark.parametrize("var, raw, key, expected", ENV_CASES)
 def test_env_beats_the_files(tmp_path: pathlib.Path, var: str, raw: str, key: str, expected: Any) -> None:
     main = tmp_path / "config.toml"
-    write(main, f"{key} = {config._toml_literal(config.KEYS[key].example)}\n")
+    write(main, f"{key} = {config._toml_literal(KEYS[key].example)}\n")
     assert load(main, env={var: raw}).shown()[key] == Value(expected, f"env {var}")
 
 
 @pytest.mark.parametrize("var, raw, key, expected", ENV_CASES)
 def test_empty_env_counts_as_unset(tmp_path: pathlib.Path, var: str, raw: str, key: str, expected: Any) -> None:
     main = tmp_path / "config.toml"
-    write(main, f"{key} = {config._toml_literal(config.KEYS[key].example)}\n")
+    write(main, f"{key} = {config._toml_literal(KEYS[key].example)}\n")
     assert load(main, env={var: ""}).shown()[key].source == str(main)
     assert load(main, env={var: "  "}).shown()[key].source == str(main)
 
@@ -496,19 +498,19 @@ WRONG_TYPES = [
 def test_wrong_type_names_file_line_key_and_fix(tmp_path: pathlib.Path, key: str, literal: str, reason: str) -> None:
     main = tmp_path / "config.toml"
     write(main, f"# comment\n{key} = {literal}\n")
-    example = config._toml_literal(config.KEYS[key].example)
+    example = config._toml_literal(KEYS[key].example)
     assert config_error(main=main) == f"{main}:2: key '{key}' {reason} (e.g. {key} = {example})"
 
 
 def test_every_key_has_a_wrong_type_case() -> None:
-    assert {key for key, _, _ in WRONG_TYPES} == set(config.KEYS)
+    assert {key for key, _, _ in WRONG_TYPES} == set(KEYS)
 
 
 def test_every_example_is_valid_and_every_key_documented(tmp_path: pathlib.Path) -> None:
     main = tmp_path / "config.toml"
-    write(main, "".join(f"{k} = {config._toml_literal(s.example)}\n" for k, s in config.KEYS.items()))
+    write(main, "".join(f"{k} = {config._toml_literal(s.example)}\n" for k, s in KEYS.items()))
     cfg = load(main)
-    for key, spec in config.KEYS.items():
+    for key, spec in KEYS.items():
         assert spec.help and "\n" not in spec.help and spec.type_label
         if key != "pinned_images":
             assert cfg.shown()[key].source == str(main)
@@ -1092,7 +1094,7 @@ def test_flag_dialect_overrides_the_file_for_every_pinctl_entry(tmp_path: pathli
 
 def test_import_stays_light() -> None:
     heavy = "('tomllib', 'tomli', 'difflib', 'json', 'click')"
-    code = f"import sys, pinctl.config; print(sorted(m for m in {heavy} if m in sys.modules))"
+    code = f"import sys, pinctl.config.loader; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -1101,8 +1103,8 @@ def test_import_stays_light() -> None:
 
 
 def test_lint_names_each_location_once(tmp_path: pathlib.Path) -> None:
-    from pinctl import output
-    from pinctl.service import lint
+    from pinctl.render import output
+    from pinctl.pins import lint
 
     main = tmp_path / "config.toml"
     write(main, 'pinned_images = [\n  "a.example/*/b",\n  "registry.example/*",\n  "registry.example/x:1",\n]\n')
@@ -1117,7 +1119,7 @@ def test_lint_names_each_location_once(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("text", ["", "namespaces = []\n"])
 def test_config_show_says_what_no_namespaces_means(tmp_path: pathlib.Path, text: str) -> None:
-    from pinctl import output
+    from pinctl.render import output
 
     cfg = load(pathlib.Path(write(tmp_path / "config.toml", text)))
     out = io.StringIO()

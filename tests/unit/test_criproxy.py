@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from pinctl.criproxy import pins as proxy_pins
 from pinctl.errors import EngineUnreachable
 from pinctl.model import REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, Descriptor, ImageRow, Reason
 from pinctl.proto import cri_pb2
-from pinctl.service import criproxy
-from pinctl.service.policy import compile_policy
+from pinctl.criproxy import proxy as criproxy
+from pinctl.pins.policy import compile_policy
 
 MEDIA = "application/vnd.oci.image.manifest.v1+json"
 
@@ -32,23 +33,23 @@ def pinned(reply: bytes) -> dict[str, bool]:
 def test_labels_count_only_in_the_runtimes_namespace() -> None:
     rows = [row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1")),
             row("b:1", "sha256:b", "moby", Reason(REASON_LABEL, "b:1"))]
-    assert criproxy.pinned_keys(rows, "containerd").ids == {"sha256:a"}
-    assert criproxy.pinned_keys(rows, "docker").ids == {"sha256:b"}
-    assert criproxy.pinned_keys(rows, "cri-o").ids == frozenset()
+    assert proxy_pins.pinned_keys(rows, "containerd").ids == {"sha256:a"}
+    assert proxy_pins.pinned_keys(rows, "docker").ids == {"sha256:b"}
+    assert proxy_pins.pinned_keys(rows, "cri-o").ids == frozenset()
 
 
 def test_patterns_and_sandbox_count_anywhere() -> None:
     rows = [row("p:1", "sha256:p", "moby", Reason(REASON_PATTERN, "p:*")),
             row("s:1", "sha256:s", "k8s.io", Reason(REASON_SANDBOX, "s:1")), row("n:1", "sha256:n")]
-    keys = criproxy.pinned_keys(rows, "containerd")
+    keys = proxy_pins.pinned_keys(rows, "containerd")
     assert keys.ids == {"sha256:p", "sha256:s"} and keys.known_ids == {"sha256:p", "sha256:s", "sha256:n"}
 
 
 def test_rewrite_adds_pins_never_removes_and_keeps_other_fields() -> None:
-    keys = criproxy.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*")),
+    keys = proxy_pins.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*")),
                                  row("c:1", "sha256:c")], "containerd")
     reply = listing(("sha256:a", ["a:1"], False), ("sha256:b", ["b:1"], True), ("sha256:c", ["c:1"], False))
-    rewritten = criproxy.rewrite(criproxy.LIST_IMAGES, reply, keys)
+    rewritten = proxy_pins.rewrite(criproxy.LIST_IMAGES, reply, keys)
     assert pinned(rewritten) == {"sha256:a": True, "sha256:b": True, "sha256:c": False}
     before = cri_pb2.ListImagesResponse.FromString(reply)
     before.images[0].pinned = True
@@ -56,24 +57,24 @@ def test_rewrite_adds_pins_never_removes_and_keeps_other_fields() -> None:
 
 
 def test_an_unknown_id_is_matched_by_name() -> None:
-    keys = criproxy.pinned_keys([row("a:1", None, "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
+    keys = proxy_pins.pinned_keys([row("a:1", None, "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
     reply = listing(("sha256:other", ["a:1"], False), ("sha256:x", ["x:1"], False))
-    assert pinned(criproxy.rewrite(criproxy.LIST_IMAGES, reply, keys)) == {"sha256:other": True, "sha256:x": False}
+    assert pinned(proxy_pins.rewrite(criproxy.LIST_IMAGES, reply, keys)) == {"sha256:other": True, "sha256:x": False}
 
 
 def test_unchanged_answers_are_the_same_bytes() -> None:
-    keys = criproxy.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
+    keys = proxy_pins.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
     reply = listing(("sha256:b", ["b:1"], False))
-    assert criproxy.rewrite(criproxy.LIST_IMAGES, reply, keys) is reply
+    assert proxy_pins.rewrite(criproxy.LIST_IMAGES, reply, keys) is reply
     empty = cri_pb2.ImageStatusResponse().SerializeToString()
-    assert criproxy.rewrite(criproxy.IMAGE_STATUS, empty, keys) is empty
+    assert proxy_pins.rewrite(criproxy.IMAGE_STATUS, empty, keys) is empty
 
 
 def test_image_status_is_rewritten() -> None:
-    keys = criproxy.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
+    keys = proxy_pins.pinned_keys([row("a:1", "sha256:a", "k8s.io", Reason(REASON_PATTERN, "a:*"))], "containerd")
     status = cri_pb2.ImageStatusResponse(image=cri_pb2.Image(id="sha256:a", repo_tags=["a:1"]),
                                          info={"info": "{}"}).SerializeToString()
-    found = cri_pb2.ImageStatusResponse.FromString(criproxy.rewrite(criproxy.IMAGE_STATUS, status, keys))
+    found = cri_pb2.ImageStatusResponse.FromString(proxy_pins.rewrite(criproxy.IMAGE_STATUS, status, keys))
     assert found.image.pinned is True and dict(found.info) == {"info": "{}"}
 
 
@@ -97,8 +98,8 @@ def test_pins_are_read_at_most_once_per_refresh_and_not_at_all_when_unreadable()
     node = FakeNode([row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1"))])
     now = [100.0]
     logged: list[str] = []
-    setup = criproxy.ProxySetup(lambda: node, compile_policy([]), [])  # type: ignore[arg-type, return-value]
-    pins = criproxy.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg),
+    setup = proxy_pins.ProxySetup(lambda: node, compile_policy([]), [])  # type: ignore[arg-type, return-value]
+    pins = proxy_pins.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg),
                               max_age=2.0, clock=lambda: now[0])
     assert pins.current() is not None and node.reads == 1
     now[0] += 1.9

@@ -25,12 +25,16 @@ import click
 import pytest
 import yaml  # PyYAML: part of the test extras
 
-from pinctl import config, metrics
+from pinctl.config import loader as config
+from pinctl.config.files import toml_reader
+from pinctl.config.settings import DIALECTS
+from pinctl.metrics.serve import parse_address
+from pinctl.metrics import exposition as metrics
 from pinctl.cli import cli
-from pinctl.config import KEYS
+from pinctl.config.settings import KEYS
 from pinctl.errors import PinctlError
-from pinctl.service import lint
-from pinctl.service.policy import compile_policy
+from pinctl.pins import lint
+from pinctl.pins.policy import compile_policy
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 UNIT = ROOT / "contrib" / "systemd" / "pinctl-sync.service"
@@ -112,7 +116,7 @@ def metrics_address(parsed: Parsed) -> tuple[str, int]:
     """Where the watcher serves /metrics, /healthz and /readyz, parsed as pinctl parses it."""
     address = parsed.option("--metrics-address")
     assert address, "no --metrics-address: the deployment exports no metrics and has nothing to probe"
-    return metrics.parse_address(address)
+    return parse_address(address)
 
 
 def check_watch_command(parsed: Parsed) -> None:
@@ -481,7 +485,7 @@ def ignore_matcher(text: str) -> Callable[[str], bool]:
 
 def build_inputs() -> list[str]:
     """Files `pip install .` reads: pyproject.toml, the readme, the package, the data files."""
-    toml = config.toml_reader()
+    toml = toml_reader()
     project = toml.loads((ROOT / "pyproject.toml").read_text())
     setuptools = project.get("tool", {}).get("setuptools", {})
     wanted = ["pyproject.toml", project["project"].get("readme", "README.md")]
@@ -630,12 +634,12 @@ def check_config(text: str, tmp_path: pathlib.Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(text)
     path.chmod(0o644)  # as root, config.load refuses a file others can write
-    keys = set(config.toml_reader().loads(text))
+    keys = set(toml_reader().loads(text))
     assert keys <= set(KEYS), f"unknown keys: {sorted(keys - set(KEYS))}"
     cfg = config.load(flags={}, environ={}, config_path=str(path))
     assert cfg.files == [str(path)]
     assert cfg.settings.namespaces == ("k8s.io",), "the kubelet's images are in k8s.io"
-    assert cfg.settings.pattern_dialect in config.DIALECTS
+    assert cfg.settings.pattern_dialect in DIALECTS
     assert cfg.patterns, "a policy with no patterns pins nothing"
     assert compile_policy(cfg.patterns)
     problems = lint.lint(cfg.patterns, None)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pinctl import refs
 from pinctl.backends.docker import DockerImage, ImageStoreKind
-from pinctl.config import PatternEntry
+from pinctl.config.loader import PatternEntry
 from pinctl.model import Descriptor, ImageRow
-from pinctl.service.docker import DockerView, join
-from pinctl.service.policy import Policy, compile_policy
+from pinctl.node.docker import DockerView, join
+from pinctl.pins.policy import Policy, compile_policy
 
 APP = DockerImage("sha256:" + "a" * 64, ("example.test/app:1", "example.test/app:2"), (), 900, {"team.example/keep": "true"})
 TOOL = DockerImage("sha256:" + "b" * 64, ("example.test/tool:1",), ("example.test/tool@sha256:" + "e" * 64,), 800, {})

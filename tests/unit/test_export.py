@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from pinctl import refs
-from pinctl.config import PatternEntry
-from pinctl.service.export import export
-from pinctl.service.policy import Policy, compile_policy
+from pinctl.config.loader import PatternEntry
+from pinctl.pins.export import export
+from pinctl.pins.policy import Policy, compile_policy
 
 if sys.version_info >= (3, 11):
     import tomllib

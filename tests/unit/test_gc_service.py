@@ -10,12 +10,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typing import Optional, Sequence
 
-from pinctl import gc_output
+from pinctl.render import gc as gc_output
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError
-from pinctl.gcmodel import GcImage, GcSettings, ImageFs, ObservedContainer, ObservedImage
-from pinctl.kubelet import SourcedGcSettings
+from pinctl.gc.model import GcImage, GcSettings, ImageFs
+from pinctl.gc.estimate import ObservedContainer, ObservedImage
+from pinctl.gc.kubelet import SourcedGcSettings
 from pinctl.model import Descriptor, ImageRow, Reason
-from pinctl.service import gc
+from pinctl.gc import plan as gc
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 OLD = NOW - timedelta(days=3)

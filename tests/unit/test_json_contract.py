@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pinctl import columns, output
+from pinctl.render import columns, output
 from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json.md"
@@ -37,7 +37,7 @@ def test_ls_envelope_keys_and_types() -> None:
     assert sorted(doc) == ["errors", "images", "pinctl_result_version"]
     assert doc["pinctl_result_version"] == 1
     [image] = doc["images"]
-    # The keys are the declared columns' (pinctl.columns); each must be documented (test below).
+    # The keys are the declared columns' (pinctl.render.columns); each must be documented (test below).
     assert sorted(image) == columns.json_keys()
     assert {"id", "ref", "pinned", "reasons", "size"} <= set(image)
     assert image["source"] == "containerd" and image["config_labels"] is None
@@ -74,7 +74,8 @@ def render_pin() -> dict:
 
 
 def render_config() -> dict:
-    from pinctl.config import Config, PatternEntry, Settings
+    from pinctl.config.loader import Config, PatternEntry
+    from pinctl.config.settings import Settings
 
     cfg = Config(
         settings=Settings(),
@@ -88,7 +89,7 @@ def render_config() -> dict:
 
 
 def render_lint() -> dict:
-    from pinctl.service.lint import Problem
+    from pinctl.pins.lint import Problem
 
     buf = io.StringIO()
     output.print_problems([Problem("unmatched", "x.example/*", "f:1", "matches nothing")], "json", out=buf)
@@ -97,7 +98,7 @@ def render_lint() -> dict:
 
 def render_check() -> dict:
     from pinctl.backends.cri import CriImage, RuntimeVersion
-    from pinctl.service.check import check
+    from pinctl.check.compare import check
 
     result = check([ROW], [CriImage(ROW.image_id or "", (ROW.ref,), (), 1, False)],
                    RuntimeVersion("containerd", "1.7.24", "v1"), "unix:///run/containerd/containerd.sock")
@@ -146,8 +147,8 @@ def test_every_emitted_key_is_documented_and_back() -> None:
 
 
 def render_pull() -> dict:
-    from pinctl import pull_output
-    from pinctl.service.pull import PullItem, PullReport
+    from pinctl.render import pull as pull_output
+    from pinctl.pull.run import PullItem, PullReport
 
     buf = io.StringIO()
     items = [PullItem("example.test/app:1", "k8s.io", "pulled", None, "pinned", "sha256:" + "a" * 64, 10, 1)]
@@ -164,10 +165,10 @@ def test_pull_envelope() -> None:
 
 def render_gc_plan() -> dict:
     from .test_gc_service import NOW, FakeDomain, node_images, row_for
-    from pinctl import gc_output
-    from pinctl.gcmodel import GcSettings
-    from pinctl.kubelet import SourcedGcSettings
-    from pinctl.service import gc
+    from pinctl.render import gc as gc_output
+    from pinctl.gc.model import GcSettings
+    from pinctl.gc.kubelet import SourcedGcSettings
+    from pinctl.gc import plan as gc
 
     images, containers = node_images()
     rows = [row_for(images[0], Reason("label", images[0].refs[0]))]
@@ -178,8 +179,8 @@ def render_gc_plan() -> dict:
 
 
 def render_prune() -> dict:
-    from pinctl import gc_output
-    from pinctl.service import gc
+    from pinctl.render import gc as gc_output
+    from pinctl.gc import plan as gc
 
     buf = io.StringIO()
     gc_output.print_prune([gc.PruneItem("r", "sha256:" + "a" * 64, ("x",), "kept", 1, "why")], False, "json", buf)

@@ -1,6 +1,6 @@
 import pytest
 
-from pinctl import labels
+from pinctl.pins import labels
 
 
 def test_only_exact_key_and_value_pin() -> None:

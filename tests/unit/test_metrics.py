@@ -17,13 +17,16 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pinctl import metrics
+from pinctl.metrics import serve
+from pinctl.metrics import exposition as metrics
 from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.errors import EngineUnreachable, PinctlError, UsageError
 from pinctl.model import ItemResult, PIN_LABEL, Reason
-from pinctl.service import check, figures, monitor, proxystats
-from pinctl.service.policy import Policy
-from pinctl.service.sources import ContainerdSource, Node
+from pinctl.check import compare as check
+from pinctl.watch import figures, health as monitor
+from pinctl.criproxy import stats as proxystats
+from pinctl.pins.policy import Policy
+from pinctl.node.sources import ContainerdSource, Node
 
 from .fakes import FakeStore
 from .test_check import ID, REF, row
@@ -192,7 +195,7 @@ def test_a_part_that_cannot_be_read_is_left_out_and_counted() -> None:
     ("localhost:65535", ("localhost", 65535)),
 ])
 def test_addresses(text: str, parsed: tuple[str, int]) -> None:
-    assert metrics.parse_address(text) == parsed
+    assert serve.parse_address(text) == parsed
 
 
 @pytest.mark.parametrize("text, why", [
@@ -202,16 +205,16 @@ def test_addresses(text: str, parsed: tuple[str, int]) -> None:
 ])
 def test_malformed_addresses(text: str, why: str) -> None:
     with pytest.raises(UsageError) as info:
-        metrics.parse_address(text, "/etc/pinctl/config.toml:3")
+        serve.parse_address(text, "/etc/pinctl/config.toml:3")
     message = str(info.value)
     assert why in message and "/etc/pinctl/config.toml:3" in message and "\n" not in message
     assert info.value.exit_code == 2
 
 
 @pytest.fixture
-def server() -> Iterator[tuple[metrics.MetricsServer, monitor.WatchState]]:
+def server() -> Iterator[tuple[serve.MetricsServer, monitor.WatchState]]:
     state = monitor.WatchState("/run/c.sock")
-    served = metrics.MetricsServer(f"127.0.0.1:{free_port()}", "flag",
+    served = serve.MetricsServer(f"127.0.0.1:{free_port()}", "flag",
                                    metrics.watcher_registry(state, None), state.liveness, state.readiness)
     served.start()
     yield served, state
@@ -232,7 +235,7 @@ def get(port: int, path: str) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-def test_health_endpoints_answer_with_one_line(server: tuple[metrics.MetricsServer, monitor.WatchState]) -> None:
+def test_health_endpoints_answer_with_one_line(server: tuple[serve.MetricsServer, monitor.WatchState]) -> None:
     served, state = server
     code, body = get(served.port, "/readyz")
     assert code == 503 and body.count("\n") == 1 and body.startswith("not ok: the first full sync")
@@ -243,10 +246,10 @@ def test_health_endpoints_answer_with_one_line(server: tuple[metrics.MetricsServ
     assert get(served.port, "/nothing")[0] == 404
 
 
-def test_an_address_in_use_is_a_usage_error(server: tuple[metrics.MetricsServer, monitor.WatchState]) -> None:
+def test_an_address_in_use_is_a_usage_error(server: tuple[serve.MetricsServer, monitor.WatchState]) -> None:
     served, state = server
     with pytest.raises(UsageError) as info:
-        metrics.MetricsServer(f"127.0.0.1:{served.port}", "flag", metrics.watcher_registry(state, None),
+        serve.MetricsServer(f"127.0.0.1:{served.port}", "flag", metrics.watcher_registry(state, None),
                               state.liveness, state.readiness)
     assert "already in use" in str(info.value)
 

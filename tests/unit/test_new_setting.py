@@ -14,10 +14,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pinctl import manpages, output, readme
+from tools import manpages, readme
+from pinctl.render import output
 from pinctl.cli import SOURCE_OPTIONS, PinctlCommand, cli, setting_options
-from pinctl.config import Config
-from pinctl.settings import KEYS, Settings, key_table, setting
+from pinctl.config.loader import Config
+from pinctl.config.settings import KEYS, Settings, key_table, setting
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -10,11 +10,14 @@ from typing import get_args
 
 import pytest
 
-from pinctl import model, output
+from pinctl.render import cells
+from pinctl import display
+from pinctl import model
+from pinctl.render import output
 from pinctl.backends.cri import RuntimeVersion
 from pinctl.display import visible
 from pinctl.model import Descriptor, ImageRow, ItemResult, OutputFormat, Reason
-from pinctl.service.check import CheckItem, CheckResult
+from pinctl.check.compare import CheckItem, CheckResult
 
 
 class Terminal(io.StringIO):
@@ -60,7 +63,7 @@ def test_a_narrow_terminal_never_cuts_a_reference(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("size, text", [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (5 * 1024**3, "5.0 GiB")])
 def test_human_size(size: int, text: str) -> None:
-    assert output.human_size(size) == text
+    assert display.human_size(size) == text
 
 
 # -- names as containerd may hold them --------------------------------------------------------
@@ -147,7 +150,7 @@ def test_warnings_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_watch_text_log_lines_stay_one_line() -> None:
-    from pinctl.service.watch import Log
+    from pinctl.render.log import Log
 
     stream = io.StringIO()
     Log("text", stream)("info", "pinned", namespace="k8s.io", ref=FORGED)
@@ -211,7 +214,7 @@ def test_ls_on_a_wide_terminal_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> No
     output.print_images(ls_rows(), [], "table", False, out)
     text = strip_ansi(out.getvalue())
     assert "…" not in text.replace("sha256:3a3a3a3a3a3a…", "")
-    assert output.why(ls_rows()[0]) in text
+    assert cells.why(ls_rows()[0]) in text
 
 
 def test_ls_wide_on_a_terminal_shows_everything_unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,7 +223,7 @@ def test_ls_wide_on_a_terminal_shows_everything_unpadded(monkeypatch: pytest.Mon
     output.print_images(ls_rows(), [], "wide", False, out)
     lines = strip_ansi(out.getvalue()).splitlines()
     assert len(lines) == 4 and all(line == line.rstrip() for line in lines)
-    assert "sha256:" + "3a" * 32 in lines[2] and output.why(ls_rows()[0]) in lines[1]
+    assert "sha256:" + "3a" * 32 in lines[2] and cells.why(ls_rows()[0]) in lines[1]
 
 
 def test_ls_in_a_pipe_keeps_full_values() -> None:
@@ -228,7 +231,7 @@ def test_ls_in_a_pipe_keeps_full_values() -> None:
     output.print_images(ls_rows(), [], "table", False, out)
     lines = out.getvalue().splitlines()
     assert lines[2].split()[1] == "sha256:" + "3a" * 32
-    assert lines[1].endswith(output.why(ls_rows()[0]))
+    assert lines[1].endswith(cells.why(ls_rows()[0]))
     assert "…" not in out.getvalue()
 
 
@@ -371,8 +374,8 @@ def test_json_action_values_are_unchanged() -> None:
 def test_every_value_of_a_vocabulary_has_its_words() -> None:
     """A new action, reason kind or drift needs its place in the summary, WHY or DRIFT column."""
     assert sorted(output.ACTION_ORDER) == sorted(get_args(model.Action))
-    assert sorted(output.BRIEF_KINDS) == sorted(get_args(model.ReasonKind))
-    assert sorted(output.DRIFT_TEXT) == sorted(get_args(model.Drift))
+    assert sorted(cells.BRIEF_KINDS) == sorted(get_args(model.ReasonKind))
+    assert sorted(cells.DRIFT_TEXT) == sorted(get_args(model.Drift))
 
 
 def test_wide_keeps_full_references_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

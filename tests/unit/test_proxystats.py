@@ -15,12 +15,14 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from pinctl import metrics
+from pinctl.metrics import serve
+from pinctl.criproxy import stats as proxystats
+from pinctl.metrics import exposition as metrics
 from pinctl.errors import EngineUnreachable
 from pinctl.model import REASON_LABEL, REASON_PATTERN, Reason
 from pinctl.proto import cri_pb2
-from pinctl.service import criproxy, proxystats
-from pinctl.service.policy import compile_policy
+from pinctl.criproxy import proxy as criproxy, stats as proxystats
+from pinctl.pins.policy import compile_policy
 
 from .test_criproxy import FakeNode, listing, row
 from .test_metrics import get, samples, free_port
@@ -238,7 +240,7 @@ def test_the_endpoint_serves_the_proxys_health(proxy: tuple[criproxy.Proxy, Fake
     served, node, clock = proxy
     served.start()
     port = free_port()
-    with proxystats.metrics_served(f"127.0.0.1:{port}", "flag", served, lambda *_a, **_k: None):
+    with serve.proxy_metrics(f"127.0.0.1:{port}", "flag", served, lambda *_a, **_k: None):
         assert get(port, "/readyz")[0] == 200 and get(port, "/healthz")[0] == 200
         assert get(port, "/")[1] == "pinctl cri-proxy: /metrics /healthz /readyz\n"
         node.fail = True
@@ -251,7 +253,7 @@ def test_the_endpoint_serves_the_proxys_health(proxy: tuple[criproxy.Proxy, Fake
 
 def test_the_proxy_and_the_cli_do_not_import_prometheus_client() -> None:
     """pinctl --help stays instant: the exposition library is imported only when metrics are served."""
-    code = ("import sys, pinctl.cli; from pinctl.service import criproxy, proxystats; "
+    code = ("import sys, pinctl.cli; from pinctl.criproxy import proxy, stats; "
             "print('prometheus_client' in sys.modules)")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert found.stdout.strip() == "False", found.stderr

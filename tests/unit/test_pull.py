@@ -10,9 +10,9 @@ from typing import Callable, Optional
 import pytest
 
 from pinctl.errors import ConfigError
-from pinctl.gcmodel import ImageFs
+from pinctl.gc.model import ImageFs
 from pinctl.backends.registry_auth import PullError, RegistryAuth, is_transient, load_auths, scrub
-from pinctl.service import pull
+from pinctl.pull import run as pull
 from pinctl.model import LabelChange
 
 

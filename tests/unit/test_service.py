@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from pinctl.node import sources
 from pinctl.errors import UnknownNamespace, UsageError
 from pinctl.model import ACTION_CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Action, Descriptor, ImageRow, StoredImage
-from pinctl.service.policy import Policy
-from pinctl.service import listing, namespaces, pinning
+from pinctl.pins.policy import Policy
+from pinctl.pins import listing, plans as pinning
 
 from .fakes import MANIFEST, FakeStore, digest
 
@@ -49,10 +50,10 @@ def test_default_namespaces_are_the_present_ones() -> None:
     store = FakeStore()
     store.add("moby", "example.test/a:1", "a")
     store.add("default", "example.test/a:1", "a")
-    assert namespaces.select_namespaces(store, []) == ["moby"]
-    assert namespaces.select_namespaces(store, ["all"]) == ["default", "moby"]
+    assert sources.select_namespaces(store, []) == ["moby"]
+    assert sources.select_namespaces(store, ["all"]) == ["default", "moby"]
     with pytest.raises(UnknownNamespace):
-        namespaces.select_namespaces(store, ["nope"])
+        sources.select_namespaces(store, ["nope"])
 
 
 def test_filter_by_glob_id_prefix_and_pinned() -> None:
@@ -187,8 +188,8 @@ def test_an_old_containerd_pins_nothing_and_says_why() -> None:
 
 
 def test_drift_ignores_the_sandbox_image() -> None:
-    from pinctl.config import PatternEntry
-    from pinctl.service.policy import compile_policy
+    from pinctl.config.loader import PatternEntry
+    from pinctl.pins.policy import compile_policy
 
     store = FakeStore(sandbox="example.test/pause:3.9")
     store.add("k8s.io", "example.test/pause:3.9", "p", PIN)
@@ -208,8 +209,8 @@ def test_drift_ignores_the_sandbox_image() -> None:
     ],
 )
 def test_which_patterns_could_match_an_image_id(text: str, could: bool) -> None:
-    from pinctl.patterns import parse_pattern
-    from pinctl.service.policy import could_match_an_id
+    from pinctl.pins.patterns import parse_pattern
+    from pinctl.pins.policy import could_match_an_id
 
     assert could_match_an_id(parse_pattern(text)) is could
 
@@ -219,8 +220,8 @@ def test_could_match_an_id_never_says_no_wrongly() -> None:
     from hypothesis import strategies as st
 
     from pinctl.errors import PatternError
-    from pinctl.patterns import matches, parse_pattern
-    from pinctl.service.policy import could_match_an_id
+    from pinctl.pins.patterns import matches, parse_pattern
+    from pinctl.pins.policy import could_match_an_id
 
     ids = st.text("0123456789abcdef", min_size=64, max_size=64).map(lambda h: "sha256:" + h)
 

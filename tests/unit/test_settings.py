@@ -9,16 +9,17 @@ from typing import Any, Literal, Optional, get_type_hints
 
 import pytest
 
-from pinctl import config
-from pinctl.config import Config, PatternEntry
-from pinctl.settings import DIALECTS, KEYS, PATTERNS_KEY, KeySpec, Settings, key_table, setting
+from pinctl.config import loader as config
+from pinctl.config import files as config_files
+from pinctl.config.loader import Config, PatternEntry
+from pinctl.config.settings import DIALECTS, KEYS, PATTERNS_KEY, KeySpec, Settings, key_table, setting
 
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
     """Never read the machine's /etc, and act as a user other than root."""
     monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "etc-default" / "config.toml"))
-    monkeypatch.setattr(config, "_euid", lambda: 1000)
+    monkeypatch.setattr(config_files, "_euid", lambda: 1000)
 
 
 def write(path: pathlib.Path, text: str) -> str:

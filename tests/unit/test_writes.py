@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pinctl import writes
+from pinctl.backends import guard as writes
 from pinctl.model import MANAGED_LABEL, PIN_LABEL, Descriptor, LabelChange, StoredImage
 
 PIN: LabelChange = {PIN_LABEL: "pinned"}

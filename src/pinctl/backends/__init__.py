@@ -51,7 +51,7 @@ class LabelWriter(Protocol):
     def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
         """Set (value) or remove (None) the named labels on many images, touching no other label.
 
-        Each change applies only to the record as planned (pinctl.writes): one outcome per change.
+        Each change applies only to the record as planned (pinctl.backends.guard): one outcome per change.
         """
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from pinctl import writes
+from pinctl.backends import guard as writes
 from pinctl.backends import _grpc, oci
-from pinctl.config import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
+from pinctl.config.files import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
 from pinctl.model import VERDICT_FAILED, Descriptor, LabelChange, ResolvedTarget, StoredImage, WriteOutcome
 
@@ -192,7 +192,7 @@ class ContainerdStore:
         return out
 
     def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
-        """Guarded writes (see pinctl.writes), a window at a time. Once containerd stops
+        """Guarded writes (see pinctl.backends.guard), a window at a time. Once containerd stops
         answering, the rest fail at once, so the whole call takes about one timeout at most."""
         outcomes: list[WriteOutcome] = []
         stalled: Optional[str] = None

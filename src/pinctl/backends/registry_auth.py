@@ -80,7 +80,7 @@ def _key_host(key: str) -> str:
 
 def load_auths(path: str) -> dict[str, RegistryAuth]:
     """Each registry host's credentials in a Docker config.json."""
-    from pinctl.config import NotRegularFile, read_regular, unreadable
+    from pinctl.config.files import NotRegularFile, read_regular, unreadable
 
     try:
         raw = read_regular(path)

@@ -1,0 +1,247 @@
+"""check: what pinctl expects the kubelet to be told, against what the CRI runtime tells it,
+with the likely cause and fix of every difference."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
+
+from pinctl.pins import labels as pin_labels
+from pinctl.model import (
+    REASON_DOCKER_LABEL, REASON_INEFFECTIVE_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, ImageRow, Reason,
+    ReasonKind,
+)
+from pinctl.model import CRI_NAMESPACE
+
+if TYPE_CHECKING:
+    from pinctl.backends.cri import CriImage, RuntimeVersion
+
+# How the CRI names the runtimes: cri-dockerd answers as "docker".
+CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
+# An ineffective label still says what the operator meant: it counts as wanting a pin.
+WANTED: tuple[ReasonKind, ...] = (
+    REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,
+)
+# check --wait asks again this often: the CRI plugin sees a label change within about a second.
+POLL_SECONDS = 1.0
+
+# Why pinctl and the runtime disagree on an image, as a closed set: metrics count by it, so it
+# must not carry names or versions (CheckItem.cause says those).
+Mismatch = Literal["labels-ignored", "wrong-namespace", "not-caught-up", "ineffective-label", "config-label-unread",
+                   "pattern-only", "unexplained-pin", "unknown-image"]
+MISMATCH_LABELS_IGNORED: Final = "labels-ignored"  # the runtime reports no pins from labels (old containerd, cri-dockerd, CRI-O)
+MISMATCH_WRONG_NAMESPACE: Final = "wrong-namespace"  # labelled in a namespace the CRI does not read
+MISMATCH_NOT_CAUGHT_UP: Final = "not-caught-up"  # labelled where the CRI reads; it has not said pinned yet
+MISMATCH_INEFFECTIVE_LABEL: Final = "ineffective-label"
+MISMATCH_CONFIG_LABEL_UNREAD: Final = "config-label-unread"  # a Docker config label the runtime does not pin by
+MISMATCH_PATTERN_ONLY: Final = "pattern-only"  # a policy pattern the runtime does not know
+MISMATCH_UNEXPLAINED_PIN: Final = "unexplained-pin"  # pinned by the runtime, nothing pinctl reads says why
+MISMATCH_UNKNOWN_IMAGE: Final = "unknown-image"  # a name asked about that the runtime does not know
+MISMATCHES: tuple[Mismatch, ...] = get_args(Mismatch)
+
+
+@dataclass
+class CheckItem:
+    image_id: str
+    refs: list[str]
+    desired: bool
+    cri_pinned: bool
+    reasons: list[Reason] = field(default_factory=list)
+    cause: Optional[str] = None
+    fix: Optional[str] = None
+    mismatch: Optional[Mismatch] = None
+
+    @property
+    def agrees(self) -> bool:
+        return self.cause is None
+
+
+@dataclass
+class CheckResult:
+    endpoint: str
+    runtime: RuntimeVersion
+    items: list[CheckItem]
+
+    @property
+    def agree(self) -> bool:
+        return all(item.agrees for item in self.items)
+
+
+def check(
+    rows: Sequence[ImageRow],
+    listed: Sequence[CriImage],
+    runtime: RuntimeVersion,
+    endpoint: str,
+    unknown: Sequence[str] = (),
+) -> CheckResult:
+    """unknown: references asked about that the runtime does not know (ImageStatus found nothing)."""
+    index = _Index(rows)
+    items = [_item(cri, index.matching(cri), runtime) for cri in listed]
+    items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
+                        fix="check the name with pinctl ls, or pull the image", mismatch=MISMATCH_UNKNOWN_IMAGE)
+              for ref in unknown]
+    return CheckResult(endpoint, runtime, sorted(items, key=lambda i: (i.refs[:1], i.image_id)))
+
+
+class RuntimeImages(Protocol):
+    """What check asks of a CRI runtime (CriRuntime; a fake in unit tests)."""
+
+    endpoint: str
+
+    def list_images(self) -> list[CriImage]: ...
+
+    def image_status(self, ref: str) -> Optional[CriImage]: ...
+
+
+def check_runtime(
+    rows: Sequence[ImageRow], runtime: RuntimeImages, version: RuntimeVersion, refs: Sequence[str] = ()
+) -> CheckResult:
+    """Every image the runtime lists or, given refs, those asked one by one with ImageStatus."""
+    if not refs:
+        return check(rows, runtime.list_images(), version, runtime.endpoint)
+    statuses = {ref: runtime.image_status(ref) for ref in refs}
+    listed = list({s.id: s for s in statuses.values() if s is not None}.values())
+    unknown = [ref for ref, status in statuses.items() if status is None]
+    return check(rows, listed, version, runtime.endpoint, unknown)
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def wait_for_agreement(
+    read: Callable[[], CheckResult],
+    wait: float,
+    clock: Clock = SystemClock(),
+    progress: Callable[[CheckResult, float], None] = lambda _result, _seconds_left: None,
+) -> tuple[CheckResult, float]:
+    """read() again until pinctl and the runtime agree or wait seconds have passed: a runtime may
+    lag a label change. Returns the last result and the seconds it took; progress hears of each
+    disagreeing result with the seconds left."""
+    start = clock.now()
+    deadline = start + wait
+    while True:
+        result = read()
+        now = clock.now()
+        if result.agree or now >= deadline:
+            return result, now - start
+        progress(result, deadline - now)
+        clock.sleep(min(POLL_SECONDS, deadline - now))
+
+
+class _Index:
+    """pinctl's rows by image ID, manifest digest and name: the CRI reports one of each."""
+
+    def __init__(self, rows: Sequence[ImageRow]) -> None:
+        self.by_key: dict[str, list[ImageRow]] = {}
+        for row in rows:
+            for key in {row.image_id or "", row.digest, row.ref} - {""}:
+                self.by_key.setdefault(key, []).append(row)
+
+    def matching(self, cri: CriImage) -> list[ImageRow]:
+        found: dict[int, ImageRow] = {}
+        for key in (cri.id, *cri.repo_tags, *cri.repo_digests):
+            for row in self.by_key.get(key, []):
+                found[id(row)] = row
+        return list(found.values())
+
+
+def _item(cri: CriImage, rows: Sequence[ImageRow], runtime: RuntimeVersion) -> CheckItem:
+    reasons = _reasons(rows)
+    desired = any(r.kind in WANTED for r in reasons)
+    refs = list(cri.repo_tags or cri.repo_digests or (cri.id,))
+    item = CheckItem(cri.id, refs, desired, cri.pinned, reasons)
+    if desired and not cri.pinned:
+        item.mismatch, item.cause, item.fix = _why_not_pinned(reasons, runtime, refs[0])
+    elif cri.pinned and not desired:
+        item.mismatch = MISMATCH_UNEXPLAINED_PIN
+        item.cause = "the CRI says pinned but nothing pinctl reads explains it"
+        item.fix = ("it is likely the runtime's sandbox image or in its own pinned_images config; "
+                    "show them with --containerd-config or --from-crio")
+    return item
+
+
+def _reasons(rows: Sequence[ImageRow]) -> list[Reason]:
+    """Each distinct reason, with the namespace of a label kept in its detail's reach."""
+    seen: dict[tuple[str, str, Optional[str]], Reason] = {}
+    for row in rows:
+        for reason in row.reasons:
+            in_namespace = reason.kind in (REASON_LABEL, REASON_INEFFECTIVE_LABEL)
+            detail = f"{row.namespace}/{reason.detail}" if in_namespace else reason.detail
+            seen.setdefault((reason.kind, detail, reason.source), Reason(reason.kind, detail, reason.source))
+    return list(seen.values())
+
+
+def _label_namespaces(reasons: Sequence[Reason]) -> set[str]:
+    return {r.detail.split("/", 1)[0] for r in reasons if r.kind == REASON_LABEL}
+
+
+# What a disagreement is, in words (cause) and as a command (fix).
+Diagnosis = tuple[Mismatch, str, str]
+
+
+def _why_not_pinned(reasons: Sequence[Reason], runtime: RuntimeVersion, ref: str) -> Diagnosis:
+    kinds = {r.kind for r in reasons}
+    if runtime.name == DOCKER:
+        return _docker_cause(kinds, runtime)
+    if runtime.name == CRIO:
+        return (MISMATCH_LABELS_IGNORED,
+                "CRI-O pins only what its own pinned_images names; it ignores labels and pinctl's patterns",
+                "add the patterns to CRI-O: pinctl config export --for crio > /etc/crio/crio.conf.d/50-pinctl.conf")
+    return _containerd_cause(reasons, kinds, runtime, ref)
+
+
+def _docker_cause(kinds: set[ReasonKind], runtime: RuntimeVersion) -> Diagnosis:
+    if REASON_DOCKER_LABEL in kinds:
+        return (MISMATCH_CONFIG_LABEL_UNREAD, "cri-dockerd does not pin by these config labels",
+                "start cri-dockerd with --pinned-image-labels (pinctl config export --for cri-dockerd)")
+    if REASON_LABEL in kinds:
+        return (MISMATCH_LABELS_IGNORED,
+                f"the runtime ignores labels: cri-dockerd ({runtime}) pins only its sandbox image "
+                "and what --pinned-images/--pinned-image-labels name",
+                "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
+    return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: cri-dockerd does not read pinctl's config",
+            "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
+
+
+def _containerd_cause(
+    reasons: Sequence[Reason], kinds: set[ReasonKind], runtime: RuntimeVersion, ref: str
+) -> Diagnosis:
+    if not pin_labels.cri_honours_pins(runtime.version):
+        return (MISMATCH_LABELS_IGNORED,
+                f"the runtime ignores labels: containerd {runtime.version} reports no pins to the kubelet",
+                "upgrade containerd to 1.6.25+ or 1.7.10+")
+    labelled_in = _label_namespaces(reasons)
+    if labelled_in and CRI_NAMESPACE not in labelled_in:
+        where = ", ".join(sorted(labelled_in))
+        return (MISMATCH_WRONG_NAMESPACE, f"the label is in namespace {where}, but containerd's CRI reads {CRI_NAMESPACE}",
+                f"pinctl pin -n {CRI_NAMESPACE} {ref}")
+    if labelled_in:
+        return (MISMATCH_NOT_CAUGHT_UP, "the label is there but the CRI has not caught up yet",
+                "wait: pinctl check --wait 30 (the kubelet itself refreshes every 5 minutes)")
+    if REASON_INEFFECTIVE_LABEL in kinds:
+        bad = next(r.detail for r in reasons if r.kind == REASON_INEFFECTIVE_LABEL)
+        return (MISMATCH_INEFFECTIVE_LABEL, f"ineffective label: {bad}", f"pinctl pin {ref}")
+    if REASON_DOCKER_LABEL in kinds and REASON_PATTERN not in kinds:
+        return (MISMATCH_CONFIG_LABEL_UNREAD, "containerd does not read Docker config labels", f"pinctl pin {ref}")
+    return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: containerd reads labels, not patterns",
+            "pinctl sync (or pinctl config export --for containerd)")
+
+
+def annotate_cri(rows: Sequence[ImageRow], listed: Sequence[CriImage]) -> None:
+    """Set each row's cri_pinned from the CRI image it is (by ID, manifest digest or name)."""
+    index = _Index(rows)
+    for cri in listed:
+        for row in index.matching(cri):
+            row.cri_pinned = cri.pinned

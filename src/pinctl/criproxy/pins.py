@@ -1,0 +1,233 @@
+"""What cri-proxy reports pinned: the keys of the images pinctl wants kept (PinnedKeys), read
+again when older than REFRESH_SECONDS (PinnedSet), and the rewrite of an image answer that adds
+pinned=true to them without decoding every image."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+from pinctl.model import (CRI_NAMESPACE, DOCKER_NAMESPACE, REASON_DOCKER_LABEL, REASON_LABEL, REASON_PATTERN,
+                          REASON_SANDBOX, ImageRow, LogFn)
+from pinctl.criproxy.stats import STATS
+
+if TYPE_CHECKING:
+    from pinctl.node.sources import Node
+    from pinctl.pins.policy import Policy
+
+LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
+IMAGE_STATUS = "/runtime.v1.ImageService/ImageStatus"
+REFRESH_SECONDS = 2.0
+# runtime.v1 Image on the wire: the tag of its id (field 1, length-delimited), and pinned=true (field 8).
+ID_TAG = 0x0A
+PINNED_TRUE = b"\x40\x01"
+# The pin label counts only in the containerd namespace the runtime itself reads, by its CRI name.
+RUNTIME_NAMESPACES = {"containerd": CRI_NAMESPACE, "docker": DOCKER_NAMESPACE}
+
+
+@dataclass
+class ProxySetup:
+    """What a (re)load of the configuration gives the proxy."""
+
+    open_node: Callable[[], Node]
+    policy: Policy
+    label_rules: Sequence[str]
+
+
+@dataclass(frozen=True)
+class PinnedKeys:
+    """What to report pinned, keyed as check joins CRI images with rows (so that check through
+    the proxy agrees): image IDs first, then names for an image whose ID pinctl does not know."""
+
+    ids: frozenset[str]
+    known_ids: frozenset[str]
+    names: frozenset[str]
+    # The IDs as they appear on the wire, for answers read without decoding each image.
+    id_bytes: frozenset[bytes] = field(init=False, compare=False)
+    known_id_bytes: frozenset[bytes] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id_bytes", frozenset(key.encode() for key in self.ids))
+        object.__setattr__(self, "known_id_bytes", frozenset(key.encode() for key in self.known_ids))
+
+    def __bool__(self) -> bool:
+        return bool(self.ids or self.names)
+
+
+def pinned_keys(rows: Sequence[ImageRow], runtime_name: str) -> PinnedKeys:
+    label_namespace = RUNTIME_NAMESPACES.get(runtime_name)
+    wanted = [row for row in rows if any(_counts(reason.kind, row, label_namespace) for reason in row.reasons)]
+    return PinnedKeys(frozenset(row.image_id for row in wanted if row.image_id),
+                      frozenset(row.image_id for row in rows if row.image_id),
+                      frozenset(key for row in wanted for key in (row.digest, row.ref) if key))
+
+
+def _counts(kind: str, row: ImageRow, label_namespace: Optional[str]) -> bool:
+    if kind == REASON_LABEL:
+        return label_namespace is not None and row.namespace == label_namespace
+    return kind in (REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX)
+
+
+def mark_pinned(images: Any, keys: PinnedKeys) -> int:
+    """Set pinned on each runtime.v1 Image pinctl wants kept; how many changed.
+
+    An image whose ID pinctl has rows for is decided by its ID alone: every row of that ID has
+    its names, so they add nothing, and reading each image's tags would cost more than the
+    rest of the call on a node with 1,000 images."""
+    changed = 0
+    ids, known, names = keys.ids, keys.known_ids, keys.names
+    for image in images:
+        if image.pinned:
+            continue
+        image_id = image.id
+        if image_id in ids or (image_id not in known and names and (
+                not names.isdisjoint(image.repo_tags) or not names.isdisjoint(image.repo_digests))):
+            image.pinned = True
+            changed += 1
+    STATS.images_marked += changed
+    return changed
+
+
+def rewrite(method: str, reply: bytes, keys: PinnedKeys) -> bytes:
+    """The reply with pins added; the very same bytes when nothing changes."""
+    from pinctl.proto import cri_pb2
+
+    if method == LIST_IMAGES:
+        return _rewrite_listing(reply, keys)
+    status = cri_pb2.ImageStatusResponse.FromString(reply)
+    if status.HasField("image") and mark_pinned([status.image], keys):
+        return status.SerializeToString()
+    return reply
+
+
+def _rewrite_listing(reply: bytes, keys: PinnedKeys) -> bytes:
+    """ListImages' answer with each image kept as its bytes: one to pin gets field 8 (pinned)
+    appended, and a reader takes the last value of a field. Decoding and encoding all 1,000
+    images of a node costs half a millisecond; this, a tenth of that when few are pinned."""
+    from pinctl.proto import cri_pb2, cri_raw_pb2
+
+    listed = cri_raw_pb2.ListImagesResponse.FromString(reply)
+    images = listed.images
+    changed = 0
+    for index in _undecided(images, keys):
+        image = images[index]
+        if mark_pinned([cri_pb2.Image.FromString(image)], keys):
+            images[index] = image + PINNED_TRUE
+            changed += 1
+    return listed.SerializeToString() if changed else reply
+
+
+def _undecided(images: Sequence[bytes], keys: PinnedKeys) -> list[int]:
+    """Where the images are that their ID alone does not rule out, found without a Python step
+    per image: encoders write the id (field 1) first, and a runtime's IDs share one length.
+    Answers that do not look like that have every image decoded."""
+    first = images[0] if images else b""
+    if len(first) < 2 or first[0] != ID_TAG or first[1] >= 0x80 or \
+            sum(map(bytes.startswith, images, repeat(first[:2]))) != len(images):
+        return list(range(len(images)))
+    ids = list(map(itemgetter(slice(2, 2 + first[1])), images))
+    undecided = keys.id_bytes.intersection(ids)
+    if keys.names:
+        undecided = undecided.union(set(ids) - keys.known_id_bytes)
+    return [index for index, image_id in enumerate(ids) if image_id in undecided] if undecided else []
+
+
+class PinnedSet:
+    """The keys of the images to report pinned, read again when older than max_age seconds."""
+
+    def __init__(self, load: Callable[[], ProxySetup], runtime_name: Callable[[], str], log: LogFn,
+                 max_age: float = REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self._load = load
+        self._runtime_name = runtime_name
+        self._log = log
+        self._max_age = max_age
+        self._clock = clock
+        self._setup: Optional[ProxySetup] = None
+        self._node: Optional[Node] = None
+        self._keys: Optional[PinnedKeys] = None
+        self._read_at = -float("inf")
+        self._lock = threading.Lock()
+        self._failing = False
+        self.reads = 0
+        self.failures = 0
+        self.ok_reads = 0
+        self.last_error = ""
+        self._read_ok_at: Optional[float] = None
+
+    def current(self) -> Optional[PinnedKeys]:
+        """The keys, read again first when stale; None when they cannot be read."""
+        if self._clock() - self._read_at < self._max_age:
+            return self._keys
+        with self._lock:
+            if self._clock() - self._read_at >= self._max_age:
+                self._read()
+            return self._keys
+
+    def reload(self) -> None:
+        """Read the configuration again (SIGHUP); the next image call reads the images again."""
+        with self._lock:
+            self._setup = None
+            self._close_node()
+            self._read_at = -float("inf")
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_node()
+
+    def _read(self) -> None:
+        self.reads += 1
+        try:
+            if self._setup is None:
+                self._setup = self._load()
+                self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
+            if self._node is None:
+                self._node = self._setup.open_node()
+            rows = self._node.rows(self._setup.policy, self._setup.label_rules).rows
+            self._keys = pinned_keys(rows, self._runtime_name())
+        except Exception as err:  # noqa: BLE001 - availability first: whatever fails, answers pass through
+            self._failed(err)
+        else:
+            if self._failing:
+                self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
+            self._failing = False
+            self.ok_reads += 1
+            self._read_ok_at = self._clock()
+        self._read_at = self._clock()
+
+    def _failed(self, err: Exception) -> None:
+        self.failures += 1
+        self.last_error = str(err) or type(err).__name__
+        self._keys = None
+        self._close_node()
+        if not self._failing:
+            self._log("error", "cannot read pins; answers pass through unchanged", error=str(err))
+        self._failing = True
+
+    # -- read by /readyz and scrapes, never reading anything themselves ----------------------
+
+    @property
+    def latest(self) -> Optional[PinnedKeys]:
+        """The keys as last read; None while unreadable or before the first read."""
+        return self._keys
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last read failed (answers pass through unchanged until one succeeds)."""
+        return self._failing
+
+    def age(self) -> Optional[float]:
+        """Seconds since the last read that succeeded; None before the first."""
+        read_at = self._read_ok_at
+        return None if read_at is None else max(0.0, self._clock() - read_at)
+
+    def _close_node(self) -> None:
+        if self._node is not None:
+            try:
+                self._node.close()
+            except Exception:  # noqa: BLE001 - a broken connection cannot stop a reconnect
+                pass
+            self._node = None

@@ -1,0 +1,163 @@
+"""What cri-proxy tells monitoring: counters kept inline on its hot path, its health, and the
+figures a scrape reads from both.
+
+The proxy's hot path only counts, at the cost of a dict increment: a scrape copies the counters
+and reads the pinned set the proxy already holds, so a scrape never waits on containerd or the
+runtime, and a CRI call never waits on a scrape.
+
+One proxy runs per process, and the calls are counted in module-level functions as well as in
+the forwarder's methods (rewrite, mark_pinned, _abort): the counters are one process-wide
+ProxyStats, STATS, rather than an object passed to each of them.
+
+Why a plain `d[k] += 1` from the gRPC server's many worker threads loses no increment: the keys
+are str and every key is present from the start, so the read, the add and the write run no
+Python code, and CPython (3.10 and later) switches threads only at function calls, returns and
+backward jumps, never between them. A free-threaded build (3.13t) would need a lock here.
+tests/unit/test_proxystats.py counts from eight threads at once to hold this to account.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, Optional, get_args
+
+from pinctl.display import visible
+from pinctl.watch.figures import Runtime
+from pinctl.watch.health import Verdict
+
+if TYPE_CHECKING:
+    from pinctl.criproxy.proxy import Proxy
+
+# runtime.v1's methods (k8s.io/cri-api). A call's method name comes from the caller, so any
+# other name is counted as OTHER_METHOD: the label's values stay a closed set.
+RUNTIME_SERVICE_METHODS = (
+    "Version", "RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "PodSandboxStatus", "ListPodSandbox",
+    "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "ListContainers", "ContainerStatus",
+    "UpdateContainerResources", "ReopenContainerLog", "ExecSync", "Exec", "Attach", "PortForward",
+    "ContainerStats", "ListContainerStats", "PodSandboxStats", "ListPodSandboxStats", "UpdateRuntimeConfig",
+    "Status", "CheckpointContainer", "GetContainerEvents", "ListMetricDescriptors", "ListPodSandboxMetrics",
+    "RuntimeConfig", "UpdatePodSandboxResources",
+)
+IMAGE_SERVICE_METHODS = ("ListImages", "ImageStatus", "PullImage", "RemoveImage", "ImageFsInfo")
+OTHER_METHOD: Final = "other"
+# The full gRPC path of a known method -> its label (the method's name: unique across both services).
+METHOD_LABELS: dict[str, str] = {
+    **{f"/runtime.v1.RuntimeService/{name}": name for name in RUNTIME_SERVICE_METHODS},
+    **{f"/runtime.v1.ImageService/{name}": name for name in IMAGE_SERVICE_METHODS},
+}
+
+# gRPC's status codes other than OK, by name (grpc.StatusCode; a unit test keeps them equal).
+ERROR_CODES = (
+    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)
+
+# Why an image answer went back to the caller as the runtime sent it, as a closed set.
+PassedThrough = Literal["pins-unreadable", "answer-unreadable"]
+PINS_UNREADABLE: Final = "pins-unreadable"  # the labels, policy or Docker could not be read
+ANSWER_UNREADABLE: Final = "answer-unreadable"  # pinctl could not parse the runtime's answer
+PASSED_THROUGH: tuple[PassedThrough, ...] = get_args(PassedThrough)
+
+READ_RESULTS = ("ok", "failed")  # pin reads, in this order: PinnedSet.ok_reads, .failures
+KEY_KINDS = ("id", "name")  # the pinned set's keys, in this order: PinnedKeys.ids, .names
+
+
+class ProxyStats:
+    """The proxy's counters: written by the gRPC worker threads, copied by scrapes."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = dict.fromkeys([*METHOD_LABELS.values(), OTHER_METHOD], 0)
+        # A Counter on the error path only: a code outside ERROR_CODES (none is known) still counts.
+        self.upstream_errors: Counter[str] = Counter(dict.fromkeys(ERROR_CODES, 0))
+        self.passed_through: dict[str, int] = dict.fromkeys(PASSED_THROUGH, 0)
+        self.images_marked = 0
+
+
+STATS = ProxyStats()
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, OTHER_METHOD)
+
+
+# -- health -------------------------------------------------------------------------------------
+
+
+def liveness(proxy: Proxy) -> Verdict:
+    """Healthy while the gRPC server (or the relay) runs: from start until SIGTERM."""
+    if not proxy.running():
+        return Verdict(False, "the CRI server is not running (starting, stopping, or the relay being replaced)")
+    return Verdict(True, f"serving the CRI on {proxy.listen}")
+
+
+def readiness(proxy: Proxy) -> Verdict:
+    """Ready while the socket the kubelet connects to is the proxy's, and the last read of the
+    pins succeeded (or no image call has needed one yet): otherwise answers pass through
+    without pinctl's pins."""
+    alive = liveness(proxy)
+    if not alive.ok:
+        return alive
+    if not proxy.socket_is_ours():
+        return Verdict(False, f"{proxy.listen} was removed or replaced: callers no longer reach the proxy")
+    pins = proxy.pins
+    if pins.failing:
+        error = visible(" ".join(pins.last_error.split()))
+        return Verdict(False, f"cannot read the pins, image answers pass through unchanged: {error}")
+    age = pins.age()
+    if age is None:
+        return Verdict(True, f"serving the CRI on {proxy.listen}; no image call has needed the pins yet")
+    return Verdict(True, f"serving the CRI on {proxy.listen}; pins read {age:.0f} s ago")
+
+
+# -- what a scrape reads --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProxyFigures:
+    """The proxy's metrics at one moment. pinned_keys and pins_age are None while the pins are
+    unreadable or not read yet; runtime is None until the proxy has asked the runtime its name."""
+
+    ready: bool
+    calls: dict[str, int]
+    upstream_errors: dict[str, int]
+    pin_reads: dict[str, int]
+    passed_through: dict[str, int]
+    images_marked: int
+    pinned_keys: Optional[dict[str, int]]
+    pins_age: Optional[float]
+    runtime: Optional[Runtime]
+
+
+def relay_stats(counted: dict[str, Any]) -> ProxyStats:
+    """What pinctl-cri-relay counted (its `stats` message), as the same counters: upstream errors
+    come by numeric code, which is ERROR_CODES' position plus one."""
+    stats = ProxyStats()
+    for method, count in counted.get("calls", {}).items():
+        stats.calls[method_label(method)] += count
+    for code, count in counted.get("upstream_errors", {}).items():
+        number = int(code)
+        stats.upstream_errors[ERROR_CODES[number - 1] if 0 < number <= len(ERROR_CODES) else code] += count
+    stats.passed_through[PINS_UNREADABLE] = counted.get("passed_through", 0)
+    stats.passed_through[ANSWER_UNREADABLE] = counted.get("unreadable_answers", 0)
+    stats.images_marked = counted.get("images_marked", 0)
+    return stats
+
+
+def proxy_figures(proxy: Proxy, stats: Optional[ProxyStats] = None) -> ProxyFigures:
+    stats = proxy.call_stats() if stats is None else stats
+    pins = proxy.pins
+    keys = pins.latest
+    # Copies in one step each (dict() of a dict runs in C, under the GIL).
+    return ProxyFigures(
+        ready=readiness(proxy).ok,
+        calls=dict(stats.calls),
+        upstream_errors=dict(stats.upstream_errors),
+        pin_reads=dict(zip(READ_RESULTS, (pins.ok_reads, pins.failures))),
+        passed_through=dict(stats.passed_through),
+        images_marked=stats.images_marked,
+        pinned_keys=None if keys is None else dict(zip(KEY_KINDS, (len(keys.ids), len(keys.names)))),
+        pins_age=pins.age(),
+        runtime=Runtime(*proxy.runtime) if proxy.runtime else None,
+    )

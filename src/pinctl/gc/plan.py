@@ -1,0 +1,472 @@
+"""gc plan and prune: the kubelet's image GC (pinctl.gc.model) fed with what the runtime shows,
+and a prune that deletes the way it would but never what must stay.
+
+A GC domain is one runtime with its own images, containers and filesystem: the CRI runtime
+(what the kubelet collects; images in containerd's k8s.io) or Docker through its own API.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
+
+from pinctl.gc import estimate
+from pinctl.gc import model as gcmodel
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, UsageError
+from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
+from pinctl.gc.estimate import ObservedContainer, ObservedImage
+from pinctl.model import (
+    PIN_LABEL,
+    REASON_DOCKER_LABEL,
+    REASON_INEFFECTIVE_LABEL,
+    REASON_LABEL,
+    REASON_PATTERN,
+    REASON_SANDBOX,
+)
+
+if TYPE_CHECKING:
+    from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.backends.docker import DockerEngine
+    from pinctl.gc.kubelet import SourcedGcSettings
+    from pinctl.model import ImageRow
+    from pinctl.pins.policy import Policy
+    from pinctl.node.sources import Node
+
+# What pinctl counts as wanting an image kept (as check does): an ineffective label still says so.
+WANTED_KINDS = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL)
+PruneAction = Literal["removed", "would-remove", "kept", "failed"]
+PRUNE_REMOVED: Final = "removed"
+PRUNE_WOULD_REMOVE: Final = "would-remove"  # a dry run's removal
+PRUNE_KEPT: Final = "kept"
+PRUNE_FAILED: Final = "failed"
+# Docker's container states in the CRI's words: any of them keeps the image, as in the kubelet.
+DOCKER_STATES: dict[str, gcmodel.ContainerState] = {
+    "running": "running", "paused": "running", "restarting": "running", "created": "created",
+    "exited": "exited", "dead": "exited", "removing": "exited",
+}
+CRI_STATES: dict[str, gcmodel.ContainerState] = {
+    "created": "created", "running": "running", "exited": "exited", "unknown": "unknown",
+}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One domain as it is now: images, containers, filesystem figures and where they came from."""
+
+    images: list[ObservedImage]
+    containers: list[ObservedContainer]
+    fs: ImageFs
+    fs_source: str
+    fs_path: str = ""  # what statfs read: measured again between prune's deletions
+
+
+class GcDomain(Protocol):
+    """One runtime whose images can be collected."""
+
+    name: str
+
+    def observe(self, rows: Sequence[ImageRow]) -> Observation:
+        """Images (with the earliest record time pinctl's rows know), containers, filesystem."""
+
+    def users_now(self, image: GcImage) -> list[str]:
+        """Containers using the image right now, in any state (re-checked before a delete)."""
+
+    def pinned_now(self, image: GcImage) -> Optional[bool]:
+        """Whether the runtime pins the image now; None when it is gone."""
+
+    def remove(self, image: GcImage) -> None:
+        """Delete the image through the runtime that owns it."""
+
+
+def utc(seconds: Optional[float]) -> Optional[datetime]:
+    return datetime.fromtimestamp(seconds, timezone.utc) if seconds is not None else None
+
+
+def statfs(path: str, what: str) -> ImageFs:
+    try:
+        st = os.statvfs(path)
+    except OSError as err:
+        raise EngineError(f"cannot read the image filesystem at {path} ({what}): {err.strerror}",
+                          "run pinctl on the node itself, where that path is mounted") from None
+    return ImageFs(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
+
+
+class RowIndex:
+    """pinctl's rows by image ID or target digest, and by reference: one pass over the rows, so
+    a node's thousand images cost look-ups, not a thousand passes. Matches come in row order."""
+
+    def __init__(self, rows: Sequence[ImageRow]) -> None:
+        self.rows = rows
+        self._by_key: dict[str, list[int]] = {}
+        self._by_ref: dict[str, list[int]] = {}
+        for position, row in enumerate(rows):
+            for key in {row.image_id, row.digest}:
+                if key:
+                    self._by_key.setdefault(key, []).append(position)
+            self._by_ref.setdefault(row.ref, []).append(position)
+
+    def matching(self, keys: set[str], refs: Sequence[str] = ()) -> list[ImageRow]:
+        found = {position for key in keys for position in self._by_key.get(key, ())}
+        found.update(position for ref in refs for position in self._by_ref.get(ref, ()))
+        return [self.rows[position] for position in sorted(found)]
+
+
+def _earliest(index: RowIndex, keys: set[str]) -> Optional[datetime]:
+    times = [row.created for row in index.matching(keys) if row.created is not None]
+    return utc(min(times)) if times else None
+
+
+class CriDomain:
+    """The CRI runtime the kubelet talks to: its images, containers and image filesystem."""
+
+    def __init__(self, runtime: CriRuntime, version: RuntimeVersion) -> None:
+        self.runtime = runtime
+        self.version = version
+        self.name = f"{version} at {runtime.endpoint}"
+
+    def observe(self, rows: Sequence[ImageRow]) -> Observation:
+        index = RowIndex(rows)
+        images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
+                                _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
+                  for i in self.runtime.list_images()]
+        containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
+                                        c.pod_sandbox_id, utc(c.created_at), utc(c.started_at), utc(c.finished_at))
+                      for c in self.runtime.list_containers()]
+        filesystems = self.runtime.image_fs_info()
+        if not filesystems:
+            raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
+        mountpoint = filesystems[0].mountpoint
+        fs = statfs(mountpoint, "the CRI's ImageFsInfo mount point")
+        return Observation(images, containers, fs, f"statfs of {mountpoint}, the CRI's ImageFsInfo mount point",
+                           mountpoint)
+
+    def users_now(self, image: GcImage) -> list[str]:
+        names = {image.id, *image.refs}
+        return [c.name or c.id for c in self.runtime.list_containers(statuses=False)
+                if {c.image_id, c.image_ref, c.image} & names]
+
+    def pinned_now(self, image: GcImage) -> Optional[bool]:
+        status = self.runtime.image_status(image.id)
+        return None if status is None else status.pinned
+
+    def remove(self, image: GcImage) -> None:
+        self.runtime.remove_image(image.id)
+
+
+class DockerDomain:
+    """Docker's own images, containers and data root, through Docker's API."""
+
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
+        self.name = f"Docker at {engine.host}"
+
+    def observe(self, rows: Sequence[ImageRow]) -> Observation:
+        docker_rows = RowIndex([row for row in rows if row.source == "docker"])
+        # Arrival on the node, like the kubelet's first detection: the record time in Docker's
+        # containerd store; the classic store keeps none, so the build time (earlier) stands in.
+        images = [ObservedImage(i.image_id, i.size, (*i.repo_tags, *i.repo_digests), False,
+                                _earliest(docker_rows, {i.image_id}) or utc(i.created))
+                  for i in self.engine.list_images()]
+        containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),
+                                        c.image_id, c.image, c.name, "", utc(c.created))
+                      for c in self.engine.list_containers()]
+        root = self.engine.root_dir()
+        return Observation(images, containers, statfs(root, "Docker's data root"), f"statfs of {root}, Docker's data root",
+                           root)
+
+    def users_now(self, image: GcImage) -> list[str]:
+        names = {image.id, *image.refs}
+        return [c.name or c.id for c in self.engine.list_containers() if {c.image_id, c.image} & names]
+
+    def pinned_now(self, image: GcImage) -> Optional[bool]:
+        present = {i.image_id for i in self.engine.list_images()}
+        return False if image.id in present else None
+
+    def remove(self, image: GcImage) -> None:
+        self.engine.remove_image(image.id)
+
+
+def _state(value: str) -> gcmodel.ContainerState:
+    return CRI_STATES.get(value, "unknown")
+
+
+# --- what pinctl wants kept ----------------------------------------------------------------------
+
+
+def wanted_by_pinctl(images: Sequence[ObservedImage], rows: Sequence[ImageRow]) -> dict[str, str]:
+    """Image ID -> why pinctl wants it kept: a pin label (also where the runtime ignores it), a
+    policy pattern, a Docker config label, the sandbox image."""
+    why: dict[str, str] = {}
+    index = RowIndex(rows)
+    for image in images:
+        keys = {image.id, *(ref.partition("@")[2] for ref in image.refs if "@" in ref)}
+        reasons = [reason for row in index.matching(keys, image.refs)
+                   for reason in row.reasons if reason.kind in WANTED_KINDS]
+        if reasons:
+            # Every record of an image repeats its reasons, and one pin label is enough to name (a tag first).
+            reasons.sort(key=lambda r: (r.kind, r.detail.startswith("sha256:"), r.detail))
+            labels = [r for r in reasons if r.kind == REASON_LABEL][:1]
+            kept = labels + [r for r in reasons if r.kind != REASON_LABEL]
+            why[image.id] = "; ".join(dict.fromkeys(_reason_text(r.kind, r.detail) for r in kept))
+    return why
+
+
+def _reason_text(kind: str, detail: str) -> str:
+    return {REASON_LABEL: f"pin label on {detail}", REASON_SANDBOX: "the sandbox image",
+            REASON_PATTERN: f"pattern {detail}", REASON_DOCKER_LABEL: f"Docker label {detail}",
+            REASON_INEFFECTIVE_LABEL: f"ineffective pin label on {detail}"}.get(kind, f"{kind} {detail}")
+
+
+# --- gc plan ------------------------------------------------------------------------------------
+
+
+@dataclass
+class GcReport:
+    """What `pinctl gc plan` shows: the modelled run and where every figure came from."""
+
+    domain: str
+    plan: GcPlan
+    settings_sources: dict[str, str]
+    fs_source: str
+    kubelet_started: Optional[datetime]
+    kubelet_started_source: str
+    estimates: list[estimate.Estimate] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_ERROR if self.plan.wanted_deleted else EXIT_OK
+
+
+def gc_plan(domain: GcDomain, rows: Sequence[ImageRow], settings: SourcedGcSettings, now: datetime,
+            usage: Optional[float] = None) -> GcReport:
+    seen = domain.observe(rows)
+    started, started_source = kubelet_start_time()
+    estimates = estimate.estimate_images(seen.images, seen.containers, now, kubelet_started=started)
+    plan = gcmodel.plan_gc([e.image for e in estimates], [c.as_gc_container() for c in seen.containers],
+                           settings.settings, seen.fs, now, kubelet_started=started,
+                           wanted=wanted_by_pinctl(seen.images, rows), simulated_usage=usage)
+    return GcReport(domain.name, plan, settings.sources, seen.fs_source, started, started_source, estimates)
+
+
+def kubelet_start_time() -> tuple[Optional[datetime], str]:
+    """When the kubelet process on this node started (its first-detected times are at least
+    that), read from /proc; None when no kubelet runs here."""
+    try:
+        boot = _boot_time()
+        ticks = os.sysconf("SC_CLK_TCK")
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            started = _process_start(pid, boot, ticks)
+            if started is not None:
+                return started, f"kubelet process {pid}"
+    except OSError:
+        pass
+    return None, "no kubelet process found here: assumed to have run longer than the maximum age"
+
+
+def _boot_time() -> float:
+    with open("/proc/stat", encoding="ascii") as handle:
+        return float(next(line.split()[1] for line in handle if line.startswith("btime ")))
+
+
+def _process_start(pid: str, boot: float, ticks: int) -> Optional[datetime]:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    name = stat[stat.find("(") + 1 : stat.rfind(")")]
+    if name != "kubelet":
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return utc(boot + int(fields[19]) / ticks)
+
+
+# --- prune --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PruneRequest:
+    until_usage: Optional[float] = None  # None: the low threshold
+    all_unused: bool = False
+    older_than: Optional[timedelta] = None
+
+
+@dataclass
+class PrunePlan:
+    """The images one domain would lose, in order, and the ones it keeps and why."""
+
+    domain: GcDomain
+    plan: GcPlan
+    target_usage: Optional[int]
+    delete: list[GcImage]
+    kept: list[tuple[GcImage, str]]
+    fs_path: str = ""
+
+
+def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings, request: PruneRequest,
+               now: datetime) -> PrunePlan:
+    """The kubelet's order and skips, with pinctl's wants (labels, policy, sandbox) and any image a
+    container names counted as pinned, the minimum age raised to --older-than, no age step."""
+    seen = domain.observe(rows)
+    wanted = wanted_by_pinctl(seen.images, rows)
+    named = _named_by_containers(seen.images, seen.containers)
+    estimates = estimate.estimate_images(seen.images, seen.containers, now)
+    images = [replace(e.image, pinned=e.image.pinned or e.image.id in wanted or e.image.id in named)
+              for e in estimates]
+    target = None if request.all_unused else int(request.until_usage if request.until_usage is not None
+                                                 else settings.low_threshold_percent)
+    prune_settings = _prune_settings(settings, target, request.older_than)
+    plan = gcmodel.plan_gc(images, [c.as_gc_container() for c in seen.containers], prune_settings, seen.fs, now,
+                           mode="all_unused" if request.all_unused else "threshold")
+    delete = [entry.image for entry in plan.deletions]
+    kept = [(p.image, _kept_why(p, wanted, named, seen.images)) for p in plan.protected]
+    return PrunePlan(domain, plan, target, delete, kept, seen.fs_path)
+
+
+def _prune_settings(settings: GcSettings, target: Optional[int], older_than: Optional[timedelta]) -> GcSettings:
+    min_age = max(settings.min_age, older_than or timedelta(0))
+    if target is None:
+        return GcSettings(100, 99, min_age, timedelta(0))
+    if not 0 <= target <= 100:
+        raise UsageError(f"--until-usage {target} is not a percentage", "give 0 to 100")
+    # The threshold step runs at usage >= high and frees down to low: high one above the target.
+    return GcSettings(min(target + 1, 100), min(target, 99), min_age, timedelta(0))
+
+
+def _named_by_containers(images: Sequence[ObservedImage], containers: Sequence[ObservedContainer]) -> set[str]:
+    """Images a container names by ID, reference or digest: the kubelet matches IDs only, a prune
+    is more careful."""
+    names = {value for c in containers for value in (c.image_id, c.image_ref, c.image) if value}
+    return {image.id for image in images if names & {image.id, *image.refs}}
+
+
+def _kept_why(item: gcmodel.ProtectedImage, wanted: dict[str, str], named: set[str],
+              images: Sequence[ObservedImage]) -> str:
+    parts = []
+    if item.containers:
+        parts.append("in use by " + ", ".join(c.name or c.id[:12] for c in item.containers))
+    elif item.image.id in named:
+        parts.append("named by a container")
+    if item.image.id in wanted:
+        parts.append(f"pinctl wants it kept ({wanted[item.image.id]})")
+    runtime_pinned = next((i.pinned for i in images if i.id == item.image.id), False)
+    if runtime_pinned:
+        parts.append("pinned by the runtime")
+    if gcmodel.Protection.TOO_YOUNG in item.reasons and item.eligible_at is not None:
+        parts.append(f"younger than the minimum age (until {item.eligible_at:%Y-%m-%d %H:%M:%S}Z)")
+    return "; ".join(parts) or "protected"
+
+
+@dataclass(frozen=True)
+class PruneItem:
+    domain: str
+    image_id: str
+    refs: tuple[str, ...]
+    action: PruneAction
+    size: int
+    why: Optional[str] = None
+
+
+def apply_prune(plans: Sequence[PrunePlan], still_wanted: Callable[[GcImage], Optional[str]], dry_run: bool,
+                progress: Callable[[PruneItem], None] = lambda _item: None) -> list[PruneItem]:
+    """Delete each planned image after checking it once more, and report every image."""
+    items: list[PruneItem] = []
+    for plan in plans:
+        for image, why in plan.kept:
+            items.append(PruneItem(plan.domain.name, image.id, image.refs, PRUNE_KEPT, image.size, why))
+        for image in plan.delete:
+            item = (PruneItem(plan.domain.name, image.id, image.refs, PRUNE_WOULD_REMOVE, image.size) if dry_run
+                    else _remove_one(plan, image, still_wanted))
+            items.append(item)
+            progress(item)
+    return items
+
+
+def _remove_one(plan: PrunePlan, image: GcImage, still_wanted: Callable[[GcImage], Optional[str]]) -> PruneItem:
+    domain = plan.domain
+
+    def item(action: PruneAction, why: Optional[str] = None) -> PruneItem:
+        return PruneItem(domain.name, image.id, image.refs, action, image.size, why)
+
+    try:
+        reason = target_reached(plan) or recheck(domain, image, still_wanted)
+        if reason is not None:
+            return item(PRUNE_KEPT, reason)
+        domain.remove(image)
+    except EngineError as err:
+        return item(PRUNE_FAILED, str(err))
+    return item(PRUNE_REMOVED)
+
+
+def target_reached(plan: PrunePlan) -> Optional[str]:
+    """Why no more deletions are needed: the filesystem, measured again, is at the target. The
+    plan credits each image with its CRI size, which undercounts what its unpacked layers free."""
+    if plan.target_usage is None or not plan.fs_path:
+        return None
+    usage = statfs(plan.fs_path, "the image filesystem").usage_percent
+    if usage > plan.target_usage:
+        return None
+    return f"not needed: the image filesystem is at {usage}%, the target is {plan.target_usage}%"
+
+
+def recheck(domain: GcDomain, image: GcImage, still_wanted: Callable[[GcImage], Optional[str]]) -> Optional[str]:
+    """Why an image planned for deletion must stay after all: what changed since planning."""
+    pinned = domain.pinned_now(image)
+    if pinned is None:
+        return "gone since planning"
+    if pinned:
+        return "pinned by the runtime since planning"
+    users = domain.users_now(image)
+    if users:
+        return f"in use since planning by {', '.join(users)}"
+    return still_wanted(image)
+
+
+def wanted_now(node: Node, policy: Policy) -> Callable[[GcImage], Optional[str]]:
+    """A re-check of pinctl's own wants for one image: pin labels on its records as they are now
+    (read one by one), and policy patterns over its names."""
+    views = node.views()
+
+    def check(image: GcImage) -> Optional[str]:
+        names = [ref for ref in image.refs if "@" not in ref] + [image.id]
+        if policy and any(policy.matcher.match(names)):
+            return "a policy pattern covers it"
+        for view in views:
+            for record in view.store.get_images(view.namespace, names):
+                if PIN_LABEL in record.labels:  # an ineffective value still says "keep"
+                    return f"pin label on {record.name} in {view.namespace} since planning"
+        return None
+
+    return check
+
+
+@dataclass
+class PruneReport:
+    items: list[PruneItem]
+    dry_run: bool
+
+    @property
+    def freed(self) -> int:
+        return sum(item.size for item in self.items if item.action == PRUNE_REMOVED)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PARTIAL if any(item.action == PRUNE_FAILED for item in self.items) else EXIT_OK
+
+
+def prune_domains(node: Node, namespaces: Sequence[str],
+                  open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]) -> list[GcDomain]:
+    """The CRI runtime when Kubernetes' namespace is read, and Docker when it is one of the
+    node's sources (unless the CRI runtime is Docker itself, through cri-dockerd)."""
+    domains: list[GcDomain] = []
+    runtime_name = ""
+    if not namespaces or "all" in namespaces or "k8s.io" in namespaces:
+        runtime, version = open_runtime()
+        domains.append(CriDomain(runtime, version))
+        runtime_name = version.name
+    engine = node.docker_engine()
+    if engine is not None and runtime_name != "docker":
+        domains.append(DockerDomain(engine))
+    return domains

@@ -1,0 +1,1 @@
+"""The node: one list of sources of images (containerd namespaces, Docker's containerd, Docker)."""

@@ -1,0 +1,308 @@
+"""The node's sources of images, as one list: each containerd daemon with the namespaces read
+from it, and Docker. Every command reads rows, names, label views and event streams from that
+list alone, so a new kind of source is one class here and one line in open_node.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
+
+from pinctl.errors import EngineUnreachable
+from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE
+from pinctl.pins.listing import Listing, list_images
+
+if TYPE_CHECKING:
+    from pinctl import refs
+    from pinctl.backends import FollowableStore, ImageRecords, ImageStore
+    from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.backends.docker import DockerEngine
+    from pinctl.config.loader import Config
+    from pinctl.node.docker import DockerView
+    from pinctl.pins.plans import NamespaceView
+    from pinctl.pins.policy import Policy
+
+# dockerd starts its own containerd here when none is configured for it.
+DOCKER_MANAGED_CONTAINERD = "/run/docker/containerd/containerd.sock"
+Name = tuple[Optional[str], str]
+
+
+class Source(Protocol):
+    """One place images come from. Sources are read in list order: Docker's joins the rows of
+    the containerd sources before it."""
+
+    description: str
+
+    def add_rows(self, listing: Listing, policy: Policy, label_rules: Sequence[str]) -> None:
+        """Add this source's rows (image IDs and pins worked out) to the listing."""
+
+    def add_names(self, names: list[Name]) -> None:
+        """Add (namespace, reference) of each row add_rows would add, from image lists alone."""
+
+    def views(self) -> list[NamespaceView]:
+        """The namespaces whose records can be labelled; none for a source without labels."""
+
+    def refusal(self, selector: refs.Selector) -> Optional[str]:
+        """Why an argument naming one of this source's images cannot be pinned; None if it can."""
+
+    def follow(self) -> Optional[Followed]:
+        """The event stream sync --watch follows for this source, if it has one."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+@dataclass
+class Followed:
+    """A containerd whose image events the watcher follows, and which namespaces of it count."""
+
+    store: FollowableStore
+    watches: Callable[[str], bool]
+
+
+@dataclass
+class ContainerdSource:
+    """Namespaces of one containerd daemon: pinctl's own, or the one Docker keeps images in."""
+
+    store: FollowableStore
+    namespaces: list[str]
+    requested: Sequence[str] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        self.description = self.description or f"containerd at {self.store.address}"
+
+    def add_rows(self, listing: Listing, policy: Policy, label_rules: Sequence[str]) -> None:
+        part = list_images(self.store, self.namespaces, policy)
+        listing.rows.extend(part.rows)
+        listing.errors.extend(part.errors)
+
+    def add_names(self, names: list[Name]) -> None:
+        names += [(ns, img.name) for ns in self.namespaces for img in self.store.list_images(ns)]
+
+    def views(self) -> list[NamespaceView]:
+        from pinctl.pins.plans import NamespaceView
+
+        return [NamespaceView(self.store, ns) for ns in self.namespaces]
+
+    def refusal(self, selector: refs.Selector) -> Optional[str]:
+        return None
+
+    def follow(self) -> Optional[Followed]:
+        return Followed(self.store, self._watches)
+
+    def _watches(self, namespace: str) -> bool:
+        # A namespace created after start counts when it would have been selected then.
+        if ALL_NAMESPACES in self.requested:
+            return True
+        return namespace in (self.requested or DEFAULT_NAMESPACES) or namespace in self.namespaces
+
+    def close(self) -> None:
+        self.store.close()
+
+
+@dataclass
+class DockerSource:
+    """Docker through its API. With its containerd image store, the rows of its namespace
+    (listed by whichever containerd source holds it) become Docker's; otherwise Docker's own
+    image list gives rows of their own, which cannot be labelled."""
+
+    view: DockerView
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        self.description = self.description or f"Docker at {self.view.engine.host}"
+
+    def add_rows(self, listing: Listing, policy: Policy, label_rules: Sequence[str]) -> None:
+        from pinctl.node import docker as docker_service
+
+        view = self.view
+        mine = [row for row in listing.rows if row.namespace == view.namespace]
+        if view.store.containerd and mine:
+            ids = {row.image_id for row in mine if row.image_id}
+            docker_service.adopt(listing.rows, view.namespace, self._moby_labels(ids), label_rules)
+        else:
+            listing.rows = docker_service.join(listing.rows, view, label_rules, policy)
+
+    def _moby_labels(self, ids: set[str]) -> dict[str, dict[str, str]]:
+        assert self.moby_store is not None, "Docker's namespace was listed, so its store is known"
+        return self.moby_store.config_labels(self.view.namespace, ids)
+
+    # The containerd source that lists Docker's namespace; set by open_node.
+    moby_store: Optional[ImageStore] = field(default=None)
+
+    def add_names(self, names: list[Name]) -> None:
+        from pinctl.node.docker import rows_without_records
+
+        listed = {ref for ns, ref in names if ns == self.view.namespace}
+        names += rows_without_records(self.view, listed)
+
+    def views(self) -> list[NamespaceView]:
+        return []
+
+    def refusal(self, selector: refs.Selector) -> Optional[str]:
+        return self.view.classic_refusal(selector)
+
+    def follow(self) -> Optional[Followed]:
+        return None
+
+    def close(self) -> None:
+        self.view.engine.close()
+
+
+@dataclass
+class Node:
+    """Every source of images on this node, in the order they are read."""
+
+    sources: list[Source] = field(default_factory=list)
+
+    def rows(self, policy: Policy, label_rules: Sequence[str]) -> Listing:
+        listing = Listing()
+        for source in self.sources:
+            source.add_rows(listing, policy, label_rules)
+        listing.rows.sort(key=lambda row: (row.namespace or "", row.ref))
+        return listing
+
+    def names(self) -> list[Name]:
+        """(namespace, reference) of every row `ls` would show, from the image lists alone: no
+        manifests read. What `ls -q` prints and shell completion asks for."""
+        names: list[Name] = []
+        for source in self.sources:
+            source.add_names(names)
+        return sorted(set(names), key=lambda item: (item[0] or "", item[1]))
+
+    def views(self) -> list[NamespaceView]:
+        return [view for source in self.sources for view in source.views()]
+
+    def selected_namespaces(self) -> list[str]:
+        """The containerd namespaces read, asking no engine."""
+        return [ns for source in self.sources if isinstance(source, ContainerdSource) for ns in source.namespaces]
+
+    def refusal(self, selector: refs.Selector) -> Optional[str]:
+        return next((why for source in self.sources if (why := source.refusal(selector))), None)
+
+    def view_of(self, namespace: str) -> Optional[NamespaceView]:
+        """A label view of one namespace as it is now, also one that did not exist when the
+        node was opened (a first pull creates k8s.io on a fresh node)."""
+        for source in self.sources:
+            if isinstance(source, ContainerdSource) and (namespace in source.namespaces
+                                                         or namespace in source.store.namespaces()):
+                from pinctl.pins.plans import NamespaceView
+
+                return NamespaceView(source.store, namespace)
+        return None
+
+    def docker_engine(self) -> Optional[DockerEngine]:
+        """Docker's API, when Docker is one of the sources."""
+        return next((source.view.engine for source in self.sources if isinstance(source, DockerSource)), None)
+
+    def followed(self) -> list[Followed]:
+        return [found for source in self.sources if (found := source.follow()) is not None]
+
+    def namespaces(self) -> list[tuple[str, bool]]:
+        """Every namespace of every containerd read, and whether pinctl reads it by default."""
+        stores = {id(f.store): f.store for f in self.followed()}
+        names = sorted({ns for store in stores.values() for ns in store.namespaces()})
+        return [(ns, ns in DEFAULT_NAMESPACES) for ns in names]
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
+
+
+def open_node(cfg: Config, warn: Callable[[str], None]) -> Node:
+    """containerd is required unless it was left at its default and Docker answers instead;
+    Docker is read when it answers (or was named) and the namespaces asked for include its own."""
+    from pinctl.backends.containerd import ContainerdStore
+
+    requested = cfg.settings.namespaces
+    store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout, cfg.settings.containerd_config)
+    docker = _docker(cfg)
+    try:
+        selected = select_namespaces(store, requested)
+    except EngineUnreachable:
+        if docker is None or not cfg.defaulted("containerd_address"):
+            raise
+        store.close()
+        return _with_docker(Node(), cfg, None, docker)
+    if not selected and not requested and docker is None:
+        warn(f"no k8s.io or moby namespace in containerd at {store.address}; pick one with -n NS or -n all")
+    node = Node([ContainerdSource(store, selected, requested)])
+    return _with_docker(node, cfg, node.sources[0], docker) if docker is not None else node
+
+
+def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: DockerView) -> Node:
+    own = _docker_containerd(cfg, main, docker)
+    if own is not None:
+        node.sources.append(own)
+    source = DockerSource(docker)
+    holder = own or main
+    if isinstance(holder, ContainerdSource) and docker.namespace in holder.namespaces:
+        source.moby_store = holder.store
+    node.sources.append(source)
+    return node
+
+
+def _docker(cfg: Config) -> Optional[DockerView]:
+    from pinctl.backends.docker import DockerEngine
+    from pinctl.node.docker import DockerView
+
+    requested = cfg.settings.namespaces
+    if requested and not {DOCKER_NAMESPACE, ALL_NAMESPACES} & set(requested):
+        return None
+    host = cfg.settings.docker_host
+    try:
+        return DockerView.read(DockerEngine(host, cfg.settings.timeout), DOCKER_NAMESPACE)
+    except EngineUnreachable:
+        if host is not None:
+            raise
+        return None
+
+
+def _docker_containerd(cfg: Config, main: Optional[Source], docker: DockerView) -> Optional[ContainerdSource]:
+    """Docker's containerd, when its image store is there and it is not the daemon already read.
+
+    Docker is consulted only when its namespace is wanted, so when the main containerd has
+    that namespace it is among the selected ones already: no second namespace listing."""
+    from pinctl.backends.containerd import ContainerdStore
+
+    if not docker.store.containerd:
+        return None
+    address = cfg.settings.docker_containerd_address
+    selected = main.namespaces if isinstance(main, ContainerdSource) else []
+    if address is None:
+        if docker.namespace in selected:
+            return None
+        if not os.path.exists(DOCKER_MANAGED_CONTAINERD):
+            return None
+        address = DOCKER_MANAGED_CONTAINERD
+    if isinstance(main, ContainerdSource) and os.path.realpath(address) == os.path.realpath(main.store.address):
+        return None
+    store = ContainerdStore(address, cfg.settings.timeout, None)
+    return ContainerdSource(store, [docker.namespace], [docker.namespace], f"Docker's containerd at {address}")
+
+
+def open_runtime(cfg: Config, warn: Callable[[str], None]) -> tuple[CriRuntime, RuntimeVersion]:
+    """The CRI runtime named by flag, environment or config; else the first that answers of the
+    containerd pinctl was pointed at and the usual sockets."""
+    from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
+
+    endpoint = cfg.settings.runtime_endpoint
+    if endpoint is None:
+        first = [] if cfg.defaulted("containerd_address") else [f"unix://{cfg.settings.containerd_address}"]
+        return discover(list(dict.fromkeys(first + list(KNOWN_ENDPOINTS))), cfg.settings.timeout, warn)
+    runtime = CriRuntime(endpoint, cfg.settings.timeout)
+    return runtime, runtime.version()
+
+
+def select_namespaces(store: ImageRecords, requested: Sequence[str]) -> list[str]:
+    """Requested namespaces (checked to exist), every one for `all`, else the defaults present."""
+    if ALL_NAMESPACES in requested:
+        return store.namespaces()
+    if requested:
+        wanted = list(dict.fromkeys(requested))
+        store.require_namespaces(wanted)
+        return wanted
+    present = set(store.namespaces())
+    return [ns for ns in DEFAULT_NAMESPACES if ns in present]

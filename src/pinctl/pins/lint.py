@@ -1,0 +1,102 @@
+"""config lint: what is wrong with the pin policy, one problem per finding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Sequence
+
+from pinctl.errors import PinctlError
+from pinctl.pins.policy import Policy, compile_collecting
+
+if TYPE_CHECKING:
+    from pinctl.config.loader import PatternEntry
+    from pinctl.pins.patterns import Pattern
+    from pinctl.node.sources import Node
+
+# Names a problem's message quotes at most, so one line stays one line.
+EXAMPLES = 2
+
+# What is wrong (Problem.kind).
+ProblemKind = Literal["invalid", "shadowed", "unmatched", "crio-differs", "engine"]
+PROBLEM_INVALID: Final = "invalid"  # the pattern cannot be read
+PROBLEM_SHADOWED: Final = "shadowed"  # another pattern already covers all it can match
+PROBLEM_UNMATCHED: Final = "unmatched"  # it matches no image present
+PROBLEM_CRIO_DIFFERS: Final = "crio-differs"  # CRI-O, which does not anchor globs, would match more
+PROBLEM_ENGINE: Final = "engine"  # the images could not be read to check against
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: ProblemKind
+    pattern: str
+    source: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "pattern": self.pattern, "source": self.source, "message": self.message}
+
+
+def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]]) -> list[Problem]:
+    """Check the patterns themselves and, given a way to reach the engines, against the images present."""
+    policy, invalid = compile_collecting(entries)
+    problems = [Problem(PROBLEM_INVALID, entry.text, entry.source, str(err)) for entry, err in invalid]
+    problems += shadowed(policy.patterns)
+    if open_node is not None:
+        problems += _against_images(policy, open_node)
+    return problems
+
+
+def shadowed(patterns: Sequence[Pattern]) -> list[Problem]:
+    """Each pattern that another one already covers; of two identical ones, the later."""
+    from pinctl.pins.patterns import first_shadowing, shadowed_by
+
+    problems: list[Problem] = []
+    for narrow, found in zip(patterns, first_shadowing(patterns)):
+        if found is None:
+            continue
+        broad = patterns[found]
+        what = "duplicates" if shadowed_by(broad, narrow) else "is shadowed by"
+        problems.append(Problem(PROBLEM_SHADOWED, narrow.text, narrow.source,
+                                f"{narrow.text!r} {what} {broad.text!r} ({broad.source})"))
+    return problems
+
+
+def _against_images(policy: Policy, open_node: Callable[[], Node]) -> list[Problem]:
+    try:
+        node = open_node()
+        try:
+            rows = node.rows(Policy(), []).rows
+        finally:
+            node.close()
+        names = {n for row in rows for n in (row.ref, row.image_id) if n}
+    except PinctlError as err:
+        return [Problem(PROBLEM_ENGINE, "", "", f"cannot check the patterns against images: {err}")]
+    ordered = sorted(names)
+    return unmatched(policy, ordered) + crio_differences(policy, ordered)
+
+
+def unmatched(policy: Policy, names: Sequence[str]) -> list[Problem]:
+    hits = policy.matcher.match(names)
+    used = {i for per_name in hits for i in per_name}
+    return [
+        Problem(PROBLEM_UNMATCHED, p.text, p.source, f"{p.text!r} matches no image present")
+        for i, p in enumerate(policy.patterns)
+        if i not in used
+    ]
+
+
+def crio_differences(policy: Policy, names: Sequence[str]) -> list[Problem]:
+    """pinctl anchors globs at the start of a name; CRI-O does not. Show where that matters now."""
+    from pinctl.pins.patterns import PATTERN_GLOB, crio_equivalent, matches
+
+    problems: list[Problem] = []
+    for p in policy.patterns:
+        if p.kind != PATTERN_GLOB or p.dialect != "pinctl":
+            continue
+        crio = crio_equivalent(p)
+        extra = [n for n in names if matches(crio, n) and not matches(p, n)]
+        if extra:
+            problems.append(Problem(PROBLEM_CRIO_DIFFERS, p.text, p.source,
+                                    f"{p.text!r} would also match {len(extra)} more under CRI-O, "
+                                    f"e.g. {', '.join(extra[:EXAMPLES])}"))
+    return problems

@@ -1,0 +1,176 @@
+"""Build the rows of `pinctl ls`: every reference, its image, and why the runtime keeps it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
+
+from pinctl.pins import labels as pin_labels
+from pinctl import refs
+from pinctl.backends import ImageStore
+from pinctl.errors import UsageError
+from pinctl.model import (
+    DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_IGNORED, REASON_INEFFECTIVE_LABEL, REASON_LABEL, REASON_PATTERN,
+    REASON_SANDBOX, Drift, ImageRow, Reason, StoredImage,
+)
+from pinctl.model import CRI_NAMESPACE
+from pinctl.pins.policy import Policy, coverage
+
+
+
+@dataclass
+class Listing:
+    rows: list[ImageRow] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+def list_namespace(
+    store: ImageStore,
+    namespace: str,
+    sandbox: Optional[str],
+    runtime_version: Optional[str] = None,
+    policy: Optional[Policy] = None,
+) -> Listing:
+    listing = build_rows(store, namespace, store.list_images(namespace))
+    in_cri = namespace == CRI_NAMESPACE
+    annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None)
+    annotate_policy(listing.rows, policy or Policy())
+    return listing
+
+
+def build_rows(store: ImageStore, namespace: str, images: Sequence[StoredImage]) -> Listing:
+    """Rows with image IDs and sizes read from the manifests; pins not yet worked out."""
+    resolved = store.resolve_targets(namespace, (img.target.digest for img in images))
+    listing = Listing()
+    for img in images:
+        target = resolved[img.target.digest]
+        listing.rows.append(
+            ImageRow(
+                namespace=namespace,
+                ref=img.name,
+                image_id=target.image_id,
+                target=img.target,
+                size=img.target.size + target.size,
+                labels=img.labels,
+                created=img.created,
+            )
+        )
+        if target.error:
+            listing.errors.append({"namespace": namespace, "ref": img.name, "message": target.error})
+    return listing
+
+
+def list_images(store: ImageStore, namespaces: Sequence[str], policy: Optional[Policy] = None) -> Listing:
+    sandbox = store.sandbox_image()
+    runtime_version = store.version() if CRI_NAMESPACE in namespaces else None
+    listing = Listing()
+    for namespace in namespaces:
+        part = list_namespace(store, namespace, sandbox, runtime_version, policy)
+        listing.rows.extend(part.rows)
+        listing.errors.extend(part.errors)
+    listing.rows.sort(key=lambda row: (row.namespace, row.ref))
+    return listing
+
+
+def group_by_image(rows: Iterable[ImageRow]) -> dict[tuple[Optional[str], str], list[ImageRow]]:
+    groups: dict[tuple[Optional[str], str], list[ImageRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.namespace, row.group_key)].append(row)
+    return groups
+
+
+def annotate_pins(rows: Sequence[ImageRow], sandbox: Optional[str], runtime_version: Optional[str] = None) -> None:
+    """Mark every ref of an image pinned when any ref of it carries the label, as the CRI does.
+
+    With the version of a containerd whose CRI ignores pins, nothing counts as pinned and the
+    reasons say so.
+    """
+    sandbox_ref = _normalized_or_none(sandbox)
+    honoured = runtime_version is None or pin_labels.cri_honours_pins(runtime_version)
+    for group in group_by_image(rows).values():
+        reasons = _group_reasons(group, sandbox_ref)
+        pinned = any(r.kind in (REASON_LABEL, REASON_SANDBOX) for r in reasons)
+        if pinned and not honoured:
+            pinned = False
+            reasons.append(Reason(REASON_IGNORED, pin_labels.ignored_detail(runtime_version or "")))
+        for row in group:
+            row.pinned = pinned
+            row.reasons = list(reasons)
+
+
+def annotate_policy(rows: Sequence[ImageRow], policy: Policy) -> None:
+    """Add every pattern that covers an image, and where pins and policy disagree (drift)."""
+    cover = coverage(policy, rows)
+    for row in rows:
+        hits = cover.by_image.get(row.group_key, [])
+        row.reasons.extend(Reason(REASON_PATTERN, policy.patterns[i].text, policy.patterns[i].source) for i in hits)
+        row.drift = _drift(row, bool(hits))
+
+
+def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
+    # The runtime keeps (and labels) its sandbox image itself: neither direction is drift.
+    if any(r.kind == REASON_SANDBOX for r in row.reasons):
+        return None
+    labelled = any(r.kind == REASON_LABEL for r in row.reasons)
+    if covered and not labelled:
+        return DRIFT_UNLABELLED
+    if labelled and not covered:
+        return DRIFT_UNCOVERED
+    return None
+
+
+def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str]) -> list[Reason]:
+    reasons = [Reason(REASON_LABEL, row.ref) for row in group if pin_labels.carries_pin(row.labels)]
+    if sandbox_ref and any(_normalized_or_none(row.ref) == sandbox_ref for row in group):
+        reasons.append(Reason(REASON_SANDBOX, sandbox_ref))
+    for row in group:
+        ineffective = pin_labels.ineffective_pins(row.labels)
+        reasons.extend(Reason(REASON_INEFFECTIVE_LABEL, f"{row.ref}: {p}") for p in ineffective)
+    return reasons
+
+
+def _normalized_or_none(name: Optional[str]) -> Optional[str]:
+    if not name:
+        return None
+    try:
+        return refs.normalize(name)
+    except UsageError:
+        return name
+
+
+def filter_rows(
+    rows: Sequence[ImageRow],
+    terms: Sequence[str],
+    pinned: Optional[bool],
+    drift_only: bool = False,
+    dialect: str = "pinctl",
+) -> list[ImageRow]:
+    """Rows matching any term (a ref, an image ID prefix or a pattern) and the pinned and drift filters."""
+    kept = [row for row in rows if (pinned is None or row.pinned == pinned) and (row.drift or not drift_only)]
+    if not terms:
+        return kept
+    matchers = [_matcher(term, dialect) for term in terms]
+    return [row for row in kept if any(match(row) for match in matchers)]
+
+
+def _matcher(term: str, dialect: str) -> Callable[[ImageRow], bool]:
+    from pinctl.pins import patterns
+
+    if patterns.is_pattern(term):
+        pattern = patterns.parse_pattern(term, dialect, "command line")
+        return lambda row: patterns.matches(pattern, row.ref)
+    selector = refs.parse_selector(term)
+
+    def match(row: ImageRow) -> bool:
+        if row.ref in (term, selector.ref):
+            return True
+        return selector.id_prefix is not None and id_matches(row, selector.id_prefix)
+
+    return match
+
+
+def id_matches(row: ImageRow, hex_prefix: str) -> bool:
+    return any(
+        value.split(":", 1)[-1].startswith(hex_prefix) for value in (row.image_id or "", row.digest) if value
+    )

@@ -1,0 +1,113 @@
+"""The pin policy: patterns from the config, compiled once, matched against images."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from pinctl.errors import PatternError
+from pinctl.model import ImageRow
+
+if TYPE_CHECKING:
+    from pinctl.config.loader import PatternEntry
+    from pinctl.pins.patterns import Matcher, Pattern
+
+
+@dataclass
+class Policy:
+    patterns: list[Pattern] = field(default_factory=list)
+    _matcher: Optional[Matcher] = None
+
+    @property
+    def matcher(self) -> Matcher:
+        if self._matcher is None:
+            from pinctl.pins.patterns import Matcher
+
+            self._matcher = Matcher(self.patterns)
+        return self._matcher
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+
+ID_PREFIX = "sha256:"
+_WHOLE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+_HEX = re.compile(r"[0-9a-f]{0,64}")
+
+
+def could_match_an_id(pattern: Pattern) -> bool:
+    """Whether any image ID (sha256:<64 hex>) can match: only then are manifests worth reading.
+
+    Errs towards yes: a needless yes costs a read of the manifests, a wrong no a missed pin.
+    """
+    needle = pattern.needle
+    if pattern.anchored_start and pattern.anchored_end:
+        return _WHOLE_ID.fullmatch(needle) is not None
+    if pattern.anchored_start:
+        if len(needle) <= len(ID_PREFIX):
+            return ID_PREFIX.startswith(needle)
+        return needle.startswith(ID_PREFIX) and _HEX.fullmatch(needle[len(ID_PREFIX) :]) is not None
+    if needle in ID_PREFIX:
+        return True
+    tails = (ID_PREFIX[cut:] for cut in range(len(ID_PREFIX) + 1))
+    return any(needle.startswith(t) and _HEX.fullmatch(needle[len(t) :]) for t in tails)
+
+
+def compile_policy(entries: Sequence[PatternEntry]) -> Policy:
+    """Every pattern parsed; the first invalid one raises PatternError naming its source."""
+    policy, invalid = compile_collecting(entries)
+    if invalid:
+        raise invalid[0][1]
+    return policy
+
+
+def compile_collecting(entries: Sequence[PatternEntry]) -> tuple[Policy, list[tuple[PatternEntry, PatternError]]]:
+    """Parse what can be parsed and return every invalid pattern with its error, for lint."""
+    from pinctl.pins.patterns import parse_pattern
+
+    policy = Policy()
+    invalid: list[tuple[PatternEntry, PatternError]] = []
+    for entry in entries:
+        try:
+            policy.patterns.append(parse_pattern(entry.text, entry.dialect, entry.source))
+        except PatternError as err:
+            invalid.append((entry, err))
+    return policy, invalid
+
+
+@dataclass
+class Coverage:
+    """Which patterns match each reference by name, and each image by any of its names."""
+
+    by_ref: dict[str, list[int]] = field(default_factory=dict)
+    by_image: dict[str, list[int]] = field(default_factory=dict)
+
+
+def coverage(policy: Policy, rows: Sequence[ImageRow]) -> Coverage:
+    """Match every name of every image once: each ref and each image ID."""
+    result = Coverage()
+    if not policy:
+        return result
+    ids = sorted({row.image_id for row in rows if row.image_id})
+    names = [row.ref for row in rows] + ids
+    hits = policy.matcher.match(names)
+    by_id = dict(zip(ids, hits[len(rows) :]))
+    for row, ref_hits in zip(rows, hits):
+        result.by_ref[row.ref] = ref_hits
+        merged = set(result.by_image.get(row.group_key, [])) | set(ref_hits) | set(by_id.get(row.image_id or "", []))
+        result.by_image[row.group_key] = sorted(merged)
+    return result
+
+
+def sync_targets(rows: Sequence[ImageRow], cover: Coverage) -> list[ImageRow]:
+    """The refs the policy wants labelled: those a pattern names, or every ref of an image
+    that a pattern names only by its ID."""
+    targets: list[ImageRow] = []
+    named_images = {row.group_key for row in rows if cover.by_ref.get(row.ref)}
+    for row in rows:
+        if cover.by_ref.get(row.ref):
+            targets.append(row)
+        elif cover.by_image.get(row.group_key) and row.group_key not in named_images:
+            targets.append(row)
+    return targets

@@ -1,0 +1,116 @@
+"""What pull works through: the CRI runtime (Kubernetes' images, namespace k8s.io) or Docker's
+API (namespace moby), and the node's label views for pinning what was pulled."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from pinctl.errors import EngineError, UsageError
+from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DOCKER_NAMESPACE, MANAGED_LABEL, PIN_LABEL
+
+
+if TYPE_CHECKING:
+    from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.backends.docker import DockerEngine
+    from pinctl.gc.model import ImageFs
+    from pinctl.model import LabelChange
+    from pinctl.backends.registry_auth import RegistryAuth
+    from pinctl.pins.plans import NamespaceView
+    from pinctl.pull.run import PullTarget
+    from pinctl.node.sources import Node
+
+
+
+class CriTarget:
+    def __init__(self, runtime: CriRuntime, version: RuntimeVersion) -> None:
+        self.runtime = runtime
+        self.name = f"{version} at {runtime.endpoint}"
+        self.namespace = CRI_NAMESPACE
+
+    def present(self, ref: str) -> bool:
+        return self.runtime.image_status(ref) is not None
+
+    def pull(self, ref: str, auth: Optional[RegistryAuth], timeout: float, cancelled: Callable[[], bool]) -> str:
+        return self.runtime.pull_image(ref, auth, timeout, cancelled)
+
+    def filesystem(self) -> ImageFs:
+        from pinctl.gc.plan import statfs
+
+        filesystems = self.runtime.image_fs_info()
+        if not filesystems:
+            raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
+        return statfs(filesystems[0].mountpoint, "the CRI's ImageFsInfo mount point")
+
+
+class DockerTarget:
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
+        self.name = f"Docker at {engine.host}"
+        self.namespace = DOCKER_NAMESPACE
+        self._root = ""
+
+    def present(self, ref: str) -> bool:
+        return self.engine.image_present(ref) is not None
+
+    def pull(self, ref: str, auth: Optional[RegistryAuth], timeout: float, cancelled: Callable[[], bool]) -> str:
+        return self.engine.pull_image(ref, auth, timeout, cancelled)
+
+    def filesystem(self) -> ImageFs:
+        from pinctl.gc.plan import statfs
+
+        self._root = self._root or self.engine.root_dir()
+        return statfs(self._root, "Docker's data root")
+
+
+def choose_target(node: Node, namespaces: Sequence[str],
+                  open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]) -> PullTarget:
+    """Docker for -n moby or a node where only Docker answers; else the CRI runtime (k8s.io)."""
+    wanted = set(namespaces)
+    engine = node.docker_engine()
+    if wanted == {DOCKER_NAMESPACE} or (not node.selected_namespaces() and engine is not None):
+        if engine is None:
+            raise EngineError("Docker is not answering: -n moby pulls through Docker's API",
+                              "start dockerd, or set --docker-host")
+        return DockerTarget(engine)
+    if wanted and not wanted & {CRI_NAMESPACE, ALL_NAMESPACES}:
+        raise UsageError(f"pull cannot pull into namespace {', '.join(sorted(wanted))}",
+                         "pull goes through the CRI (-n k8s.io, the default) or Docker (-n moby)")
+    return CriTarget(*open_runtime())
+
+
+class NodeLabels:
+    """Pins through pin's own plan (pinning.make_plan, apply_plan), on the namespace read afresh."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def _views(self, namespace: str) -> list[NamespaceView]:
+        view = self.node.view_of(namespace)
+        return [view] if view is not None else []
+
+    def pin(self, namespace: str, ref: str) -> tuple[str, Optional[str]]:
+        from pinctl.pins import plans as pinning
+
+        try:
+            plan = pinning.make_plan(self._views(namespace), "pin", [ref], refusal=self.node.refusal)
+            results = pinning.apply_plan(plan, dry_run=False)
+        except EngineError as err:
+            return "failed", str(err)
+        failed = [r for r in results if not r.done]
+        if failed or not results:
+            return "failed", (failed[0].error if failed else f"no record {ref} in {namespace} after the pull")
+        return results[0].action, None
+
+    def pin_labels(self, namespace: str, ref: str) -> LabelChange:
+        for view in self._views(namespace):
+            record = view.by_name.get(ref)
+            if record is not None:
+                return {key: record.labels[key] for key in (PIN_LABEL, MANAGED_LABEL) if key in record.labels}
+        return {}
+
+    def restore(self, namespace: str, ref: str, labels: LabelChange) -> None:
+        for view in self._views(namespace):
+            record = view.by_name.get(ref)
+            missing = {k: v for k, v in labels.items() if record is not None and record.labels.get(k) != v}
+            if record is not None and missing:
+                view.store.set_labels(namespace, [(record, missing)])

@@ -1,0 +1,73 @@
+"""The text of one cell of pinctl's tables: WHY, drift, abbreviated references. No I/O."""
+
+from __future__ import annotations
+
+import re
+
+from pinctl.model import (
+    DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_DOCKER_LABEL, REASON_IGNORED, REASON_INEFFECTIVE_LABEL, REASON_LABEL,
+    REASON_PATTERN, REASON_SANDBOX, Drift, ImageRow, Reason, ReasonKind,
+)
+
+FULL_DIGEST_REF = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def why(row: ImageRow) -> str:
+    """A short WHY cell; the JSON reasons carry the full list."""
+    parts = [_label_why(row)] if any(r.kind == REASON_LABEL for r in row.reasons) else []
+    parts += [_other_why(row, r) for r in row.reasons if r.kind != REASON_LABEL]
+    return "; ".join(parts) or "-"
+
+
+def _label_why(row: ImageRow) -> str:
+    carriers = [r.detail for r in row.reasons if r.kind == REASON_LABEL]
+    if row.ref in carriers:
+        return "label"
+    # Name a tag rather than the sha256: reference the CRI plugin adds, when there is one.
+    named = sorted(carriers, key=lambda ref: (ref.startswith("sha256:"), ref))
+    return f"label on {named[0]}"
+
+
+def _other_why(row: ImageRow, reason: Reason) -> str:
+    if reason.kind == REASON_SANDBOX:
+        return "sandbox"
+    if reason.kind == REASON_IGNORED:
+        return f"but {reason.detail}"
+    if reason.kind == REASON_PATTERN:
+        return f"pattern {reason.detail} ({reason.source})"
+    if reason.kind == REASON_DOCKER_LABEL:
+        return f"docker label {reason.detail}"
+    if reason.kind == REASON_INEFFECTIVE_LABEL:
+        own = f"{row.ref}: "
+        detail = reason.detail[len(own) :] if reason.detail.startswith(own) else f"on {reason.detail}"
+        return f"ineffective label {detail}"
+    return f"{reason.kind} {reason.detail}"
+
+
+BRIEF_KINDS: dict[ReasonKind, str] = {
+    REASON_LABEL: "label",
+    REASON_SANDBOX: "sandbox",
+    REASON_PATTERN: "pattern",
+    REASON_DOCKER_LABEL: "docker label",
+    REASON_INEFFECTIVE_LABEL: "ineffective label",
+    REASON_IGNORED: "ignored by the runtime",
+}
+
+
+def why_brief(row: ImageRow) -> str:
+    """WHY as reason kinds only, for a terminal too narrow for the details (-o wide has them)."""
+    kinds = dict.fromkeys(BRIEF_KINDS.get(r.kind, r.kind) for r in row.reasons)
+    return "; ".join(kinds) or "-"
+
+
+DRIFT_TEXT: dict[Drift, str] = {
+    DRIFT_UNLABELLED: "covered by a pattern, not labelled (pinctl sync)",
+    DRIFT_UNCOVERED: "labelled, no pattern covers it",
+}
+
+
+def abbreviate(ref: str, ellipsis: str = "…") -> str:
+    """sha256:<64 hex> as sha256:<12 hex>…, like a short image ID; any other reference whole."""
+    if FULL_DIGEST_REF.fullmatch(ref):
+        return ref[: len("sha256:") + 12] + ellipsis
+    return ref

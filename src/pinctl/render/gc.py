@@ -1,0 +1,301 @@
+"""Rendering gc plan and prune: figures with their sources, the deletion order, what is kept and
+why, and item-by-item prune results; tables for people, the versioned JSON envelope for programs."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TextIO
+
+from pinctl import refs
+from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
+from pinctl.render.output import envelope, print_table, warn
+from pinctl.display import human_size
+
+if TYPE_CHECKING:
+    from pinctl.gc.model import AtRisk, OrderEntry, ProtectedImage
+    from pinctl.gc.plan import GcReport, PruneItem, PrunePlan
+
+OUTCOME_TEXT = {
+    "disabled": "the kubelet's image GC is off (high threshold 100%, no maximum age)",
+    "invalid_capacity": "the image filesystem reports no capacity: the kubelet's GC fails",
+    "below_threshold": "usage is below the high threshold: no image is deleted for space now",
+    "freed_enough": "the GC would run now and free enough to reach the low threshold",
+    "shortfall": "the GC would run now and could not free enough",
+    "all_unused": "every unused image would go",
+}
+FATE_TEXT = {
+    "deleted_age": "deleted (unused past the maximum age)",
+    "deleted_space": "deleted",
+    "too_young": "skipped: too young",
+    "used_now": "skipped: in use",
+    "not_reached": "not reached",
+}
+
+
+def _iso(value: Optional[datetime]) -> Optional[str]:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
+
+
+def _seconds(value: timedelta) -> int:
+    return int(value.total_seconds())
+
+
+def _name(image_refs: Sequence[str], image_id: str) -> str:
+    tags = [ref for ref in image_refs if "@" not in ref and not ref.startswith("sha256:")]
+    return tags[0] if tags else (image_refs[0] if image_refs else refs.short_id(image_id))
+
+
+def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    if fmt == FORMAT_JSON:
+        out.write(envelope(gc=gc_dict(report)) + "\n")
+        return
+    wide = fmt == FORMAT_WIDE
+    for line in _summary_lines(report):
+        out.write(_folded(line, out) + "\n")
+    plan = report.plan
+    wanted = {risk.image.id: risk for risk in plan.at_risk}
+    shown = plan.order if wide else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
+    if shown:
+        out.write("\nDELETION ORDER" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
+        headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
+        _table(headers, [_order_cells(entry, wanted.get(entry.image.id)) for entry in shown], wide, out, ())
+    if plan.protected:
+        out.write("\nPROTECTED\n")
+        _table(["IMAGE", "IMAGE ID", "SIZE", "WHY"], [_protected_cells(p) for p in plan.protected], wide, out,
+               ("WHY",))
+    if plan.at_risk:
+        out.write("\nWANTED BUT NOT PROTECTED BY THE RUNTIME\n")
+        _table(["IMAGE", "IMAGE ID", "POSITION", "THIS RUN", "WANTED BECAUSE"],
+               [_risk_cells(risk) for risk in plan.at_risk], wide, out, ("WANTED BECAUSE",))
+    if plan.wanted_deleted:
+        warn(f"gc plan: {len(plan.wanted_deleted)} image(s) pinctl wants kept would be deleted at "
+             f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%")
+
+
+def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, cut: Sequence[str]) -> None:
+    """IMAGE ID only with -o wide (the name says which image, JSON has the ID); on a terminal the
+    long text columns are cut to fit, -o wide and pipes keep them whole."""
+    if not wide:
+        at = headers.index("IMAGE ID")
+        headers = headers[:at] + headers[at + 1:]
+        rows = [row[:at] + row[at + 1:] for row in rows]
+    print_table(headers, rows, out, cut=() if wide else cut)
+
+
+def _folded(line: str, out: TextIO) -> str:
+    """A summary line folded to the terminal, continuing under its value; whole into a pipe."""
+    if not out.isatty():
+        return line
+    import shutil
+    import textwrap
+
+    width = shutil.get_terminal_size().columns
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent=" " * SUMMARY_INDENT,
+                                    break_on_hyphens=False)) or line
+
+
+SUMMARY_INDENT = 13
+
+
+def _summary_lines(report: GcReport) -> list[str]:
+    plan, sources = report.plan, report.settings_sources
+    fs = plan.fs
+    s = plan.settings
+    usage = f"{plan.usage_percent}%" + (" (simulated, --usage)" if plan.simulated else "")
+    lines = [
+        f"Runtime:     {report.domain}",
+        f"Image fs:    {usage} used of {human_size(fs.capacity_bytes)}, {human_size(fs.available)} free "
+        f"({report.fs_source})",
+        f"High:        {s.high_threshold_percent}% ({sources.get('high_threshold_percent', '')})",
+        f"Low:         {s.low_threshold_percent}% ({sources.get('low_threshold_percent', '')})",
+        f"Min age:     {_duration(s.min_age)} ({sources.get('min_age', '')})",
+        f"Max age:     {_duration(s.max_age) if s.max_age else 'off'} ({sources.get('max_age', '')})",
+        f"Kubelet:     started {_iso(report.kubelet_started) or 'unknown'} ({report.kubelet_started_source})",
+        f"Verdict:     {OUTCOME_TEXT.get(plan.outcome.value, plan.outcome.value)}",
+    ]
+    if plan.amount_to_free is not None:
+        lines.append(f"To free:     {human_size(max(plan.amount_to_free, 0))} to reach {s.low_threshold_percent}%; "
+                     f"the order below frees {human_size(plan.freed_bytes)}")
+    if plan.kubelet_message:
+        lines.append(f"Warning:     {plan.kubelet_message}")
+    lines.append("Times:       pinctl estimates the kubelet's first-detected and last-used times "
+                 "(see docs/gc-model.md)")
+    return lines
+
+
+def _duration(value: timedelta) -> str:
+    from pinctl.gc.kubelet import format_duration
+
+    return format_duration(value)
+
+
+def _order_cells(entry: OrderEntry, risk: Optional[AtRisk]) -> list[str]:
+    image = entry.image
+    freed = human_size(entry.running_total) if entry.running_total is not None else "-"
+    return [str(entry.position), _name(image.refs, image.id), refs.short_id(image.id), human_size(image.size),
+            freed, FATE_TEXT.get(entry.fate.value, entry.fate.value), "at risk" if risk else "-"]
+
+
+def _protected_cells(item: ProtectedImage) -> list[str]:
+    why = []
+    for reason in item.reasons:
+        if reason.value == "in_use":
+            names = ", ".join(c.name or c.id[:12] for c in item.containers) or "a container"
+            why.append(f"in use by {names}")
+        elif reason.value == "pinned":
+            why.append("pinned by the runtime")
+        elif reason.value == "too_young" and item.eligible_at is not None:
+            why.append(f"too young until {_iso(item.eligible_at)}")
+    image = item.image
+    return [_name(image.refs, image.id), refs.short_id(image.id), human_size(image.size), "; ".join(why)]
+
+
+def _risk_cells(risk: AtRisk) -> list[str]:
+    this_run = "deleted" if risk.deleted else ("kept for now: " + ", ".join(p.value for p in risk.protected_now_by)
+                                               if risk.protected_now_by else "not reached")
+    position = str(risk.position) if risk.position is not None else "-"
+    image = risk.image
+    return [_name(image.refs, image.id), refs.short_id(image.id), position, this_run, risk.wanted_because]
+
+
+def gc_dict(report: GcReport) -> dict[str, Any]:
+    plan = report.plan
+    sources = report.settings_sources
+    estimates = {e.image.id: e for e in report.estimates}
+    s = plan.settings
+    return {
+        "runtime": report.domain,
+        "now": _iso(plan.now),
+        "mode": plan.mode,
+        "outcome": plan.outcome.value,
+        "usage_percent": plan.usage_percent,
+        "simulated": plan.simulated,
+        "filesystem": {"capacity_bytes": plan.fs.capacity_bytes, "available_bytes": plan.fs.available,
+                       "source": report.fs_source},
+        "settings": {
+            "high_threshold_percent": {"value": s.high_threshold_percent, "source": sources.get("high_threshold_percent")},
+            "low_threshold_percent": {"value": s.low_threshold_percent, "source": sources.get("low_threshold_percent")},
+            "min_age_seconds": {"value": _seconds(s.min_age), "source": sources.get("min_age")},
+            "max_age_seconds": {"value": _seconds(s.max_age), "source": sources.get("max_age")},
+        },
+        "amount_to_free": plan.amount_to_free,
+        "freed_bytes": plan.freed_bytes,
+        "kubelet_started": _iso(report.kubelet_started),
+        "kubelet_started_source": report.kubelet_started_source,
+        "message": plan.kubelet_message,
+        "order": [_entry_dict(entry, estimates.get(entry.image.id)) for entry in plan.order],
+        "protected": [_protected_dict(item) for item in plan.protected],
+        "at_risk": [_risk_dict(risk) for risk in plan.at_risk],
+    }
+
+
+def _entry_dict(entry: OrderEntry, estimate: Any) -> dict[str, Any]:
+    image = entry.image
+    return {
+        "position": entry.position,
+        "id": image.id,
+        "refs": list(image.refs),
+        "size": image.size,
+        "fate": entry.fate.value,
+        "deleted": entry.fate.deleted,
+        "running_total": entry.running_total,
+        "tie": entry.tie,
+        "first_detected": _iso(image.first_detected),
+        "first_detected_source": estimate.first_detected_source.value if estimate else None,
+        "last_used": _iso(image.last_used),
+        "last_used_source": estimate.last_used_source.value if estimate else None,
+    }
+
+
+def _protected_dict(item: ProtectedImage) -> dict[str, Any]:
+    return {
+        "id": item.image.id,
+        "refs": list(item.image.refs),
+        "size": item.image.size,
+        "reasons": [reason.value for reason in item.reasons],
+        "containers": [c.name or c.id for c in item.containers],
+        "eligible_at": _iso(item.eligible_at),
+    }
+
+
+def _risk_dict(risk: AtRisk) -> dict[str, Any]:
+    return {
+        "id": risk.image.id,
+        "refs": list(risk.image.refs),
+        "wanted_because": risk.wanted_because,
+        "position": risk.position,
+        "fate": risk.fate.value if risk.fate else None,
+        "deleted": risk.deleted,
+        "protected_now_by": [p.value for p in risk.protected_now_by],
+    }
+
+
+# --- prune --------------------------------------------------------------------------------------
+
+
+@contextmanager
+def prune_progress(stream: Optional[TextIO] = None) -> Iterator[Callable[[PruneItem], None]]:
+    """A transient line while images are deleted one by one, on a terminal only. It starts with
+    the first deletion (not while the plan is being confirmed), is erased when the prune ends,
+    and nothing of it reaches a pipe or a log."""
+    err = stream or sys.stderr
+    if not err.isatty():
+        yield lambda _item: None
+        return
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    spinner = Spinner("dots", text="prune: checking and deleting")
+    live = Live(spinner, console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
+                refresh_per_second=8)
+    done = {"images": 0, "bytes": 0}
+
+    def heard(item: PruneItem) -> None:
+        if not live.is_started:
+            live.start()
+        done["images"] += 1
+        done["bytes"] += item.size if item.action == "removed" else 0
+        spinner.update(text=f"prune: {done['images']} image(s) handled, {human_size(done['bytes'])} freed; "
+                            f"last {_name(item.refs, item.image_id)}: {item.action}")
+
+    try:
+        yield heard
+    finally:
+        if live.is_started:
+            live.stop()
+
+
+def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -> None:
+    """What a prune would delete, before asking: on stderr, so stdout keeps only the results."""
+    out = out or sys.stderr
+    for plan in plans:
+        target = f"until usage is {plan.target_usage}%" if plan.target_usage is not None else "every unused image"
+        total = sum(image.size for image in plan.delete)
+        out.write(f"{plan.domain.name}: {plan.plan.usage_percent}% used; {target}: "
+                  f"{len(plan.delete)} image(s), {human_size(total)}\n")
+        for image in plan.delete:
+            out.write(f"  delete  {_name(image.refs, image.id)}  {refs.short_id(image.id)}  {human_size(image.size)}\n")
+    out.flush()
+
+
+def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    failed = any(item.action == "failed" for item in items)
+    if fmt == FORMAT_JSON:
+        body = [{"runtime": i.domain, "id": i.image_id, "refs": list(i.refs), "action": i.action, "size": i.size,
+                 "why": i.why} for i in items]
+        freed = sum(i.size for i in items if i.action == "removed")
+        status = "partial" if failed else "success"
+        out.write(envelope(command="prune", dry_run=dry_run, status=status, freed_bytes=freed, results=body) + "\n")
+        return
+    cells = [[i.action.replace("-", " "), _name(i.refs, i.image_id), refs.short_id(i.image_id), human_size(i.size),
+              i.why or "-"] for i in items]
+    _table(["ACTION", "IMAGE", "IMAGE ID", "SIZE", "WHY"], cells, fmt == FORMAT_WIDE, out, ("WHY",))
+    removed = [i for i in items if i.action in ("removed", "would-remove")]
+    verb = "would free" if dry_run else "freed"
+    warn(f"prune{' (dry run)' if dry_run else ''}: {len(removed)} image(s) {verb} {human_size(sum(i.size for i in removed))}, "
+         f"{sum(i.action == 'kept' for i in items)} kept, {sum(i.action == 'failed' for i in items)} failed")

@@ -1,0 +1,114 @@
+"""Rendering pull: a table or the JSON envelope on stdout, and a live display on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
+
+from pinctl.display import visible
+from pinctl.render.output import envelope, print_table
+from pinctl.display import human_size
+
+if TYPE_CHECKING:
+    from pinctl.model import OutputFormat
+    from pinctl.commands import SyncPullReport
+    from pinctl.pull.run import PullItem, PullReport
+
+Progress = tuple[Callable[[str, str], None], Callable[["PullItem"], None]]
+
+
+def pull_dict(item: PullItem) -> dict[str, Any]:
+    return {
+        "ref": item.ref,
+        "namespace": item.namespace,
+        "action": item.action,
+        "why": item.why,
+        "pin": item.pin,
+        "image": item.image,
+        "size": item.size,
+        "attempts": item.attempts,
+    }
+
+
+def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    if fmt == "json":
+        out.write(envelope(command="pull", runtime=report.runtime, max_usage=report.max_usage,
+                           status=report.status, interrupted=report.interrupted,
+                           pulls=[pull_dict(item) for item in report.items]) + "\n")
+        return
+    rows = [[item.ref, item.action + (f", {item.pin}" if item.pin else ""),
+             human_size(item.size) if item.size is not None else "-", item.why or ""]
+            for item in report.items]
+    print_table(["REF", "RESULT", "SIZE", "WHY"], rows, out, cut=["WHY"])
+    done = {action: sum(1 for i in report.items if i.action == action) for action in ("pulled", "present", "skipped",
+                                                                                        "failed")}
+    summary = ", ".join(f"{count} {action}" for action, count in done.items() if count)
+    interrupted = "; interrupted" if report.interrupted else ""
+    sys.stderr.write(f"pull: {summary or 'nothing to pull'} (through {report.runtime}){interrupted}\n")
+
+
+def print_sync_pull(report: SyncPullReport, fmt: OutputFormat, quiet: bool, out: Optional[TextIO] = None) -> None:
+    """sync --pull: the pulls, then the sync's own results (none when interrupted)."""
+    from pinctl.render import output
+    from pinctl.pins.plans import status_of
+
+    out = out or sys.stdout
+    results = report.sync.results if report.sync is not None else []
+    if fmt == "json":
+        status = {0: "success", 1: "error"}.get(report.exit_code, "partial")
+        out.write(envelope(command="sync", dry_run=False, status=status, runtime=report.pulled.runtime,
+                           max_usage=report.pulled.max_usage, interrupted=report.pulled.interrupted,
+                           pulls=[pull_dict(item) for item in report.pulled.items],
+                           results=[output.result_dict(r) for r in results]) + "\n")
+        return
+    if not quiet:
+        print_pull(report.pulled, fmt, out=out)
+    if report.sync is not None:
+        output.print_results("sync", results, status_of(results), False, fmt, quiet, out)
+
+
+@contextmanager
+def pull_progress(stream: Optional[TextIO] = None) -> Iterator[Progress]:
+    """A spinner per image in flight and the total done, on a terminal only; erased at the end.
+    The CRI tells no bytes while it pulls, so no byte counts are shown."""
+    err = stream or sys.stderr
+    if not err.isatty():
+        yield (lambda _ref, _state: None), (lambda _item: None)
+        return
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.spinner import Spinner
+    from rich.text import Text
+
+    lock = threading.Lock()
+    states: dict[str, str] = {}
+    done = {"count": 0}
+    live = Live(Text(""), console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
+                refresh_per_second=8)
+
+    def redraw() -> None:
+        spinners = [Spinner("dots", text=f"{visible(ref)}: {state}") for ref, state in states.items()]
+        live.update(Group(*spinners, Text(f"pull: {done['count']} done, {len(states)} in flight")))
+
+    def heard(ref: str, state: str) -> None:
+        with lock:
+            if not live.is_started:
+                live.start()
+            states[ref] = state
+            redraw()
+
+    def finished(item: PullItem) -> None:
+        with lock:
+            states.pop(item.ref, None)
+            done["count"] += 1
+            if live.is_started:
+                redraw()
+
+    try:
+        yield heard, finished
+    finally:
+        if live.is_started:
+            live.stop()

@@ -1,1 +1,0 @@
-"""The service layer: match, plan and apply. No click, no printing; errors are exceptions."""

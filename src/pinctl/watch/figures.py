@@ -1,0 +1,136 @@
+"""The figures pinctl reports to monitoring, worked out from what ls, check and gc plan compute.
+
+Pure: rows, check results and GC reports in, counts out. Every label these figures are keyed by
+comes from a small closed set (namespaces, yes/no, a cause, a drift kind), never an image name:
+a series per image would grow and churn with every pull on every node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from pinctl.model import DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_LABEL, REASON_PATTERN, Drift, ImageRow
+
+if TYPE_CHECKING:
+    from pinctl.backends.cri import RuntimeVersion
+    from pinctl.check.compare import CheckResult, Mismatch
+    from pinctl.gc.plan import GcReport
+
+# What the namespace label says of an image in Docker's classic store (it has no namespace), as ls does.
+NO_NAMESPACE = "docker"
+DRIFTS: tuple[Drift, ...] = (DRIFT_UNLABELLED, DRIFT_UNCOVERED)
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """Images and references as `pinctl ls` sees them, counted per namespace.
+
+    images and image_bytes: distinct images (by image ID) per (namespace, pinned), pinned as the
+    runtime will keep them. policy_refs: references a policy pattern covers, per (namespace,
+    labelled), labelled meaning the image carries the pin label. drift: references per
+    (namespace, drift kind), as `ls --drift` shows them.
+    """
+
+    namespaces: tuple[str, ...]
+    images: dict[tuple[str, bool], int]
+    image_bytes: dict[tuple[str, bool], int]
+    policy_refs: dict[tuple[str, bool], int]
+    drift: dict[tuple[str, Drift], int]
+
+
+@dataclass(frozen=True)
+class CheckFigures:
+    """Images the runtime and pinctl disagree on, per mismatch kind, and how many were compared."""
+
+    mismatches: dict[Mismatch, int]
+    images: int
+
+
+@dataclass(frozen=True)
+class GcFigures:
+    """The image filesystem against the kubelet's thresholds, and the wanted images at risk."""
+
+    capacity_bytes: int
+    available_bytes: int
+    usage_percent: int
+    high_threshold_percent: int
+    low_threshold_percent: int
+    at_risk: int
+    at_risk_bytes: int
+    at_risk_deleted: int
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The CRI runtime as it names itself, for the info metric."""
+
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What one round of reading the node gave; a part is None when it could not be read."""
+
+    node: Optional[NodeFigures] = None
+    check: Optional[CheckFigures] = None
+    gc: Optional[GcFigures] = None
+    runtime: Optional[Runtime] = None
+    taken_at: Optional[float] = None  # seconds since the epoch
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def node_figures(rows: Sequence[ImageRow], namespaces: Sequence[str] = ()) -> NodeFigures:
+    """namespaces: those read, so that an empty one still shows its zeros."""
+    names = tuple(dict.fromkeys([*namespaces, *(_namespace(row) for row in rows)]))
+    images: dict[tuple[str, bool], int] = {(ns, pinned): 0 for ns in names for pinned in (True, False)}
+    image_bytes = dict(images)
+    policy_refs = dict(images)
+    drift: dict[tuple[str, Drift], int] = {(ns, kind): 0 for ns in names for kind in DRIFTS}
+    sizes: dict[tuple[str, bool, str], int] = {}
+    for row in rows:
+        namespace = _namespace(row)
+        key = (namespace, row.pinned, row.group_key)
+        sizes[key] = max(sizes.get(key, 0), row.size)
+        if any(reason.kind == REASON_PATTERN for reason in row.reasons):
+            labelled = any(reason.kind == REASON_LABEL for reason in row.reasons)
+            policy_refs[(namespace, labelled)] += 1
+        if row.drift is not None:
+            drift[(namespace, row.drift)] += 1
+    for (namespace, pinned, _image), size in sizes.items():
+        images[(namespace, pinned)] += 1
+        image_bytes[(namespace, pinned)] += size
+    return NodeFigures(names, images, image_bytes, policy_refs, drift)
+
+
+def check_figures(result: CheckResult) -> CheckFigures:
+    from pinctl.check.compare import MISMATCHES
+
+    mismatches: dict[Mismatch, int] = {kind: 0 for kind in MISMATCHES}
+    for item in result.items:
+        if item.mismatch is not None:
+            mismatches[item.mismatch] += 1
+    return CheckFigures(mismatches, len(result.items))
+
+
+def gc_figures(report: GcReport) -> GcFigures:
+    plan = report.plan
+    return GcFigures(
+        capacity_bytes=plan.fs.capacity_bytes,
+        available_bytes=plan.fs.available,
+        usage_percent=plan.usage_percent,
+        high_threshold_percent=plan.settings.high_threshold_percent,
+        low_threshold_percent=plan.settings.low_threshold_percent,
+        at_risk=len(plan.at_risk),
+        at_risk_bytes=sum(risk.image.size for risk in plan.at_risk),
+        at_risk_deleted=len(plan.wanted_deleted),
+    )
+
+
+def runtime_of(version: RuntimeVersion) -> Runtime:
+    return Runtime(version.name, version.version)
+
+
+def _namespace(row: ImageRow) -> str:
+    return row.namespace or NO_NAMESPACE

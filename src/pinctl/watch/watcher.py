@@ -1,0 +1,242 @@
+"""sync --watch: keep the policy's pins true while containerd runs, restarts and changes.
+
+A full sync at start and after every reconnect catches up on whatever happened unseen; in
+between, every image create or update event is synced on its own, within the second. The
+watcher's own label writes come back as update events and are then no-ops, so it never loops.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from pinctl.pins import labels as pin_labels
+from pinctl.errors import EngineUnreachable, PinctlError
+from pinctl.model import (
+    ACTION_CHANGED_UNDER_US, ACTION_PINNED, ACTION_PRUNED, MANAGED_LABEL, MANAGED_VALUE, Action, ItemResult, LogFn,
+)
+from pinctl.pins import plans as pinning
+from pinctl.watch.health import SYNC_ENGINE, SYNC_STREAM_ENDED, SYNC_UNREACHABLE, SyncError, WatchState
+
+if TYPE_CHECKING:
+    from pinctl.backends import ImageEventStream
+    from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.gc.kubelet import SourcedGcSettings
+    from pinctl.pins.policy import Policy
+    from pinctl.node.sources import Followed, Node
+
+CHANGING_TOPICS = ("/images/create", "/images/update")
+# The actions the watcher itself makes, counted and logged as changes.
+CHANGES: tuple[Action, ...] = (ACTION_PINNED, ACTION_PRUNED)
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
+# Events are handled in batches: whatever arrived while the last batch was written, at most this many.
+BATCH_MAX = 512
+# Signals cancel the stream, which wakes the loop at once; this timeout is only a safety net.
+POLL_SECONDS = 5.0
+Event = tuple[str, str, str, dict[str, str]]
+# An event and the position of the followed source (in Node.followed()) it came from.
+SourcedEvent = tuple[int, Event]
+
+
+@dataclass
+class WatchSetup:
+    """What a (re)load of the configuration gives the watcher: a way to open the node (every
+    session opens it afresh and closes it after, so a reload leaves no connection behind)."""
+
+    open_node: Callable[[], Node]
+    policy: Policy
+    address: str
+    # What the periodic check of --metrics-address reads besides the node (monitor.CheckSources).
+    label_rules: Sequence[str]
+    open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]
+    gc_settings: Callable[[], SourcedGcSettings]
+
+
+class Watcher:
+    def __init__(self, load: Callable[[], WatchSetup], log: LogFn, prune: bool) -> None:
+        self.load = load
+        self.log = log
+        self.prune = prune
+        self.settings = load()
+        # Counted inline whether or not anything serves them: a dict increment per result.
+        self.state = WatchState(self.settings.address)
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._streams: list[ImageEventStream] = []
+        self._delay = BACKOFF_FIRST
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._interrupt()
+
+    def request_reload(self) -> None:
+        self._reload.set()
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        for stream in list(self._streams):
+            stream.cancel()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.log("info", "watching", address=self.settings.address, patterns=len(self.settings.policy.patterns))
+        while not self._stop.is_set():
+            try:
+                self._reload_if_asked()
+                self._session()
+            except PinctlError as err:
+                if self._stop.is_set():
+                    break
+                if self._reload.is_set():
+                    self.state.disconnected()
+                    continue  # the stream was cut to reload, not lost
+                self._back_off(err)
+        self.state.disconnected()
+        self.log("info", "stopped")
+        return 0
+
+    def _back_off(self, err: PinctlError) -> None:
+        self.state.lost(err, _error_kind(err))
+        what = "containerd unreachable" if isinstance(err, EngineUnreachable) else "cannot sync yet"
+        self.log("warning", f"{what}, retrying", error=str(err), retry_in=f"{self._delay:g}s")
+        self._stop.wait(self._delay)
+        self.state.turned()
+        self._delay = min(self._delay * 2, BACKOFF_MAX)
+
+    def _session(self) -> None:
+        """Subscribe first, then sync everything, then follow the events: nothing falls between.
+
+        Every source with an event stream (pinctl's containerd, Docker's own) is followed; a
+        reader thread per stream drains it into one queue, so a burst is handled in batches
+        whose reads and writes overlap, instead of one round trip after another.
+        """
+        node = self.settings.open_node()
+        events: queue.Queue[Optional[SourcedEvent] | PinctlError] = queue.Queue()
+        try:
+            followed = node.followed()
+            self._streams = [item.store.subscribe_images() for item in followed]
+            for index, stream in enumerate(self._streams):
+                threading.Thread(target=_read_into, args=(index, stream, events), daemon=True).start()
+            self._full_sync(node)
+            self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
+            while not (self._stop.is_set() or self._reload.is_set()):
+                batch = _next_batch(events)
+                self.state.turned()
+                self.state.events += len(batch)
+                self._sync_batch(followed, [e for e in batch if e[1][1] in CHANGING_TOPICS
+                                            and followed[e[0]].watches(e[1][0])])
+        finally:
+            for stream in self._streams:
+                stream.cancel()
+            self._streams = []
+            node.close()
+
+    def _reload_if_asked(self) -> None:
+        if not self._reload.is_set():
+            return
+        self._reload.clear()
+        try:
+            self.settings = self.load()
+        except PinctlError as err:
+            self.state.reloaded(ok=False)
+            self.log("error", "config reload failed, keeping the previous one", error=str(err))
+            return
+        self.state.reloaded(ok=True)
+        self.log("info", "config reloaded", patterns=len(self.settings.policy.patterns))
+
+    def _full_sync(self, node: Node) -> None:
+        views = node.views()
+        plan = pinning.make_sync_plan(views, self.settings.policy, self.prune)
+        results = pinning.apply_plan(plan, dry_run=False)
+        self._report(results)
+        self.state.synced([view.namespace for view in views])
+        changed = sum(r.action in CHANGES for r in results)
+        namespaces = ",".join(dict.fromkeys(view.namespace for view in views)) or "-"
+        self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results))
+
+    def _sync_batch(self, followed: list[Followed], batch: list[SourcedEvent]) -> None:
+        latest: dict[tuple[int, str], dict[str, dict[str, str]]] = {}
+        for index, (namespace, _, name, labels) in batch:
+            latest.setdefault((index, namespace), {})[name] = labels  # the latest event of a name wins
+        for (index, namespace), by_name in latest.items():
+            store = followed[index].store
+            names = [n for n, labels in by_name.items() if self._may_need_change(n, labels)]
+            if names:
+                records = store.get_images(namespace, names)
+                plan = pinning.make_batch_sync_plan(store, namespace, records, self.settings.policy, self.prune)
+                self._report(pinning.apply_plan(plan, dry_run=False))
+
+    def _may_need_change(self, name: str, labels: dict[str, str]) -> bool:
+        """Decide from the event alone when possible: most events, the watcher's own writes among
+        them, need no read at all."""
+        s = self.settings
+        if pinning.needs_image_ids(s.policy):
+            return True
+        wanted = bool(pinning.wanted_names(s.policy, [name]))
+        if wanted:
+            return not pin_labels.carries_pin(labels)
+        return self.prune and labels.get(MANAGED_LABEL) == MANAGED_VALUE
+
+    def _report(self, results: list[ItemResult]) -> None:
+        self.state.counted(results)
+        for r in results:
+            if r.action in CHANGES:
+                self.log("info", r.action, namespace=r.namespace, ref=r.ref)
+            elif r.action == ACTION_CHANGED_UNDER_US:
+                # Its own event follows; the next batch decides again from the record as it is.
+                self.log("warning", r.action, namespace=r.namespace, ref=r.ref, detail=r.error or "")
+            elif r.failed:
+                self.log("error", "failed", namespace=r.namespace, ref=r.ref, error=r.error or "")
+
+
+def _error_kind(err: PinctlError) -> SyncError:
+    if isinstance(err, _StreamEnded):
+        return SYNC_STREAM_ENDED
+    return SYNC_UNREACHABLE if isinstance(err, EngineUnreachable) else SYNC_ENGINE
+
+
+def _read_into(index: int, stream: ImageEventStream, events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> None:
+    """Runs in a thread: every event, then None when the stream ends, or the error that ended it."""
+    try:
+        for event in stream:
+            events.put((index, event))
+        events.put(None)
+    except PinctlError as err:
+        events.put(err)
+
+
+def _next_batch(events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> list[SourcedEvent]:
+    """Wait briefly for one event, then take whatever else is already queued."""
+    batch: list[SourcedEvent] = []
+    try:
+        item = events.get(timeout=POLL_SECONDS)
+        while True:
+            if isinstance(item, PinctlError):
+                raise item
+            if item is None:
+                raise _StreamEnded()
+            batch.append(item)
+            if len(batch) >= BATCH_MAX:
+                break
+            item = events.get_nowait()
+    except queue.Empty:
+        pass
+    return batch
+
+
+class _StreamEnded(PinctlError):
+    """containerd closed the event stream without an error: reconnect and catch up."""
+
+    def __init__(self) -> None:
+        super().__init__("the event stream ended")

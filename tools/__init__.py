@@ -1,0 +1,1 @@
+"""Build-time generators (run by tools/generate.py); not part of the installed package."""
