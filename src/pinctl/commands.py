@@ -1,15 +1,17 @@
-"""One function per command: typed arguments in, a result out. cli.py parses options, calls
+"""One function per command: a request in, a result out. pinctl.cli parses options, calls
 one of these, prints the result and exits with the code the result carries. Guards (an
 empty policy before a prune), polling (check --wait) and filters live here, not in click.
+The long-running commands (sync --watch, cri-proxy) take a way to read the config again
+(SIGHUP) and the metrics endpoint to run beside them, so that nothing here serves or prints.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
-from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, Status
+from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, LogFn, Status
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -17,12 +19,16 @@ if TYPE_CHECKING:
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
     from pinctl.check.compare import CheckResult, Clock, RuntimeImages
-    from pinctl.config.loader import PatternEntry
+    from pinctl.config.loader import Config, PatternEntry
+    from pinctl.criproxy.proxy import Proxy
     from pinctl.pins.export import Export
     from pinctl.pins.lint import Problem
     from pinctl.pins.policy import Policy
     from pinctl.pull.run import PullItem, PullReport, PullRequest
     from pinctl.node.sources import Node
+    from pinctl.watch.watcher import Watcher
+
+OpenRuntime = Callable[[], "tuple[CriRuntime, RuntimeVersion]"]
 
 
 @dataclass(frozen=True)
@@ -45,12 +51,11 @@ class LsResult:
     errors: list[dict[str, str]] = field(default_factory=list)
 
 
-def ls(node: Node, policy: Policy, label_rules: Sequence[str], query: LsQuery,
-       runtime: Optional[RuntimeImages] = None) -> LsResult:
+def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
     """Rows with pins and reasons, filtered; with a runtime, what it tells the kubelet too."""
     from pinctl.pins.listing import filter_rows
 
-    listing = node.rows(policy, label_rules)
+    listing = node.rows(policy)
     if runtime is not None:
         from pinctl.check.compare import annotate_cri
 
@@ -91,19 +96,29 @@ def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run:
     return ChangeReport(command, pinning.apply_plan(plan, dry_run), dry_run)
 
 
-def sync(node: Node, policy: Policy, prune: bool, dry_run: bool, allow_empty_policy: bool,
-         files: Sequence[str]) -> ChangeReport:
+@dataclass(frozen=True)
+class SyncRequest:
+    """pinctl sync's switches; files are the config files read, named when an empty policy
+    refuses --prune."""
+
+    prune: bool = False
+    dry_run: bool = False
+    allow_empty_policy: bool = False
+    files: Sequence[str] = ()
+
+
+def sync(node: Node, policy: Policy, request: SyncRequest) -> ChangeReport:
     from pinctl.pins import plans as pinning
 
-    refuse_empty_prune(policy, prune, allow_empty_policy, files)
-    plan = pinning.make_sync_plan(node.views(), policy, prune)
-    return ChangeReport("sync", pinning.apply_plan(plan, dry_run), dry_run)
+    refuse_empty_prune(policy, request)
+    plan = pinning.make_sync_plan(node.views(), policy, request.prune)
+    return ChangeReport("sync", pinning.apply_plan(plan, request.dry_run), request.dry_run)
 
 
-def refuse_empty_prune(policy: Policy, prune: bool, allow_empty_policy: bool, files: Sequence[str]) -> None:
+def refuse_empty_prune(policy: Policy, request: SyncRequest) -> None:
     """A mistyped config path must not unpin a node: an empty policy prunes only when told to."""
-    if prune and not policy and not allow_empty_policy:
-        read = ", ".join(files) or "no config file"
+    if request.prune and not policy and not request.allow_empty_policy:
+        read = ", ".join(request.files) or "no config file"
         raise UsageError(f"the policy has no pinned_images (read: {read}); --prune would remove every pin sync added",
                          "fix the config, or pass --allow-empty-policy if that is what you want")
 
@@ -121,20 +136,27 @@ class CheckReport:
         return EXIT_OK if self.result.agree else EXIT_ERROR
 
 
-def check(
-    node: Node, policy: Policy, label_rules: Sequence[str], runtime: RuntimeImages, version: RuntimeVersion,
-    refs: Sequence[str], wait: float, progress: Callable[[CheckResult, float], None],
-    clock: Optional[Clock] = None,
-) -> CheckReport:
+@dataclass(frozen=True)
+class CheckRequest:
+    """pinctl check: the images to ask about one by one (none: every image listed), and how
+    long to poll for agreement."""
+
+    refs: Sequence[str] = ()
+    wait: float = 0.0
+
+
+def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVersion, request: CheckRequest,
+          progress: Callable[[CheckResult, float], None], clock: Optional[Clock] = None) -> CheckReport:
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
     from pinctl.check import compare as checking
 
     rows: list[ImageRow] = []
 
     def read() -> CheckResult:
-        rows[:] = node.rows(policy, label_rules).rows
-        return checking.check_runtime(rows, runtime, version, refs)
+        rows[:] = node.rows(policy).rows
+        return checking.check_runtime(rows, runtime, version, request.refs)
 
+    wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)
     return CheckReport(result, waited if wait > 0 else None, rows, node.selected_namespaces())
 
@@ -143,19 +165,18 @@ def namespaces(node: Node) -> list[tuple[str, bool]]:
     return node.namespaces()
 
 
-def export(target: str, policy: Policy, label_rules: Sequence[str], node: Optional[Node]) -> Export:
-    """The policy as a runtime's configuration; patterns it cannot express are expanded to the
-    references present now (none with node None, i.e. --offline). sha256: IDs are not names."""
+def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Optional[Node]) -> Export:
+    """The policy (and docker_pinned_image_labels) as a runtime's configuration; patterns it
+    cannot express are expanded to the references present now (none with node None, i.e.
+    --offline). sha256: IDs are not names."""
     from pinctl.pins import export as exporting
 
     present: Optional[list[str]] = None
     if node is not None:
         from pinctl.pins.policy import Policy as EmptyPolicy
 
-        present = [row.ref for row in node.rows(EmptyPolicy(), []).rows if not row.ref.startswith("sha256:")]
-    return exporting.export(target, policy, present, label_rules)
-
-
+        present = [row.ref for row in node.rows(EmptyPolicy()).rows if not row.ref.startswith("sha256:")]
+    return exporting.export(target, policy, present, docker_labels)
 
 @dataclass
 class LintReport:
@@ -173,40 +194,57 @@ def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]
     return LintReport(linting.lint(entries, open_node))
 
 
-def gc_plan(node: Node, policy: Policy, label_rules: Sequence[str], runtime: CriRuntime, version: RuntimeVersion,
-            settings: SourcedGcSettings, usage: Optional[float]) -> GcReport:
+def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVersion, settings: SourcedGcSettings,
+            usage: Optional[float]) -> GcReport:
     """The kubelet's next GC run as modelled from the runtime's images, containers and disk."""
     from datetime import datetime, timezone
 
     from pinctl.gc import plan as gc
 
-    rows = node.rows(policy, label_rules).rows
+    rows = node.rows(policy).rows
     return gc.gc_plan(gc.CriDomain(runtime, version), rows, settings, datetime.now(timezone.utc), usage)
 
 
-def prune(node: Node, policy: Policy, label_rules: Sequence[str], namespaces: Sequence[str],
-          open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], settings: GcSettings,
-          request: PruneRequest, dry_run: bool, confirm: Callable[[Sequence[PrunePlan]], None],
+@dataclass(frozen=True)
+class PruneJob:
+    """pinctl prune: the kubelet's GC settings, how far to go, where (-n), and whether only to plan."""
+
+    settings: GcSettings
+    limits: PruneRequest
+    namespaces: Sequence[str] = ()
+    dry_run: bool = False
+
+
+def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
+          confirm: Callable[[Sequence[PrunePlan]], None],
           progress: Callable[[PruneItem], None] = lambda _item: None) -> PruneReport:
     """Plan per runtime, have the plan confirmed (unless a dry run), then delete item by item."""
     from datetime import datetime, timezone
 
     from pinctl.gc import plan as gc
 
-    if request.until_usage is not None and request.all_unused:
+    limits = job.limits
+    if limits.until_usage is not None and limits.all_unused:
         raise UsageError("--until-usage and --all-unused do not go together", "pick one")
-    rows = node.rows(policy, label_rules).rows
+    rows = node.rows(policy).rows
     now = datetime.now(timezone.utc)
-    plans = [gc.plan_prune(domain, rows, settings, request, now)
-             for domain in gc.prune_domains(node, namespaces, open_runtime)]
-    if not dry_run and any(plan.delete for plan in plans):
+    plans = [gc.plan_prune(domain, rows, job.settings, limits, now)
+             for domain in gc.prune_domains(node, job.namespaces, open_runtime)]
+    if not job.dry_run and any(plan.delete for plan in plans):
         confirm(plans)
-    return gc.PruneReport(gc.apply_prune(plans, gc.wanted_now(node, policy), dry_run, progress), dry_run)
+    items = gc.apply_prune(plans, gc.wanted_now(node, policy), job.dry_run, progress)
+    return gc.PruneReport(items, job.dry_run)
 
 
-def pull(node: Node, namespaces: Sequence[str], open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]],
-         request: PullRequest, registry_config: Optional[str], progress: Callable[[str, str], None],
-         finished: Callable[[PullItem], None]) -> PullReport:
+@dataclass(frozen=True)
+class PullCallbacks:
+    """What pull says while it works: a line of progress for a reference, and each item done."""
+
+    progress: Callable[[str, str], None]
+    finished: Callable[[PullItem], None]
+
+
+def pull(node: Node, open_runtime: OpenRuntime, request: PullRequest, callbacks: PullCallbacks) -> PullReport:
     """Every reference parsed first (a malformed one pulls nothing), then pulled through the
     runtime that will use it, within the disk budget, each pinned right after its pull."""
     from pinctl import refs as references
@@ -218,26 +256,23 @@ def pull(node: Node, namespaces: Sequence[str], open_runtime: Callable[[], tuple
             raise UsageError(f"cannot pull {arg}: only a reference names what to pull",
                              "give registry.example/team/app:1.0 or NAME@sha256:<digest>")
         wanted.append(references.normalize(arg))
-    return _pull_refs(node, namespaces, open_runtime, request, registry_config, list(dict.fromkeys(wanted)),
-                      progress, finished)
+    return _pull_refs(node, open_runtime, request, list(dict.fromkeys(wanted)), callbacks)
 
 
-def _pull_refs(node: Node, namespaces: Sequence[str],
-               open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], request: PullRequest,
-               registry_config: Optional[str], wanted: Sequence[str], progress: Callable[[str, str], None],
-               finished: Callable[[PullItem], None]) -> PullReport:
+def _pull_refs(node: Node, open_runtime: OpenRuntime, request: PullRequest, wanted: Sequence[str],
+               callbacks: PullCallbacks) -> PullReport:
     from pinctl.backends import registry
     from pinctl.backends.registry_auth import load_auths
     from pinctl.pull import run as pulling
     from pinctl.pull.targets import NodeLabels, choose_target
 
-    auths = load_auths(registry_config) if registry_config else {}
-    target = choose_target(node, namespaces, open_runtime)
+    auths = load_auths(request.registry_config) if request.registry_config else {}
+    target = choose_target(node, request.namespaces, open_runtime)
     if not wanted:
         return pulling.PullReport(target.name, [], request.max_usage)
     run = pulling.PullRun(target, NodeLabels(node), request, pulling.Budget(target, request.max_usage), auths,
-                          registry.compressed_size, progress)
-    items, interrupted = pulling.run(run, wanted, finished)
+                          registry.compressed_size, callbacks.progress)
+    items, interrupted = pulling.run(run, wanted, callbacks.finished)
     return pulling.PullReport(target.name, items, request.max_usage, interrupted)
 
 
@@ -256,10 +291,8 @@ class SyncPullReport:
         return EXIT_OK if codes == {EXIT_OK} else (EXIT_ERROR if codes == {EXIT_ERROR} else EXIT_PARTIAL)
 
 
-def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, namespaces: Sequence[str],
-              open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]], request: PullRequest,
-              registry_config: Optional[str], prune: bool, allow_empty_policy: bool, files: Sequence[str],
-              progress: Callable[[str, str], None], finished: Callable[[PullItem], None]) -> SyncPullReport:
+def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, open_runtime: OpenRuntime,
+              request: PullRequest, sync_request: SyncRequest, callbacks: PullCallbacks) -> SyncPullReport:
     """Pull every exact reference of the policy the node lacks, then sync on the node as the pulls
     left it (reopen: a first pull may create the namespace). Globs, keywords and image IDs name
     no one image to pull: each is reported as skipped, with why."""
@@ -268,11 +301,10 @@ def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, namespaces
     from pinctl import refs as references
     from pinctl.pull import run as pulling
 
-    refuse_empty_prune(policy, prune, allow_empty_policy, files)
+    refuse_empty_prune(policy, sync_request)
     exact = [p for p in policy.patterns if p.kind == "exact" and not p.needle.startswith("sha256:")]
     wanted = list(dict.fromkeys(references.normalize(p.text) for p in exact))
-    report = _pull_refs(node, namespaces, open_runtime, replace(request, refs=wanted, pin=False),
-                        registry_config, wanted, progress, finished)
+    report = _pull_refs(node, open_runtime, replace(request, refs=wanted, pin=False), wanted, callbacks)
     for pattern in policy.patterns:
         if pattern not in exact:
             what = "an image ID" if pattern.kind == "exact" else f"a {pattern.kind}"
@@ -280,4 +312,79 @@ def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, namespaces
                                                  why=f"{what} names no one image to pull ({pattern.source or 'policy'})"))
     if report.interrupted:
         return SyncPullReport(report, None)
-    return SyncPullReport(report, sync(reopen(), policy, prune, False, allow_empty_policy, files))
+    return SyncPullReport(report, sync(reopen(), policy, replace(sync_request, dry_run=False)))
+
+
+# -- the long-running commands ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    """sync --watch: prune as it goes, and the kubelet config the periodic check reads."""
+
+    prune: bool = False
+    allow_empty_policy: bool = False
+    kubelet_config: Optional[str] = None
+
+
+def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, warn: Callable[[str], None],
+          served: Callable[[Watcher], ContextManager[None]]) -> int:
+    """Keep the policy's pins true until SIGTERM or SIGINT; read_config is called again on
+    SIGHUP, and served(watcher) runs the metrics endpoint beside it. warn says what opening
+    the node notices (as every command does), log what the watcher does."""
+    from pinctl.gc.kubelet import read_gc_settings
+    from pinctl.node.sources import open_node, open_runtime
+    from pinctl.pins.policy import compile_policy
+    from pinctl.watch.watcher import Watcher, WatchSetup
+
+    first = read_config()
+    refuse_empty_prune(compile_policy(first.patterns), SyncRequest(request.prune, False, request.allow_empty_policy,
+                                                                   first.files))
+    if request.kubelet_config:
+        read_gc_settings(request.kubelet_config)  # a file named but unreadable is exit 2, now
+
+    def load() -> WatchSetup:
+        cfg = read_config()
+        return WatchSetup(
+            lambda: open_node(cfg, warn), compile_policy(cfg.patterns),
+            cfg.settings.containerd_address, lambda: open_runtime(cfg, lambda note: log("info", note)),
+            lambda: read_gc_settings(request.kubelet_config))
+
+    watcher = Watcher(load, log, request.prune)
+    with served(watcher):
+        watcher.install_signal_handlers()
+        return watcher.run()
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    """cri-proxy: the socket to serve, and what forwards (a relay binary, or None for Python)."""
+
+    listen: str
+    relay: Optional[str]
+
+
+def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: LogFn, warn: Callable[[str], None],
+              served: Callable[[Proxy], ContextManager[None]]) -> int:
+    """Serve the CRI on request.listen until SIGTERM or SIGINT, forwarding to the runtime the
+    config names; read_config is called again on SIGHUP."""
+    from pinctl.backends.cri import socket_path
+    from pinctl.criproxy.pins import ProxySetup
+    from pinctl.criproxy.proxy import Proxy
+    from pinctl.node.sources import open_node
+    from pinctl.pins.policy import compile_policy
+
+    first = read_config()
+    compile_policy(first.patterns)  # a bad policy is exit 2 now, not a logged failure later
+    endpoint = first.settings.runtime_endpoint
+    if endpoint is None:
+        raise UsageError("cri-proxy needs the runtime to forward to",
+                         "give --runtime-endpoint unix:///run/containerd/containerd.sock (or the runtime's socket)")
+
+    def load() -> ProxySetup:
+        cfg = read_config()
+        return ProxySetup(lambda: open_node(cfg, warn), compile_policy(cfg.patterns))
+
+    proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
+    with served(proxy):
+        return proxy.run()

@@ -463,7 +463,7 @@ def test_a_container_created_after_planning_protects_its_image(pod_node: PodNode
     runtime = CriRuntime(pod_node.address, 10.0)
     domain = gc.CriDomain(runtime, runtime.version())
     try:
-        plan = gc.plan_prune(domain, node.rows(Policy(), []).rows, gcmodel.GcSettings(min_age=timedelta(0)),
+        plan = gc.plan_prune(domain, node.rows(Policy()).rows, gcmodel.GcSettings(min_age=timedelta(0)),
                              gc.PruneRequest(all_unused=True), datetime.now(timezone.utc))
         assert {image.id for image in plan.delete} == {used.image_id, labelled.image_id, spare.image_id}
 

@@ -40,7 +40,7 @@ def policy_of(*patterns: str) -> Policy:
 def test_ls_filters_and_names_need_no_manifests() -> None:
     store = store_with_images()
     node = node_of(store)
-    pinned = commands.ls(node, Policy(), [], commands.LsQuery(pinned=True))
+    pinned = commands.ls(node, Policy(), commands.LsQuery(pinned=True))
     assert [row.ref for row in pinned.rows] == ["example.test/app:1"]
     assert commands.ls_names(node) == ["example.test/app:1", "example.test/bee:1", "sha256:" + "b" * 64]
     assert commands.LsQuery().names_only_will_do and not commands.LsQuery(drift=True).names_only_will_do
@@ -60,14 +60,14 @@ def test_change_reports_every_item_and_its_exit_code() -> None:
 def test_sync_refuses_an_empty_policy_prune_unless_told() -> None:
     store = store_with_images()
     with pytest.raises(UsageError, match="--allow-empty-policy"):
-        commands.sync(node_of(store), Policy(), prune=True, dry_run=False, allow_empty_policy=False, files=["x.toml"])
-    report = commands.sync(node_of(store), Policy(), prune=True, dry_run=True, allow_empty_policy=True, files=[])
+        commands.sync(node_of(store), Policy(), commands.SyncRequest(prune=True, files=["x.toml"]))
+    report = commands.sync(node_of(store), Policy(), commands.SyncRequest(prune=True, dry_run=True, allow_empty_policy=True))
     assert report.exit_code == EXIT_OK
 
 
 def test_sync_labels_what_the_policy_covers() -> None:
     store = store_with_images()
-    report = commands.sync(node_of(store), policy_of("example.test/bee:*"), False, False, False, [])
+    report = commands.sync(node_of(store), policy_of("example.test/bee:*"), commands.SyncRequest())
     assert [(r.ref, r.action) for r in report.results] == [("example.test/bee:1", "pinned")]
     assert store.writes == [("k8s.io", "example.test/bee:1", "pinned")]
 
@@ -104,14 +104,14 @@ def test_check_waits_until_the_runtime_catches_up() -> None:
     node = node_of(store_with_images())
     runtime = FakeRuntime(pinned_after=2)
     heard: list[float] = []
-    report = commands.check(node, Policy(), [], runtime, RUNTIME, [], 10, lambda _r, left: heard.append(left),
+    report = commands.check(node, Policy(), runtime, RUNTIME, commands.CheckRequest(wait=10), lambda _r, left: heard.append(left),
                             FakeClock())
     assert report.exit_code == EXIT_OK and runtime.asked == 3
     assert report.waited == 2.0 and heard == [10.0, 9.0]
 
 
 def test_check_without_wait_reports_at_once() -> None:
-    report = commands.check(node_of(store_with_images()), Policy(), [], FakeRuntime(5), RUNTIME, [], 0,
+    report = commands.check(node_of(store_with_images()), Policy(), FakeRuntime(5), RUNTIME, commands.CheckRequest(),
                             lambda *_: None, FakeClock())
     assert report.exit_code == EXIT_ERROR and report.waited is None
 

@@ -84,7 +84,7 @@ class FakeNode:
         self.fail = False
         self.reads = 0
 
-    def rows(self, policy: Any, label_rules: Any) -> Any:
+    def rows(self, policy: Any) -> Any:
         self.reads += 1
         if self.fail:
             raise EngineUnreachable("containerd is down")
@@ -98,7 +98,7 @@ def test_pins_are_read_at_most_once_per_refresh_and_not_at_all_when_unreadable()
     node = FakeNode([row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1"))])
     now = [100.0]
     logged: list[str] = []
-    setup = proxy_pins.ProxySetup(lambda: node, compile_policy([]), [])  # type: ignore[arg-type, return-value]
+    setup = proxy_pins.ProxySetup(lambda: node, compile_policy([]))  # type: ignore[arg-type, return-value]
     pins = proxy_pins.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg),
                               max_age=2.0, clock=lambda: now[0])
     assert pins.current() is not None and node.reads == 1

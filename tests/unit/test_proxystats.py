@@ -61,7 +61,7 @@ class Details:
 @pytest.fixture
 def forwarder() -> Iterator[criproxy.Forwarder]:
     channel = grpc.insecure_channel("unix:///nonexistent/cri.sock")  # never dialled: nothing is called
-    pins = criproxy.PinnedSet(lambda: criproxy.ProxySetup(lambda: FakeNode([]), compile_policy([]), []),  # type: ignore[arg-type, return-value]
+    pins = criproxy.PinnedSet(lambda: criproxy.ProxySetup(lambda: FakeNode([]), compile_policy([])),  # type: ignore[arg-type, return-value]
                               lambda: "containerd", lambda *_a, **_k: None)
     yield criproxy.Forwarder(channel, pins, lambda *_a, **_k: None)
     channel.close()
@@ -109,7 +109,7 @@ def test_image_answers_passed_through_are_counted_by_reason(forwarder: criproxy.
     before, marked = dict(stats.passed_through), stats.images_marked
     node = FakeNode(PINNED_ROWS)
     forwarder.pins = criproxy.PinnedSet(
-        lambda: criproxy.ProxySetup(lambda: node, compile_policy([]), []),  # type: ignore[arg-type, return-value]
+        lambda: criproxy.ProxySetup(lambda: node, compile_policy([])),  # type: ignore[arg-type, return-value]
         lambda: "containerd", lambda *_a, **_k: None, max_age=0)
     reply = listing(("sha256:a", ["a:1"], False), ("sha256:b", ["b:1"], False), ("sha256:c", ["n:1"], False))
     forwarder._with_pins(criproxy.LIST_IMAGES, reply)
@@ -144,7 +144,7 @@ def proxy() -> Iterator[tuple[criproxy.Proxy, FakeNode, Clock]]:
     clock = Clock()
 
     def load() -> criproxy.ProxySetup:
-        return criproxy.ProxySetup(lambda: node, compile_policy([]), [])  # type: ignore[arg-type, return-value]
+        return criproxy.ProxySetup(lambda: node, compile_policy([]))  # type: ignore[arg-type, return-value]
 
     served = criproxy.Proxy(os.path.join(directory, "cri.sock"), "/nonexistent/cri.sock", load,
                             lambda *_a, **_k: None)

@@ -35,7 +35,6 @@ class ProxySetup:
 
     open_node: Callable[[], Node]
     policy: Policy
-    label_rules: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -186,7 +185,7 @@ class PinnedSet:
                 self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
             if self._node is None:
                 self._node = self._setup.open_node()
-            rows = self._node.rows(self._setup.policy, self._setup.label_rules).rows
+            rows = self._node.rows(self._setup.policy).rows
             self._keys = pinned_keys(rows, self._runtime_name())
         except Exception as err:  # noqa: BLE001 - availability first: whatever fails, answers pass through
             self._failed(err)

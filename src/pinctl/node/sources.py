@@ -34,7 +34,7 @@ class Source(Protocol):
 
     description: str
 
-    def add_rows(self, listing: Listing, policy: Policy, label_rules: Sequence[str]) -> None:
+    def add_rows(self, listing: Listing, policy: Policy) -> None:
         """Add this source's rows (image IDs and pins worked out) to the listing."""
 
     def add_names(self, names: list[Name]) -> None:
@@ -73,7 +73,7 @@ class ContainerdSource:
     def __post_init__(self) -> None:
         self.description = self.description or f"containerd at {self.store.address}"
 
-    def add_rows(self, listing: Listing, policy: Policy, label_rules: Sequence[str]) -> None:
+    def add_rows(self, listing: Listing, policy: Policy) -> None:
         part = list_images(self.store, self.namespaces, policy)
         listing.rows.extend(part.rows)
         listing.errors.extend(part.errors)
@@ -109,21 +109,23 @@ class DockerSource:
     image list gives rows of their own, which cannot be labelled."""
 
     view: DockerView
+    # docker_pinned_image_labels: config labels that pin an image, as cri-dockerd's --pinned-image-labels.
+    label_rules: Sequence[str] = ()
     description: str = ""
 
     def __post_init__(self) -> None:
         self.description = self.description or f"Docker at {self.view.engine.host}"
 
-    def add_rows(self, listing: Listing, policy: Policy, label_rules: Sequence[str]) -> None:
+    def add_rows(self, listing: Listing, policy: Policy) -> None:
         from pinctl.node import docker as docker_service
 
         view = self.view
         mine = [row for row in listing.rows if row.namespace == view.namespace]
         if view.store.containerd and mine:
             ids = {row.image_id for row in mine if row.image_id}
-            docker_service.adopt(listing.rows, view.namespace, self._moby_labels(ids), label_rules)
+            docker_service.adopt(listing.rows, view.namespace, self._moby_labels(ids), self.label_rules)
         else:
-            listing.rows = docker_service.join(listing.rows, view, label_rules, policy)
+            listing.rows = docker_service.join(listing.rows, view, self.label_rules, policy)
 
     def _moby_labels(self, ids: set[str]) -> dict[str, dict[str, str]]:
         assert self.moby_store is not None, "Docker's namespace was listed, so its store is known"
@@ -157,10 +159,10 @@ class Node:
 
     sources: list[Source] = field(default_factory=list)
 
-    def rows(self, policy: Policy, label_rules: Sequence[str]) -> Listing:
+    def rows(self, policy: Policy) -> Listing:
         listing = Listing()
         for source in self.sources:
-            source.add_rows(listing, policy, label_rules)
+            source.add_rows(listing, policy)
         listing.rows.sort(key=lambda row: (row.namespace or "", row.ref))
         return listing
 
@@ -236,7 +238,7 @@ def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: Docker
     own = _docker_containerd(cfg, main, docker)
     if own is not None:
         node.sources.append(own)
-    source = DockerSource(docker)
+    source = DockerSource(docker, cfg.settings.docker_pinned_image_labels)
     holder = own or main
     if isinstance(holder, ContainerdSource) and docker.namespace in holder.namespaces:
         source.moby_store = holder.store

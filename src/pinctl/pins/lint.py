@@ -65,7 +65,7 @@ def _against_images(policy: Policy, open_node: Callable[[], Node]) -> list[Probl
     try:
         node = open_node()
         try:
-            rows = node.rows(Policy(), []).rows
+            rows = node.rows(Policy()).rows
         finally:
             node.close()
         names = {n for row in rows for n in (row.ref, row.image_id) if n}

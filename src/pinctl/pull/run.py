@@ -45,6 +45,9 @@ class PullRequest:
     timeout: float = 300.0
     retries: int = 3
     max_usage: float = 80.0
+    # Where the images go (-n; none: where the node says), and Docker's config.json for credentials.
+    namespaces: Sequence[str] = ()
+    registry_config: Optional[str] = None
 
 
 @dataclass(frozen=True)

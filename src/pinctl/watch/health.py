@@ -159,9 +159,6 @@ class CheckSources(Protocol):
     @property
     def policy(self) -> Policy: ...
 
-    @property
-    def label_rules(self) -> Sequence[str]: ...
-
     def open_node(self) -> Node: ...
 
     def open_runtime(self) -> tuple[CriRuntime, RuntimeVersion]: ...
@@ -218,7 +215,7 @@ class Checker:
 
     def _read(self, node: Node, sources: CheckSources) -> figures.Figures:
         try:
-            rows = node.rows(sources.policy, sources.label_rules).rows
+            rows = node.rows(sources.policy).rows
         except PinctlError as err:
             return self._failed(figures.Figures(), CHECK_CONTAINERD, err)
         found = figures.Figures(node=figures.node_figures(rows, node.selected_namespaces()),

@@ -11,7 +11,7 @@ import queue
 import signal
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional
 
 from pinctl.pins import labels as pin_labels
 from pinctl.errors import EngineUnreachable, PinctlError
@@ -49,8 +49,7 @@ class WatchSetup:
     open_node: Callable[[], Node]
     policy: Policy
     address: str
-    # What the periodic check of --metrics-address reads besides the node (monitor.CheckSources).
-    label_rules: Sequence[str]
+    # What the periodic check of --metrics-address reads besides the node (health.CheckSources).
     open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]
     gc_settings: Callable[[], SourcedGcSettings]
 

@@ -1,0 +1,123 @@
+"""pinctl gc plan and pinctl prune: the kubelet's image GC, modelled and imitated."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import click
+
+from pinctl.cli.options import Duration, Percent, common_options, kubelet_options, output_options, textfile_option
+from pinctl.cli.root import (
+    CONTEXT_SETTINGS, PinctlGroup, cli, load_config, load_policy, open_node, open_runtime, textfile_target,
+)
+from pinctl.errors import PinctlError, UsageError
+from pinctl.model import OutputFormat
+
+if TYPE_CHECKING:
+    from pinctl.gc.kubelet import SourcedGcSettings
+
+def _gc_settings(kubelet_config: Optional[str], high: Optional[int], low: Optional[int], min_age: Any,
+                 max_age: Any) -> SourcedGcSettings:
+    """The kubelet's config file (or its defaults), with what the flags override."""
+    from pinctl.gc.kubelet import GcOverrides, read_gc_settings
+
+    return read_gc_settings(kubelet_config, GcOverrides(high, low, min_age, max_age))
+
+
+@cli.group("gc", cls=PinctlGroup, context_settings=CONTEXT_SETTINGS)
+def gc_group() -> None:
+    """What the kubelet's image garbage collector will do on this node."""
+
+
+@gc_group.command("plan", epilog="Exit codes: 0 nothing pinctl wants kept would be deleted, 1 something would "
+                                 "(or an error), 2 usage or config error.")
+@click.option("--usage", type=Percent(), metavar="PERCENT",
+              help="Simulate a disk this full instead of reading the image filesystem's usage.")
+@kubelet_options
+@textfile_option("the image filesystem's usage against the thresholds and the wanted images at risk")
+@output_options(quiet=False)
+@common_options
+@click.pass_context
+def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: Optional[str],
+                    high_threshold: Optional[int], low_threshold: Optional[int], min_age: Any, max_age: Any,
+                    textfile: Optional[str], fmt: OutputFormat, **_: Any) -> int:
+    """Show what the kubelet's image GC would delete next, in order, and what it keeps and why.
+
+    Reads the runtime's images and containers over the CRI, the image filesystem under the
+    CRI's ImageFsInfo mount point, and the kubelet's GC settings. Images pinctl's labels or
+    policy want kept but the runtime does not pin (it ignores labels, wrong namespace, a pattern
+    known only to pinctl) are marked at risk with their place in the order.
+    """
+    from pinctl import commands
+    from pinctl.render import gc as gc_output
+
+    cfg = load_config(ctx)
+    settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age)
+    if textfile:
+        if usage is not None:
+            raise UsageError("--usage simulates a disk: its figures do not belong in a textfile",
+                             "give --usage or --textfile, not both")
+        textfile_target(textfile)
+    runtime, version = open_runtime(cfg)
+    report = commands.gc_plan(open_node(cfg), load_policy(cfg), runtime, version, settings, usage)
+    gc_output.print_gc_plan(report, fmt)
+    if textfile:
+        from pinctl.metrics import exposition as metrics
+
+        metrics.write_textfile(textfile, metrics.gc_textfile(report))
+    return report.exit_code
+
+
+@cli.command("prune", epilog="Exit codes: 0 done, 1 error or the plan not confirmed, 2 usage or config error "
+                             "(or no --yes without a terminal), 3 some deletions failed.")
+@click.option("--until-usage", type=Percent(), metavar="PERCENT",
+              help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
+@click.option("--all-unused", is_flag=True, help="Delete every image nothing protects, whatever the usage.")
+@click.option("--older-than", type=Duration(), metavar="DURATION",
+              help="Only images first seen longer ago than this (raises the minimum age).")
+@click.option("--dry-run", is_flag=True, help="Show the plan; delete nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Delete without asking (scripts). Without a terminal it is required.")
+@kubelet_options
+@output_options(quiet=False)
+@common_options
+@click.pass_context
+def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: bool, older_than: Any, dry_run: bool,
+                  yes: bool, kubelet_config: Optional[str], high_threshold: Optional[int],
+                  low_threshold: Optional[int], min_age: Any, max_age: Any, fmt: OutputFormat, **_: Any) -> int:
+    """Delete unused images the way the kubelet's GC would, but never one that must stay.
+
+    Never deleted: an image any container uses (any state) or names, one the runtime pins, one
+    pinctl's labels or policy pin (also where the runtime ignores them), the sandbox image, one
+    younger than the minimum age. The plan is shown first and confirmed on a terminal; scripts
+    pass --yes. Each image is checked again just before its deletion. Images go through the
+    runtime that owns them: the CRI's RemoveImage, or Docker's API for Docker's images.
+    """
+    from pinctl import commands
+    from pinctl.gc.plan import PruneRequest
+    from pinctl.render import gc as gc_output
+
+    cfg = load_config(ctx)
+    settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age).settings
+    job = commands.PruneJob(settings, PruneRequest(until_usage, all_unused, older_than), cfg.settings.namespaces,
+                            dry_run)
+    with gc_output.prune_progress() as progress:
+        report = commands.prune(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), job,
+                                lambda plans: _confirm_prune(plans, yes), progress)
+    gc_output.print_prune(report.items, dry_run, fmt)
+    return report.exit_code
+
+
+def _confirm_prune(plans: Sequence[Any], yes: bool) -> None:
+    from pinctl.render import gc as gc_output
+
+    if not any(plan.delete for plan in plans):
+        return
+    gc_output.print_prune_plan(plans)
+    if yes:
+        return
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError("prune deletes images: refusing without --yes when there is no terminal to ask",
+                         "look at the plan with --dry-run, then pass --yes")
+    if not click.confirm("Delete these images?", default=False, err=True):
+        raise PinctlError("not confirmed: nothing was deleted")

@@ -1,0 +1,60 @@
+"""pinctl ls and pinctl namespaces: what is on the node."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import click
+
+from pinctl.cli.options import common_options, output_options
+from pinctl.cli.root import EXIT_CODES_HELP, cli, load_config, load_policy, open_node, open_runtime
+from pinctl.errors import EXIT_OK
+from pinctl.model import OutputFormat
+
+@cli.command("ls", epilog=EXIT_CODES_HELP)
+@click.argument("filters", nargs=-1, metavar="[REF|ID|PATTERN]...")
+@click.option("--pinned/--unpinned", "pinned", default=None,
+              help="Only images the runtime keeps (--pinned), or only those the GC may delete (--unpinned).")
+@click.option("--drift", is_flag=True,
+              help="Only where labels and policy disagree: covered by a pattern but not labelled, "
+                   "or labelled but covered by no pattern.")
+@click.option("--cri", is_flag=True, help="Add CRI PINNED: what the runtime tells the kubelet.")
+@output_options()
+@common_options
+@click.pass_context
+def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool,
+               fmt: OutputFormat, quiet: bool, **_: Any) -> int:
+    """List image references, whether each is pinned and why.
+
+    An image is pinned when any of its references (including a sha256:<id> one) carries
+    io.cri-containerd.pinned=pinned; every reference of it then shows as pinned, and WHY
+    names the one with the label. WHY also lists every policy pattern covering the image
+    and where it came from, and labels that look like pins but are not.
+    """
+    from pinctl import commands
+    from pinctl.render import output
+
+    cfg = load_config(ctx)
+    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect)
+    node = open_node(cfg)
+    if quiet and query.names_only_will_do and not cri:
+        output.print_names(commands.ls_names(node))
+        return EXIT_OK
+    runtime = open_runtime(cfg)[0] if cri else None
+    result = commands.ls(node, load_policy(cfg), query, runtime)
+    output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)
+    return EXIT_OK
+
+
+@cli.command("namespaces", epilog=EXIT_CODES_HELP)
+@click.option("-q", "--quiet", is_flag=True, help="Names only (what shell completion reads).")
+@common_options
+@click.pass_context
+def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
+    """List containerd's namespaces; those pinctl reads by default are marked."""
+    from pinctl import commands
+    from pinctl.render import output
+
+    found = commands.namespaces(open_node(load_config(ctx)))
+    output.print_namespaces(found, quiet)
+    return EXIT_OK

@@ -1,0 +1,96 @@
+"""pinctl sync: once, with --pull, and --watch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+import click
+
+from pinctl.cli.options import Seconds, common_options, output_options, sync_pull_options
+from pinctl.cli.pull import any_namespaces, pull_request
+from pinctl.cli.root import EXIT_CODES_HELP, cli, load_config, load_policy, open_node, open_runtime, print_change
+from pinctl.errors import UsageError
+from pinctl.model import OutputFormat
+
+if TYPE_CHECKING:
+    from pinctl.commands import SyncRequest, WatchRequest
+    from pinctl.config.loader import Config
+    from pinctl.pins.policy import Policy
+
+@cli.command("sync", epilog=EXIT_CODES_HELP)
+@click.option("--prune", is_flag=True,
+              help="Also unpin references that sync pinned earlier and no pattern covers now.")
+@click.option("--allow-empty-policy", is_flag=True,
+              help="Let --prune run with no patterns at all (it then removes every pin sync added).")
+@click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")
+@click.option("--watch", is_flag=True,
+              help="Keep running: sync at start and after every reconnect, then each image as it is created or "
+                   "changed. SIGHUP reloads the config; SIGTERM or SIGINT stop it.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="With --watch: one log line per action on stderr, as text or JSON.")
+@click.option("--check-interval", type=Seconds(0, 86400), default=60.0, metavar="SECONDS",
+              help="With --watch and --metrics-address: read the images, the CRI runtime's pins and the GC model "
+                   "this often for the metrics; 0 turns that off. Default: 60.")
+@click.option("--kubelet-config", metavar="PATH",
+              help="With --metrics-address or --pull: the kubelet's config file to read the image GC thresholds "
+                   "from. Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
+@click.option("--pull", "pull_first", is_flag=True,
+              help="First pull every exact reference of the policy the node lacks (as pinctl pull does; globs and "
+                   "keywords are reported as skipped), then sync.")
+@sync_pull_options
+@output_options()
+@common_options
+@click.pass_context
+def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_run: bool, watch: bool,
+                 log_format: str, check_interval: float, kubelet_config: Optional[str], pull_first: bool,
+                 fmt: OutputFormat, quiet: bool, **options: Any) -> int:
+    """Label every image the policy covers, once.
+
+    Each reference a pattern matches gets io.cri-containerd.pinned=pinned, plus
+    io.pinctl.managed=true to record that sync put it there. --prune removes pins carrying
+    that mark when no pattern covers them any more; a pin set by anyone else is never removed.
+    """
+    from pinctl import commands
+
+    cfg = load_config(ctx)
+    policy = load_policy(cfg)
+    request = commands.SyncRequest(prune, dry_run, allow_empty_policy, cfg.files)
+    if watch:
+        if pull_first:
+            raise UsageError("--watch and --pull do not go together", "run sync --pull once, then sync --watch")
+        if dry_run:
+            raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
+        return _watch(ctx, commands.WatchRequest(prune, allow_empty_policy, kubelet_config), log_format,
+                      check_interval)
+    if pull_first:
+        return _sync_pull(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
+    return print_change(commands.sync(open_node(cfg), policy, request), fmt, quiet)
+
+
+def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFormat, quiet: bool,
+               options: Mapping[str, Any]) -> int:
+    from pinctl import commands
+    from pinctl.render import pull as pull_output
+
+    if request.dry_run:
+        raise UsageError("--pull and --dry-run do not go together", "use sync --dry-run to see the label plan")
+    pulls = pull_request(cfg, (), False, options)
+    with pull_output.pull_progress() as (progress, finished):
+        report = commands.sync_pull(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
+                                    lambda: open_runtime(cfg), pulls, request,
+                                    commands.PullCallbacks(progress, finished))
+    pull_output.print_sync_pull(report, fmt, quiet)
+    return report.exit_code
+
+
+def _watch(ctx: click.Context, request: WatchRequest, log_format: str, check_interval: float) -> int:
+    from pinctl import commands
+    from pinctl.metrics import serve
+    from pinctl.render import output
+    from pinctl.render.log import Log
+
+    log = Log(log_format)
+    cfg = load_config(ctx)
+    address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")
+    return commands.watch(lambda: load_config(ctx), request, log, output.warn,
+                          lambda watcher: serve.watcher_metrics(address, source, watcher, log, check_interval))
