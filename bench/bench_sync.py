@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import PINCTL, containerd_with_images, ratio_row, report, run_once
 from bench.bench_core import ctr_argv
+from bench.common import PINCTL, containerd_with_images, ratio_row, report, run_once
 
 
 def main() -> int:

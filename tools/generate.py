@@ -79,8 +79,8 @@ def generate_completions(out: Path) -> list[Path]:
 
 def generate_manpages(out: Path) -> list[Path]:
     """pinctl(8), a page per subcommand and pinctl.conf(5)."""
-    from tools import manpages
     from pinctl.cli import cli
+    from tools import manpages
 
     return [_write(out, MAN_DIR / name, text) for name, text in sorted(manpages.render_pages(cli).items())]
 
@@ -108,9 +108,9 @@ def generate_cli_doc(out: Path) -> list[Path]:
 
 def generate_readme(out: Path) -> list[Path]:
     """README.md with its tables of common options and config keys rewritten from the key table."""
-    from tools import readme
     from pinctl.cli import cli
     from pinctl.config.settings import KEYS
+    from tools import readme
 
     text = (REPO / README).read_text(encoding="utf-8")
     try:

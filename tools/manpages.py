@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping, Optional
 import click
 
 from pinctl import __version__
-from pinctl.config import loader as config
 from pinctl.completion.tree import PROG, command_path, contexts, option_names, summary
+from pinctl.config import loader as config
 
 # The date of the pages for this version; bump it with __version__, never from the clock.
 DATE = "2026-11-30"

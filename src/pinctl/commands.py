@@ -10,23 +10,43 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
+from pinctl import refs as references
+from pinctl.backends import registry
+from pinctl.backends.cri import socket_path
+from pinctl.backends.registry_auth import load_auths
+from pinctl.check import compare as checking
+from pinctl.check.compare import annotate_cri
+from pinctl.criproxy.pins import ProxySetup
+from pinctl.criproxy.proxy import Proxy
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
+from pinctl.gc import plan as gc
+from pinctl.gc.kubelet import read_gc_settings
 from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, LogFn, Status
+from pinctl.node.sources import open_node, open_runtime
+from pinctl.pins import export as exporting
+from pinctl.pins import lint as linting
+from pinctl.pins import plans as pinning
+from pinctl.pins.listing import filter_rows
+from pinctl.pins.patterns import is_pattern
+from pinctl.pins.plans import status_of
+from pinctl.pins.policy import Policy as EmptyPolicy
+from pinctl.pins.policy import compile_policy
+from pinctl.pull import run as pulling
+from pinctl.pull.targets import NodeLabels, choose_target
+from pinctl.watch.watcher import Watcher, WatchSetup
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
-    from pinctl.gc.model import GcSettings
-    from pinctl.gc.kubelet import SourcedGcSettings
-    from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
     from pinctl.check.compare import CheckResult, Clock, RuntimeImages
     from pinctl.config.loader import Config, PatternEntry
-    from pinctl.criproxy.proxy import Proxy
+    from pinctl.gc.kubelet import SourcedGcSettings
+    from pinctl.gc.model import GcSettings
+    from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
+    from pinctl.node.sources import Node
     from pinctl.pins.export import Export
     from pinctl.pins.lint import Problem
     from pinctl.pins.policy import Policy
     from pinctl.pull.run import PullItem, PullReport, PullRequest
-    from pinctl.node.sources import Node
-    from pinctl.watch.watcher import Watcher
 
 OpenRuntime = Callable[[], "tuple[CriRuntime, RuntimeVersion]"]
 
@@ -53,11 +73,9 @@ class LsResult:
 
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
     """Rows with pins and reasons, filtered; with a runtime, what it tells the kubelet too."""
-    from pinctl.pins.listing import filter_rows
 
     listing = node.rows(policy)
     if runtime is not None:
-        from pinctl.check.compare import annotate_cri
 
         annotate_cri(listing.rows, runtime.list_images())
     rows = filter_rows(listing.rows, query.filters, query.pinned, query.drift, query.dialect)
@@ -79,7 +97,6 @@ class ChangeReport:
 
     @property
     def status(self) -> Status:
-        from pinctl.pins.plans import status_of
 
         return status_of(self.results)
 
@@ -90,7 +107,6 @@ class ChangeReport:
 
 def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run: bool) -> ChangeReport:
     """pin or unpin: every argument parsed first (UsageError changes nothing), then applied."""
-    from pinctl.pins import plans as pinning
 
     plan = pinning.make_plan(node.views(), command, args, dialect, node.refusal)
     return ChangeReport(command, pinning.apply_plan(plan, dry_run), dry_run)
@@ -108,7 +124,6 @@ class SyncRequest:
 
 
 def sync(node: Node, policy: Policy, request: SyncRequest) -> ChangeReport:
-    from pinctl.pins import plans as pinning
 
     refuse_empty_prune(policy, request)
     plan = pinning.make_sync_plan(node.views(), policy, request.prune)
@@ -148,7 +163,6 @@ class CheckRequest:
 def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVersion, request: CheckRequest,
           progress: Callable[[CheckResult, float], None], clock: Optional[Clock] = None) -> CheckReport:
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
-    from pinctl.check import compare as checking
 
     rows: list[ImageRow] = []
 
@@ -169,11 +183,9 @@ def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Opti
     """The policy (and docker_pinned_image_labels) as a runtime's configuration; patterns it
     cannot express are expanded to the references present now (none with node None, i.e.
     --offline). sha256: IDs are not names."""
-    from pinctl.pins import export as exporting
 
     present: Optional[list[str]] = None
     if node is not None:
-        from pinctl.pins.policy import Policy as EmptyPolicy
 
         present = [row.ref for row in node.rows(EmptyPolicy()).rows if not row.ref.startswith("sha256:")]
     return exporting.export(target, policy, present, docker_labels)
@@ -189,7 +201,6 @@ class LintReport:
 
 def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]]) -> LintReport:
     """The patterns checked alone and, given a way to open the node, against the images there."""
-    from pinctl.pins import lint as linting
 
     return LintReport(linting.lint(entries, open_node))
 
@@ -199,7 +210,6 @@ def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVer
     """The kubelet's next GC run as modelled from the runtime's images, containers and disk."""
     from datetime import datetime, timezone
 
-    from pinctl.gc import plan as gc
 
     rows = node.rows(policy).rows
     return gc.gc_plan(gc.CriDomain(runtime, version), rows, settings, datetime.now(timezone.utc), usage)
@@ -221,7 +231,6 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
     """Plan per runtime, have the plan confirmed (unless a dry run), then delete item by item."""
     from datetime import datetime, timezone
 
-    from pinctl.gc import plan as gc
 
     limits = job.limits
     if limits.until_usage is not None and limits.all_unused:
@@ -247,8 +256,6 @@ class PullCallbacks:
 def pull(node: Node, open_runtime: OpenRuntime, request: PullRequest, callbacks: PullCallbacks) -> PullReport:
     """Every reference parsed first (a malformed one pulls nothing), then pulled through the
     runtime that will use it, within the disk budget, each pinned right after its pull."""
-    from pinctl import refs as references
-    from pinctl.pins.patterns import is_pattern
 
     wanted: list[str] = []
     for arg in request.refs:
@@ -261,10 +268,6 @@ def pull(node: Node, open_runtime: OpenRuntime, request: PullRequest, callbacks:
 
 def _pull_refs(node: Node, open_runtime: OpenRuntime, request: PullRequest, wanted: Sequence[str],
                callbacks: PullCallbacks) -> PullReport:
-    from pinctl.backends import registry
-    from pinctl.backends.registry_auth import load_auths
-    from pinctl.pull import run as pulling
-    from pinctl.pull.targets import NodeLabels, choose_target
 
     auths = load_auths(request.registry_config) if request.registry_config else {}
     target = choose_target(node, request.namespaces, open_runtime)
@@ -298,8 +301,6 @@ def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, open_runti
     no one image to pull: each is reported as skipped, with why."""
     from dataclasses import replace
 
-    from pinctl import refs as references
-    from pinctl.pull import run as pulling
 
     refuse_empty_prune(policy, sync_request)
     exact = [p for p in policy.patterns if p.kind == "exact" and not p.needle.startswith("sha256:")]
@@ -332,10 +333,6 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
     """Keep the policy's pins true until SIGTERM or SIGINT; read_config is called again on
     SIGHUP, and served(watcher) runs the metrics endpoint beside it. warn says what opening
     the node notices (as every command does), log what the watcher does."""
-    from pinctl.gc.kubelet import read_gc_settings
-    from pinctl.node.sources import open_node, open_runtime
-    from pinctl.pins.policy import compile_policy
-    from pinctl.watch.watcher import Watcher, WatchSetup
 
     first = read_config()
     refuse_empty_prune(compile_policy(first.patterns), SyncRequest(request.prune, False, request.allow_empty_policy,
@@ -368,11 +365,6 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
               served: Callable[[Proxy], ContextManager[None]]) -> int:
     """Serve the CRI on request.listen until SIGTERM or SIGINT, forwarding to the runtime the
     config names; read_config is called again on SIGHUP."""
-    from pinctl.backends.cri import socket_path
-    from pinctl.criproxy.pins import ProxySetup
-    from pinctl.criproxy.proxy import Proxy
-    from pinctl.node.sources import open_node
-    from pinctl.pins.policy import compile_policy
 
     first = read_config()
     compile_policy(first.patterns)  # a bad policy is exit 2 now, not a logged failure later

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
 import pytest
 
 from tests.harness import images

@@ -24,7 +24,16 @@ from tests.harness import cri
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import assert_one_line_error
 from tests.integration.test_criproxy import (  # noqa: F401 - ctd16, forwarding, proxies are fixtures
-    EVENTS, LABELLED, POLICY_ONLY, VERSION, ProxyProcess, call_code, ctd16, forwarding, proxies, status_pinned,
+    EVENTS,
+    LABELLED,
+    POLICY_ONLY,
+    VERSION,
+    ProxyProcess,
+    call_code,
+    ctd16,
+    forwarding,
+    proxies,
+    status_pinned,
 )
 from tests.integration.test_metrics import WAIT, Prometheus, free_port, http_get, series, tool
 

@@ -454,8 +454,8 @@ def test_a_container_created_after_planning_protects_its_image(pod_node: PodNode
     from pinctl.backends.containerd import ContainerdStore
     from pinctl.backends.cri import CriRuntime
     from pinctl.gc import plan as gc
-    from pinctl.pins.policy import Policy
     from pinctl.node.sources import ContainerdSource, Node
+    from pinctl.pins.policy import Policy
 
     used, labelled, spare = pod_node.load_runnable(
         [pods.runnable_recipe(f"example.test/gc-race-{name}:1") for name in ("used", "labelled", "spare")])

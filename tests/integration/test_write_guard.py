@@ -23,8 +23,8 @@ import pytest
 
 from pinctl.backends.containerd import ContainerdStore
 from pinctl.model import ACTION_CHANGED_UNDER_US, LabelChange, StoredImage
-from pinctl.proto import descriptor_pb2, images_pb2, images_pb2_grpc
 from pinctl.pins import plans as pinning
+from pinctl.proto import descriptor_pb2, images_pb2, images_pb2_grpc
 from tests.harness import images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl

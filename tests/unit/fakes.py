@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Optional, Sequence
 
-from pinctl.errors import UnknownNamespace
 from pinctl.backends import guard as writes
+from pinctl.errors import UnknownNamespace
 from pinctl.model import Descriptor, ResolvedTarget, StoredImage, WriteOutcome
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"

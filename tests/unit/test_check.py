@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pinctl.backends.cri import CriImage, RuntimeVersion
-from pinctl.model import Descriptor, ImageRow, Reason
 from pinctl.check.compare import check
+from pinctl.model import Descriptor, ImageRow, Reason
 
 ID = "sha256:" + "a" * 64
 REF = "example.test/app:1"

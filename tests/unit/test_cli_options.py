@@ -18,8 +18,7 @@ import pytest
 
 from pinctl import completion
 from pinctl.cli import COMMON_OPTIONS_HEADING, CommonOption, cli
-from pinctl.config.settings import KEYS
-from pinctl.config.settings import KeySpec
+from pinctl.config.settings import KEYS, KeySpec
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OUTPUT_FORMATS
 
 LOW, HIGH = KEYS["timeout"].bounds or (0.0, 0.0)

@@ -7,13 +7,13 @@ from typing import Optional
 
 import pytest
 
+from pinctl import commands
 from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.config.loader import PatternEntry
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
 from pinctl.model import PIN_LABEL
-from pinctl import commands
-from pinctl.pins.policy import Policy, compile_policy
 from pinctl.node.sources import ContainerdSource, Node
+from pinctl.pins.policy import Policy, compile_policy
 
 from .fakes import FakeStore, digest
 

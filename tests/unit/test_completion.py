@@ -22,12 +22,11 @@ import click
 import pytest
 
 from pinctl import __version__, completion
-from tools import manpages
-from pinctl.config import loader as config
+from pinctl.cli import cli
+from pinctl.completion import template
 from pinctl.config.files import toml_reader
 from pinctl.config.settings import KEYS
-from pinctl.completion import template
-from pinctl.cli import cli
+from tools import manpages
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = {"bash": "completions/bash/pinctl", "zsh": "completions/zsh/_pinctl", "fish": "completions/fish/pinctl.fish"}

@@ -19,12 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pinctl.config import loader as config
-from pinctl.config import files as config_files
-from pinctl.config.settings import KEYS
 from pinctl.backends._socket import check_socket
 from pinctl.backends.containerd import read_sandbox_image
+from pinctl.config import files as config_files
+from pinctl.config import loader as config
 from pinctl.config.loader import Config, PatternEntry, Value
+from pinctl.config.settings import KEYS
 from pinctl.errors import ConfigError, UsageError
 
 REAL_ROOT = os.geteuid() == 0
@@ -1103,8 +1103,8 @@ def test_import_stays_light() -> None:
 
 
 def test_lint_names_each_location_once(tmp_path: pathlib.Path) -> None:
-    from pinctl.render import output
     from pinctl.pins import lint
+    from pinctl.render import output
 
     main = tmp_path / "config.toml"
     write(main, 'pinned_images = [\n  "a.example/*/b",\n  "registry.example/*",\n  "registry.example/x:1",\n]\n')

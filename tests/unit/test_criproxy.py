@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from pinctl.criproxy import pins as proxy_pins
+from pinctl.criproxy import proxy as criproxy
 from pinctl.errors import EngineUnreachable
 from pinctl.model import REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, Descriptor, ImageRow, Reason
-from pinctl.proto import cri_pb2
-from pinctl.criproxy import proxy as criproxy
 from pinctl.pins.policy import compile_policy
+from pinctl.proto import cri_pb2
 
 MEDIA = "application/vnd.oci.image.manifest.v1+json"
 

@@ -25,14 +25,13 @@ import click
 import pytest
 import yaml  # PyYAML: part of the test extras
 
+from pinctl.cli import cli
 from pinctl.config import loader as config
 from pinctl.config.files import toml_reader
-from pinctl.config.settings import DIALECTS
-from pinctl.metrics.serve import parse_address
-from pinctl.metrics import exposition as metrics
-from pinctl.cli import cli
-from pinctl.config.settings import KEYS
+from pinctl.config.settings import DIALECTS, KEYS
 from pinctl.errors import PinctlError
+from pinctl.metrics import exposition as metrics
+from pinctl.metrics.serve import parse_address
 from pinctl.pins import lint
 from pinctl.pins.policy import compile_policy
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime, timedelta, timezone
-
-import pytest
 from typing import Optional, Sequence
 
-from pinctl.render import gc as gc_output
+import pytest
+
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError
-from pinctl.gc.model import GcImage, GcSettings, ImageFs
+from pinctl.gc import plan as gc
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
 from pinctl.gc.kubelet import SourcedGcSettings
+from pinctl.gc.model import GcImage, GcSettings, ImageFs
 from pinctl.model import Descriptor, ImageRow, Reason
-from pinctl.gc import plan as gc
+from pinctl.render import gc as gc_output
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 OLD = NOW - timedelta(days=3)

@@ -12,8 +12,19 @@ from hypothesis import strategies as st
 from pinctl.errors import EXIT_USAGE
 from pinctl.gc.estimate import ESTIMATE_NOTES, ObservedContainer, ObservedImage, TimeSource, estimate_images
 from pinctl.gc.model import (
-    SHORTFALL_MESSAGE, ContainerState, Fate, GcContainer, GcImage, GcMode, GcPlan, GcSettings, GcSettingsError,
-    ImageFs, Outcome, Protection, plan_gc,
+    SHORTFALL_MESSAGE,
+    ContainerState,
+    Fate,
+    GcContainer,
+    GcImage,
+    GcMode,
+    GcPlan,
+    GcSettings,
+    GcSettingsError,
+    ImageFs,
+    Outcome,
+    Protection,
+    plan_gc,
 )
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pinctl.render import columns, output
 from pinctl.model import Descriptor, ImageRow, ItemResult, Reason
+from pinctl.render import columns, output
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json.md"
 ROW = ImageRow(
@@ -147,8 +147,8 @@ def test_every_emitted_key_is_documented_and_back() -> None:
 
 
 def render_pull() -> dict:
-    from pinctl.render import pull as pull_output
     from pinctl.pull.run import PullItem, PullReport
+    from pinctl.render import pull as pull_output
 
     buf = io.StringIO()
     items = [PullItem("example.test/app:1", "k8s.io", "pulled", None, "pinned", "sha256:" + "a" * 64, 10, 1)]
@@ -164,11 +164,12 @@ def test_pull_envelope() -> None:
 
 
 def render_gc_plan() -> dict:
-    from .test_gc_service import NOW, FakeDomain, node_images, row_for
-    from pinctl.render import gc as gc_output
-    from pinctl.gc.model import GcSettings
-    from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc import plan as gc
+    from pinctl.gc.kubelet import SourcedGcSettings
+    from pinctl.gc.model import GcSettings
+    from pinctl.render import gc as gc_output
+
+    from .test_gc_service import NOW, FakeDomain, node_images, row_for
 
     images, containers = node_images()
     rows = [row_for(images[0], Reason("label", images[0].refs[0]))]
@@ -179,8 +180,8 @@ def render_gc_plan() -> dict:
 
 
 def render_prune() -> dict:
-    from pinctl.render import gc as gc_output
     from pinctl.gc import plan as gc
+    from pinctl.render import gc as gc_output
 
     buf = io.StringIO()
     gc_output.print_prune([gc.PruneItem("r", "sha256:" + "a" * 64, ("x",), "kept", 1, "why")], False, "json", buf)

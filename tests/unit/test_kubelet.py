@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pinctl.errors import ConfigError
-from pinctl.gc.model import GcSettingsError
 from pinctl.gc.kubelet import GcOverrides, format_duration, parse_duration, read_gc_settings
+from pinctl.gc.model import GcSettingsError
 
 
 @pytest.mark.parametrize("text, seconds", [

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pinctl.errors import PatternError
-from pinctl.pins.patterns import DIALECTS, Pattern, parse_pattern, shadowed_by
 from pinctl.pins.lint import Problem, shadowed
+from pinctl.pins.patterns import DIALECTS, Pattern, parse_pattern, shadowed_by
 
 # As in test_patterns: few letters so needles collide, and the separators that make a pattern dead.
 ALPHABET = "aAbB/:.*-\x00\nΣ"

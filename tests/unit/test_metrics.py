@@ -17,16 +17,17 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pinctl.metrics import serve
-from pinctl.metrics import exposition as metrics
 from pinctl.backends.cri import CriImage, RuntimeVersion
-from pinctl.errors import EngineUnreachable, PinctlError, UsageError
-from pinctl.model import ItemResult, PIN_LABEL, Reason
 from pinctl.check import compare as check
-from pinctl.watch import figures, health as monitor
 from pinctl.criproxy import stats as proxystats
-from pinctl.pins.policy import Policy
+from pinctl.errors import EngineUnreachable, PinctlError, UsageError
+from pinctl.metrics import exposition as metrics
+from pinctl.metrics import serve
+from pinctl.model import PIN_LABEL, ItemResult, Reason
 from pinctl.node.sources import ContainerdSource, Node
+from pinctl.pins.policy import Policy
+from pinctl.watch import figures
+from pinctl.watch import health as monitor
 
 from .fakes import FakeStore
 from .test_check import ID, REF, row

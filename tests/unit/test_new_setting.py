@@ -14,11 +14,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from tools import manpages, readme
-from pinctl.render import output
 from pinctl.cli import SOURCE_OPTIONS, PinctlCommand, cli, setting_options
 from pinctl.config.loader import Config
 from pinctl.config.settings import KEYS, Settings, key_table, setting
+from pinctl.render import output
+from tools import manpages, readme
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -10,14 +10,12 @@ from typing import get_args
 
 import pytest
 
-from pinctl.render import cells
-from pinctl import display
-from pinctl import model
-from pinctl.render import output
+from pinctl import display, model
 from pinctl.backends.cri import RuntimeVersion
+from pinctl.check.compare import CheckItem, CheckResult
 from pinctl.display import visible
 from pinctl.model import Descriptor, ImageRow, ItemResult, OutputFormat, Reason
-from pinctl.check.compare import CheckItem, CheckResult
+from pinctl.render import cells, output
 
 
 class Terminal(io.StringIO):

@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from pinctl import refs
 from pinctl.errors import ConfigError, PatternError
 from pinctl.pins.patterns import (
-    DIALECTS, Matcher, Pattern, crio_equivalent, is_pattern, matches, parse_pattern, shadowed_by,
+    DIALECTS,
+    Matcher,
+    Pattern,
+    crio_equivalent,
+    is_pattern,
+    matches,
+    parse_pattern,
+    shadowed_by,
 )
 
 # Where short names land after normalisation; taken from refs so no registry host is spelled out here.

@@ -12,20 +12,21 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+
 import grpc
 import pytest
 
-from pinctl.metrics import serve
+from pinctl.criproxy import proxy as criproxy
 from pinctl.criproxy import stats as proxystats
-from pinctl.metrics import exposition as metrics
 from pinctl.errors import EngineUnreachable
+from pinctl.metrics import exposition as metrics
+from pinctl.metrics import serve
 from pinctl.model import REASON_LABEL, REASON_PATTERN, Reason
-from pinctl.proto import cri_pb2
-from pinctl.criproxy import proxy as criproxy, stats as proxystats
 from pinctl.pins.policy import compile_policy
+from pinctl.proto import cri_pb2
 
 from .test_criproxy import FakeNode, listing, row
-from .test_metrics import get, samples, free_port
+from .test_metrics import free_port, get, samples
 
 PINNED_ROWS = [row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1")),
                row("n:1", None, "k8s.io", Reason(REASON_PATTERN, "n:*"))]

@@ -9,11 +9,11 @@ from typing import Callable, Optional
 
 import pytest
 
+from pinctl.backends.registry_auth import PullError, RegistryAuth, is_transient, load_auths, scrub
 from pinctl.errors import ConfigError
 from pinctl.gc.model import ImageFs
-from pinctl.backends.registry_auth import PullError, RegistryAuth, is_transient, load_auths, scrub
-from pinctl.pull import run as pull
 from pinctl.model import LabelChange
+from pinctl.pull import run as pull
 
 
 def test_auths_decoded_and_keyed_by_host(tmp_path: Path) -> None:

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from pinctl.node import sources
 from pinctl.errors import UnknownNamespace, UsageError
 from pinctl.model import ACTION_CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Action, Descriptor, ImageRow, StoredImage
+from pinctl.node import sources
+from pinctl.pins import listing
+from pinctl.pins import plans as pinning
 from pinctl.pins.policy import Policy
-from pinctl.pins import listing, plans as pinning
 
 from .fakes import MANIFEST, FakeStore, digest
 

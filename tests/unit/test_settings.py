@@ -9,8 +9,8 @@ from typing import Any, Literal, Optional, get_type_hints
 
 import pytest
 
-from pinctl.config import loader as config
 from pinctl.config import files as config_files
+from pinctl.config import loader as config
 from pinctl.config.loader import Config, PatternEntry
 from pinctl.config.settings import DIALECTS, KEYS, PATTERNS_KEY, KeySpec, Settings, key_table, setting
 

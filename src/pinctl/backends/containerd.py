@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from pinctl.backends import guard as writes
 from pinctl.backends import _grpc, oci
+from pinctl.backends import guard as writes
 from pinctl.config.files import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
 from pinctl.model import VERDICT_FAILED, Descriptor, LabelChange, ResolvedTarget, StoredImage, WriteOutcome

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from pinctl.backends import _grpc
-from pinctl.errors import EngineError, EngineUnreachable
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
+from pinctl.errors import EngineError, EngineUnreachable
 
 # The sockets crictl and the kubelet are usually pointed at, most common first.
 KNOWN_ENDPOINTS = (

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from pinctl.backends._socket import check_socket
-from pinctl.errors import EngineError, EngineUnreachable
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
+from pinctl.errors import EngineError, EngineUnreachable
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"

@@ -12,8 +12,15 @@ from typing import Optional
 
 from pinctl import refs
 from pinctl.model import (
-    MANAGED_LABEL, PIN_LABEL, VERDICT_ALREADY, VERDICT_FAILED, VERDICT_MOVED, VERDICT_WRITTEN, LabelChange,
-    StoredImage, WriteOutcome,
+    MANAGED_LABEL,
+    PIN_LABEL,
+    VERDICT_ALREADY,
+    VERDICT_FAILED,
+    VERDICT_MOVED,
+    VERDICT_WRITTEN,
+    LabelChange,
+    StoredImage,
+    WriteOutcome,
 )
 
 # The labels a plan is decided from: if someone else changed them since, the plan is stale.

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from pinctl.config.files import NotRegularFile, read_regular, unreadable
 from pinctl.errors import ConfigError, EngineError
 
 # Docker's config names its default registry by this historical URL.
@@ -67,11 +68,6 @@ def scrub(text: str, auth: Optional[RegistryAuth]) -> str:
     return text
 
 
-def registry_host(ref: str) -> str:
-    """The registry part of a normalised reference."""
-    return ref.split("/", 1)[0]
-
-
 def _key_host(key: str) -> str:
     if key in DOCKER_HUB_KEYS:
         return "docker.io"
@@ -80,7 +76,6 @@ def _key_host(key: str) -> str:
 
 def load_auths(path: str) -> dict[str, RegistryAuth]:
     """Each registry host's credentials in a Docker config.json."""
-    from pinctl.config.files import NotRegularFile, read_regular, unreadable
 
     try:
         raw = read_regular(path)

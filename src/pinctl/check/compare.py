@@ -7,12 +7,18 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
 
-from pinctl.pins import labels as pin_labels
 from pinctl.model import (
-    REASON_DOCKER_LABEL, REASON_INEFFECTIVE_LABEL, REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, ImageRow, Reason,
+    CRI_NAMESPACE,
+    REASON_DOCKER_LABEL,
+    REASON_INEFFECTIVE_LABEL,
+    REASON_LABEL,
+    REASON_PATTERN,
+    REASON_SANDBOX,
+    ImageRow,
+    Reason,
     ReasonKind,
 )
-from pinctl.model import CRI_NAMESPACE
+from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, RuntimeVersion

@@ -10,6 +10,7 @@ from pinctl.cli.options import Seconds, common_options, output_options, textfile
 from pinctl.cli.root import cli, load_config, load_policy, open_node, open_runtime, textfile_target
 from pinctl.model import OutputFormat
 
+
 @cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "
                                "2 usage or config error.")
 @click.argument("refs", nargs=-1, metavar="[REF]...")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-
 import click
 
 from pinctl.cli.root import cli
 from pinctl.errors import EXIT_OK
+
 
 @cli.command("completion", epilog="Exit codes: 0 ok, 2 unknown shell.")
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), metavar="SHELL")

@@ -11,6 +11,7 @@ from pinctl.cli.root import CONTEXT_SETTINGS, EXIT_CODES_HELP, cli, load_config,
 from pinctl.errors import EXIT_OK
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OutputFormat
 
+
 @cli.group("config", context_settings=CONTEXT_SETTINGS)
 def config_group() -> None:
     """Show and check pinctl's configuration and pin policy."""

@@ -9,6 +9,7 @@ import click
 from pinctl.cli.options import common_options
 from pinctl.cli.root import cli, load_config
 
+
 @cli.command("cri-proxy", epilog="Exit codes: 0 stopped by SIGTERM or SIGINT, 1 error, 2 usage or config error "
                                    "(no --runtime-endpoint, --listen or --metrics-address in use).")
 @click.option("--listen", metavar="SOCKET", required=True, type=click.Path(dir_okay=False),

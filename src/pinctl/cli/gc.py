@@ -9,7 +9,14 @@ import click
 
 from pinctl.cli.options import Duration, Percent, common_options, kubelet_options, output_options, textfile_option
 from pinctl.cli.root import (
-    CONTEXT_SETTINGS, PinctlGroup, cli, load_config, load_policy, open_node, open_runtime, textfile_target,
+    CONTEXT_SETTINGS,
+    PinctlGroup,
+    cli,
+    load_config,
+    load_policy,
+    open_node,
+    open_runtime,
+    textfile_target,
 )
 from pinctl.errors import PinctlError, UsageError
 from pinctl.model import OutputFormat

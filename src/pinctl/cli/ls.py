@@ -11,6 +11,7 @@ from pinctl.cli.root import EXIT_CODES_HELP, cli, load_config, load_policy, open
 from pinctl.errors import EXIT_OK
 from pinctl.model import OutputFormat
 
+
 @cli.command("ls", epilog=EXIT_CODES_HELP)
 @click.argument("filters", nargs=-1, metavar="[REF|ID|PATTERN]...")
 @click.option("--pinned/--unpinned", "pinned", default=None,

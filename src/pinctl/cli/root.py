@@ -98,8 +98,8 @@ def load_config(ctx: click.Context) -> Config:
 
 
 def open_node(cfg: Config) -> Node:
-    from pinctl.render import output
     from pinctl.node.sources import open_node as open_all
+    from pinctl.render import output
 
     return open_all(cfg, output.warn)
 

@@ -22,7 +22,7 @@ import click
 from pinctl.completion import bash, calls, fish, tree, zsh
 
 SHELLS = ("bash", "zsh", "fish")
-Renderer = Callable[[tree.Node, Sequence[calls.Passed]], str]
+Renderer = Callable[[tree.CommandNode, Sequence[calls.Passed]], str]
 _RENDERERS: dict[str, Renderer] = {"bash": bash.render, "zsh": zsh.render, "fish": fish.render}
 
 

@@ -11,11 +11,11 @@ from typing import Sequence
 
 from pinctl.completion import template
 from pinctl.completion.calls import NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed, call_words
-from pinctl.completion.tree import Node, Value
 from pinctl.completion.template import sq
+from pinctl.completion.tree import CommandNode, Value
 
 
-def render(root: Node, passed: Sequence[Passed]) -> str:
+def render(root: CommandNode, passed: Sequence[Passed]) -> str:
     header = [
         "# bash completion for pinctl                                 -*- shell-script -*-",
         "# " + template.generated_by(),
@@ -27,7 +27,7 @@ def render(root: Node, passed: Sequence[Passed]) -> str:
     return "\n".join(header) + "\n\n" + template.fill(template.read("pinctl.bash"), blocks, {})
 
 
-def _node_arms(root: Node) -> list[str]:
+def _node_arms(root: CommandNode) -> list[str]:
     """Per command: subcommands, options taking a value, those that may go without, all options."""
     lines = []
     for node in root.walk():
@@ -49,7 +49,7 @@ def _keep_arms(passed: Sequence[Passed]) -> list[str]:
     return [f'{"|".join(p.names)}) {"nspass" if p.refs_only else "pass"}+=("{p.long}=$value") ;;' for p in passed]
 
 
-def _value_arms(root: Node) -> list[str]:
+def _value_arms(root: CommandNode) -> list[str]:
     """One arm per action, its patterns joined, in the order each action first appears."""
     patterns_of: dict[str, list[str]] = {}
     for pattern, action in _value_cases(root):
@@ -57,7 +57,7 @@ def _value_arms(root: Node) -> list[str]:
     return [line for action, patterns in patterns_of.items() for line in (f"{'|'.join(patterns)})", f"    {action} ;;")]
 
 
-def _value_cases(root: Node) -> list[tuple[str, str]]:
+def _value_cases(root: CommandNode) -> list[tuple[str, str]]:
     """(case pattern, action) for every option value and argument, in tree order."""
     actions_of = _option_actions(root)
     cases: list[tuple[str, str]] = []
@@ -73,12 +73,12 @@ def _value_cases(root: Node) -> list[tuple[str, str]]:
     return cases
 
 
-def _option_values(node: Node) -> list[tuple[str, str]]:
+def _option_values(node: CommandNode) -> list[tuple[str, str]]:
     """(option name, action) for each option of node that takes a value."""
     return [(name, _action(opt.value)) for opt in node.opts if opt.value is not None for name in opt.names]
 
 
-def _option_actions(root: Node) -> dict[str, set[str]]:
+def _option_actions(root: CommandNode) -> dict[str, set[str]]:
     """Every action each option name has anywhere in the tree."""
     found: dict[str, set[str]] = {}
     for node in root.walk():
@@ -87,7 +87,7 @@ def _option_actions(root: Node) -> dict[str, set[str]]:
     return found
 
 
-def _arg_cases(node: Node) -> list[tuple[str, str]]:
+def _arg_cases(node: CommandNode) -> list[tuple[str, str]]:
     cases = []
     for index, arg in enumerate(node.args):
         key = sq(f"{node.key}|#") + ("*" if arg.many else str(index))

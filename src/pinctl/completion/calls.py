@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pinctl.completion.tree import NAMESPACE_OPTION, Node, is_short
+from pinctl.completion.tree import NAMESPACE_OPTION, CommandNode, is_short
 
 REFS_CALL = ("ls", "-q")
 PINNED_REFS_CALL = ("ls", "-q", "--pinned")
@@ -39,7 +39,7 @@ class Passed:
         return self.long == NAMESPACE_OPTION
 
 
-def passed_on(root: Node) -> tuple[Passed, ...]:
+def passed_on(root: CommandNode) -> tuple[Passed, ...]:
     """The root's options that choose the engine or config, then --namespace."""
     found = []
     for opt in root.opts:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from pinctl.completion import template
 from pinctl.completion.calls import NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed, call_words
-from pinctl.completion.tree import Node, Opt, Value, is_short
+from pinctl.completion.tree import CommandNode, Opt, Value, is_short
 
 # What a value or an argument of each kind completes to, beyond fixed words and files.
 _ASKED = {
@@ -21,7 +21,7 @@ _ASKED = {
 }
 
 
-def render(root: Node, passed: Sequence[Passed]) -> str:
+def render(root: CommandNode, passed: Sequence[Passed]) -> str:
     header = [
         "# fish completion for pinctl. " + template.generated_by(),
         "# Install: $(PREFIX)/share/fish/vendor_completions.d/pinctl.fish, or: pinctl completion fish | source",
@@ -38,7 +38,7 @@ def render(root: Node, passed: Sequence[Passed]) -> str:
     return "\n".join(header) + "\n\n" + static + "\n".join(lines) + "\n"
 
 
-def _node(node: Node) -> list[str]:
+def _node(node: CommandNode) -> list[str]:
     condition = _condition(node)
     lines = [_line(condition, f"-a {child.path[-1]}", child.help) for child in node.children]
     lines += [_line(condition, _option(opt), opt.help) for opt in node.opts]
@@ -46,7 +46,7 @@ def _node(node: Node) -> list[str]:
     return lines
 
 
-def _condition(node: Node) -> str:
+def _condition(node: CommandNode) -> str:
     seen = [f"__fish_seen_subcommand_from {name}" for name in node.path[1:]]
     if node.children:
         seen.append("not __fish_seen_subcommand_from " + " ".join(c.path[-1] for c in node.children))

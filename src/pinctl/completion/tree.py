@@ -3,7 +3,7 @@
 ``tree`` reduces the click commands to what every shell needs: names, one-line help, options
 with what their values complete to, arguments and subcommands. ``contexts``, ``command_path``,
 ``option_names`` and ``summary`` are the same walk and the same wording for the man pages and
-docs/cli.md (pinctl.manpages, tools/generate.py), so the three never disagree on a command.
+docs/cli.md (tools/manpages.py, tools/generate.py), so the three never disagree on a command.
 """
 
 from __future__ import annotations
@@ -62,20 +62,20 @@ class Arg:
 
 
 @dataclass(frozen=True)
-class Node:
+class CommandNode:
     """One command: path from the program name, one-line help, options, arguments, subcommands."""
 
     path: tuple[str, ...]
     help: str
     opts: tuple[Opt, ...]
     args: tuple[Arg, ...]
-    children: tuple[Node, ...]
+    children: tuple[CommandNode, ...]
 
     @property
     def key(self) -> str:
         return " ".join(self.path)
 
-    def walk(self) -> Iterator[Node]:
+    def walk(self) -> Iterator[CommandNode]:
         yield self
         for child in self.children:
             yield from child.walk()
@@ -111,9 +111,9 @@ def command_path(ctx: click.Context) -> tuple[str, ...]:
     return tuple(reversed(names))
 
 
-def tree(root: click.Command, prog: str = PROG) -> Node:
+def tree(root: click.Command, prog: str = PROG) -> CommandNode:
     """The command tree as the completion scripts see it."""
-    nodes: dict[tuple[str, ...], Node] = {}
+    nodes: dict[tuple[str, ...], CommandNode] = {}
     for ctx in reversed(list(contexts(root, prog))):  # children before their parent
         path = command_path(ctx)
         children = tuple(nodes[p] for p in _child_paths(ctx, path))
@@ -129,13 +129,13 @@ def _child_paths(ctx: click.Context, path: tuple[str, ...]) -> list[tuple[str, .
     return [(*path, n) for n in names if (c := command.get_command(ctx, n)) is not None and not c.hidden]
 
 
-def _node(ctx: click.Context, path: tuple[str, ...], children: tuple[Node, ...]) -> Node:
+def _node(ctx: click.Context, path: tuple[str, ...], children: tuple[CommandNode, ...]) -> CommandNode:
     params = [p for p in ctx.command.get_params(ctx) if not getattr(p, "hidden", False)]
     opts = tuple(_option(p) for p in params if isinstance(p, click.Option))
     args = tuple(Arg(_argument_value(p, path), p.nargs == -1) for p in params if isinstance(p, click.Argument))
     for word in (path[-1], *(n for o in opts for n in o.names)):
         _check_word(word)
-    return Node(path, summary(ctx.command.help or ctx.command.short_help or ""), opts, args, children)
+    return CommandNode(path, summary(ctx.command.help or ctx.command.short_help or ""), opts, args, children)
 
 
 def option_names(param: click.Option) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from pinctl.completion import template
 from pinctl.completion.calls import NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed, call_words
 from pinctl.completion.template import sq
-from pinctl.completion.tree import Node, Opt, Value, is_short
+from pinctl.completion.tree import CommandNode, Opt, Value, is_short
 
 _ACTIONS = {
     "files": "_files",
@@ -24,7 +24,7 @@ _ACTIONS = {
 }
 
 
-def render(root: Node, passed: Sequence[Passed]) -> str:
+def render(root: CommandNode, passed: Sequence[Passed]) -> str:
     header = [
         "#compdef pinctl",
         "# zsh completion for pinctl. " + template.generated_by(),
@@ -44,12 +44,12 @@ def render(root: Node, passed: Sequence[Passed]) -> str:
     return "\n".join(header) + "\n".join(functions) + "\n" + tail
 
 
-def _function_name(prefix: str, node: Node) -> str:
+def _function_name(prefix: str, node: CommandNode) -> str:
     """prefix, then _part for each command below the program: _pinctl_cmd_config_show."""
     return prefix + "".join("_" + re.sub(r"[^A-Za-z0-9]", "_", part) for part in node.path[1:])
 
 
-def _command(node: Node) -> str:
+def _command(node: CommandNode) -> str:
     specs = [_option(opt) for opt in node.opts]
     specs += _args(node)
     name = _function_name("_pinctl_cmd", node)
@@ -68,7 +68,7 @@ def _command(node: Node) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _dispatch(node: Node) -> list[str]:
+def _dispatch(node: CommandNode) -> list[str]:
     lines = [
         "  case $state in",
         "  (command)",
@@ -80,7 +80,7 @@ def _dispatch(node: Node) -> list[str]:
     return lines
 
 
-def _subcommands(node: Node) -> list[str]:
+def _subcommands(node: CommandNode) -> list[str]:
     items = [sq(f"{child.path[-1]}:{child.help}") for child in node.children]
     return [
         f"{_function_name('_pinctl_subcommands', node)}() {{",
@@ -115,7 +115,7 @@ def _suffix(name: str, value: Optional[Value]) -> str:
     return "+" if is_short(name) else "="
 
 
-def _args(node: Node) -> list[str]:
+def _args(node: CommandNode) -> list[str]:
     specs = []
     for index, arg in enumerate(node.args, 1):
         position = "*" if arg.many else str(index)

@@ -39,8 +39,8 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from pinctl.config.files import LineIndex, key_line, list_directory, list_item_lines, os_error_text, read_toml
-from pinctl.errors import ConfigError
 from pinctl.config.settings import DEFAULT_SOURCE, KEYS, PATTERNS_KEY, KeySpec, Settings
+from pinctl.errors import ConfigError
 
 DEFAULT_PATH = "/etc/pinctl/config.toml"
 CRIO_DEFAULT_PATH = "/etc/crio/crio.conf"

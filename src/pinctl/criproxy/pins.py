@@ -11,9 +11,17 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from pinctl.model import (CRI_NAMESPACE, DOCKER_NAMESPACE, REASON_DOCKER_LABEL, REASON_LABEL, REASON_PATTERN,
-                          REASON_SANDBOX, ImageRow, LogFn)
 from pinctl.criproxy.stats import STATS
+from pinctl.model import (
+    CRI_NAMESPACE,
+    DOCKER_NAMESPACE,
+    REASON_DOCKER_LABEL,
+    REASON_LABEL,
+    REASON_PATTERN,
+    REASON_SANDBOX,
+    ImageRow,
+    LogFn,
+)
 
 if TYPE_CHECKING:
     from pinctl.node.sources import Node

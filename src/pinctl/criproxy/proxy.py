@@ -1,7 +1,7 @@
 """cri-proxy: the CRI, served on a socket of its own and forwarded to the real runtime, with one
 change: ListImages and ImageStatus report pinned=true for the images pinctl wants kept.
 
-Two data paths, one behaviour. By default pinctl-cri-relay (cri-relay/, Go; crirelay.py runs it)
+Two data paths, one behaviour. By default pinctl-cri-relay (cri-relay/, Go; relay.py runs it)
 serves the socket and forwards, and this process reads the pins it asks for. With --relay python,
 or when the relay is not installed, the Forwarder here does it: every call is forwarded by its
 method name as raw bytes, so methods added to the CRI later pass through untouched. Only the
@@ -26,14 +26,21 @@ from concurrent import futures
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
 
 from pinctl.criproxy.pins import IMAGE_STATUS, LIST_IMAGES, REFRESH_SECONDS, PinnedSet, ProxySetup, rewrite
+from pinctl.criproxy.relay import Relay
+from pinctl.criproxy.stats import (
+    ANSWER_UNREADABLE,
+    METHOD_LABELS,
+    OTHER_METHOD,
+    PINS_UNREADABLE,
+    STATS,
+    ProxyStats,
+    relay_stats,
+)
 from pinctl.errors import PinctlError, UsageError
 from pinctl.model import LogFn
-from pinctl.criproxy.stats import ANSWER_UNREADABLE, METHOD_LABELS, OTHER_METHOD, PINS_UNREADABLE, STATS, ProxyStats
 
 if TYPE_CHECKING:
     import grpc
-
-    from pinctl.criproxy.relay import Relay
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 UNARY_UNARY, UNARY_STREAM, STREAM_UNARY, STREAM_STREAM = "unary-unary", "unary-stream", "stream-unary", "stream-stream"
@@ -268,7 +275,6 @@ class Proxy:
                  forwarding=self.relay_binary or "python")
 
     def _start_relay(self, binary: str) -> None:
-        from pinctl.criproxy.relay import Relay
 
         self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.refresh_seconds)
         self._relay.start()
@@ -299,7 +305,6 @@ class Proxy:
     def call_stats(self) -> ProxyStats:
         """The calls counted so far: here, or by the relay (since it started; None from a relay
         that does not answer within 2 s gives the last figures it gave)."""
-        from pinctl.criproxy.stats import relay_stats
 
         if self._relay is None:
             return STATS

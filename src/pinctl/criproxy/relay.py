@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 
 from pinctl.errors import RelayFailed, UsageError
+from pinctl.model import LogFn
 
 if TYPE_CHECKING:
     from pinctl.criproxy.pins import PinnedKeys
@@ -33,7 +34,6 @@ READY_SECONDS = 10.0
 STOP_SECONDS = 5.0
 STATS_SECONDS = 2.0
 READER_NICENESS = 10
-Log = Callable[..., None]
 PinsAnswer = Callable[[], Optional["PinnedKeys"]]
 
 
@@ -55,7 +55,7 @@ def find_relay(choice: str) -> Optional[str]:
 class Relay:
     """One pinctl-cri-relay process, serving listen and forwarding to upstream."""
 
-    def __init__(self, binary: str, listen: str, upstream: str, pins: PinsAnswer, log: Log,
+    def __init__(self, binary: str, listen: str, upstream: str, pins: PinsAnswer, log: LogFn,
                  refresh_seconds: float) -> None:
         self.binary = binary
         self.argv = [binary, "--listen", listen, "--upstream", upstream, "--refresh", f"{refresh_seconds}s"]

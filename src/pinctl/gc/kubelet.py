@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Optional
 
+from pinctl.config.files import NotRegularFile, read_regular, unreadable
 from pinctl.errors import ConfigError
 from pinctl.gc.model import GcSettings, GcSettingsError
 
@@ -102,7 +103,6 @@ def read_gc_settings(path: Optional[str], overrides: GcOverrides = GcOverrides()
 
 
 def _read_document(path: Optional[str], default_path: str) -> tuple[Optional[dict[str, Any]], str]:
-    from pinctl.config.files import NotRegularFile, read_regular, unreadable
 
     where = path or default_path
     try:

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
 
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, UsageError
 from pinctl.gc import estimate
 from pinctl.gc import model as gcmodel
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, UsageError
-from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
+from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
 from pinctl.model import (
     PIN_LABEL,
     REASON_DOCKER_LABEL,
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from pinctl.backends.docker import DockerEngine
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.model import ImageRow
-    from pinctl.pins.policy import Policy
     from pinctl.node.sources import Node
+    from pinctl.pins.policy import Policy
 
 # What pinctl counts as wanting an image kept (as check does): an ineffective label still says so.
 WANTED_KINDS = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL)

@@ -18,15 +18,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from pinctl import __version__
-from pinctl.errors import UsageError
+from pinctl.errors import PinctlError, UsageError
+from pinctl.watch import figures
 
 if TYPE_CHECKING:
-    from pinctl.model import ImageRow
     from pinctl.check.compare import CheckResult
+    from pinctl.criproxy.stats import ProxyFigures
     from pinctl.gc.plan import GcReport
+    from pinctl.model import ImageRow
     from pinctl.watch.figures import CheckFigures, Figures, GcFigures, NodeFigures, Runtime
     from pinctl.watch.health import Checker, WatchState
-    from pinctl.criproxy.stats import ProxyFigures
 
 Kind = Literal["counter", "gauge", "info"]
 # Which figures a metric comes from: the watcher's own counters, the listing, the CRI check, the GC model,
@@ -273,7 +274,6 @@ def text_of(families: list[Metric]) -> str:
 
 
 def check_textfile(rows: Sequence[ImageRow], namespaces: Sequence[str], result: CheckResult) -> list[Metric]:
-    from pinctl.watch import figures
 
     now = time.time()
     return (info_families(figures.runtime_of(result.runtime))
@@ -282,7 +282,6 @@ def check_textfile(rows: Sequence[ImageRow], namespaces: Sequence[str], result: 
 
 
 def gc_textfile(report: GcReport) -> list[Metric]:
-    from pinctl.watch import figures
 
     return gc_families(figures.gc_figures(report), time.time())
 
@@ -308,7 +307,6 @@ def write_textfile(path: str, families: list[Metric]) -> None:
     """Write the families to path atomically: a temporary file in the same directory (a name the
     textfile collector ignores), flushed to disk, then renamed over path. A reader sees the old
     file or the new one, never half of one."""
-    from pinctl.errors import PinctlError
 
     directory = os.path.dirname(os.path.abspath(path))
     text = text_of(families)

@@ -9,18 +9,21 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
+from pinctl.backends.containerd import ContainerdStore
+from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
+from pinctl.backends.docker import DockerEngine
 from pinctl.errors import EngineUnreachable
 from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE
+from pinctl.node import docker as docker_service
+from pinctl.node.docker import DockerView, rows_without_records
 from pinctl.pins.listing import Listing, list_images
+from pinctl.pins.plans import NamespaceView
 
 if TYPE_CHECKING:
     from pinctl import refs
     from pinctl.backends import FollowableStore, ImageRecords, ImageStore
-    from pinctl.backends.cri import CriRuntime, RuntimeVersion
-    from pinctl.backends.docker import DockerEngine
+    from pinctl.backends.cri import RuntimeVersion
     from pinctl.config.loader import Config
-    from pinctl.node.docker import DockerView
-    from pinctl.pins.plans import NamespaceView
     from pinctl.pins.policy import Policy
 
 # dockerd starts its own containerd here when none is configured for it.
@@ -82,7 +85,6 @@ class ContainerdSource:
         names += [(ns, img.name) for ns in self.namespaces for img in self.store.list_images(ns)]
 
     def views(self) -> list[NamespaceView]:
-        from pinctl.pins.plans import NamespaceView
 
         return [NamespaceView(self.store, ns) for ns in self.namespaces]
 
@@ -117,7 +119,6 @@ class DockerSource:
         self.description = self.description or f"Docker at {self.view.engine.host}"
 
     def add_rows(self, listing: Listing, policy: Policy) -> None:
-        from pinctl.node import docker as docker_service
 
         view = self.view
         mine = [row for row in listing.rows if row.namespace == view.namespace]
@@ -135,7 +136,6 @@ class DockerSource:
     moby_store: Optional[ImageStore] = field(default=None)
 
     def add_names(self, names: list[Name]) -> None:
-        from pinctl.node.docker import rows_without_records
 
         listed = {ref for ns, ref in names if ns == self.view.namespace}
         names += rows_without_records(self.view, listed)
@@ -190,7 +190,6 @@ class Node:
         for source in self.sources:
             if isinstance(source, ContainerdSource) and (namespace in source.namespaces
                                                          or namespace in source.store.namespaces()):
-                from pinctl.pins.plans import NamespaceView
 
                 return NamespaceView(source.store, namespace)
         return None
@@ -216,7 +215,6 @@ class Node:
 def open_node(cfg: Config, warn: Callable[[str], None]) -> Node:
     """containerd is required unless it was left at its default and Docker answers instead;
     Docker is read when it answers (or was named) and the namespaces asked for include its own."""
-    from pinctl.backends.containerd import ContainerdStore
 
     requested = cfg.settings.namespaces
     store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout, cfg.settings.containerd_config)
@@ -247,8 +245,6 @@ def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: Docker
 
 
 def _docker(cfg: Config) -> Optional[DockerView]:
-    from pinctl.backends.docker import DockerEngine
-    from pinctl.node.docker import DockerView
 
     requested = cfg.settings.namespaces
     if requested and not {DOCKER_NAMESPACE, ALL_NAMESPACES} & set(requested):
@@ -267,7 +263,6 @@ def _docker_containerd(cfg: Config, main: Optional[Source], docker: DockerView) 
 
     Docker is consulted only when its namespace is wanted, so when the main containerd has
     that namespace it is among the selected ones already: no second namespace listing."""
-    from pinctl.backends.containerd import ContainerdStore
 
     if not docker.store.containerd:
         return None
@@ -288,7 +283,6 @@ def _docker_containerd(cfg: Config, main: Optional[Source], docker: DockerView) 
 def open_runtime(cfg: Config, warn: Callable[[str], None]) -> tuple[CriRuntime, RuntimeVersion]:
     """The CRI runtime named by flag, environment or config; else the first that answers of the
     containerd pinctl was pointed at and the usual sockets."""
-    from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 
     endpoint = cfg.settings.runtime_endpoint
     if endpoint is None:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from pinctl.pins.patterns import PATTERN_EXACT, PATTERN_GLOB, PATTERN_KEYWORD
+from pinctl.pins.patterns import PATTERN_EXACT, PATTERN_GLOB, PATTERN_KEYWORD, matches
 from pinctl.pins.policy import Policy
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ def _toml_list(items: Sequence[str]) -> str:
 
 
 def _expanded(pattern: Pattern, present: Optional[Sequence[str]], why: str, notes: list[str]) -> list[str]:
-    from pinctl.pins.patterns import matches
 
     if present is None:
         notes.append(f"{pattern.text!r} ({pattern.source}): {why}; left out, since --offline lists no images")

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Sequence
 
 from pinctl.errors import PinctlError
+from pinctl.pins.patterns import PATTERN_GLOB, crio_equivalent, first_shadowing, matches, shadowed_by
 from pinctl.pins.policy import Policy, compile_collecting
 
 if TYPE_CHECKING:
     from pinctl.config.loader import PatternEntry
-    from pinctl.pins.patterns import Pattern
     from pinctl.node.sources import Node
+    from pinctl.pins.patterns import Pattern
 
 # Names a problem's message quotes at most, so one line stays one line.
 EXAMPLES = 2
@@ -48,7 +49,6 @@ def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]
 
 def shadowed(patterns: Sequence[Pattern]) -> list[Problem]:
     """Each pattern that another one already covers; of two identical ones, the later."""
-    from pinctl.pins.patterns import first_shadowing, shadowed_by
 
     problems: list[Problem] = []
     for narrow, found in zip(patterns, first_shadowing(patterns)):
@@ -87,7 +87,6 @@ def unmatched(policy: Policy, names: Sequence[str]) -> list[Problem]:
 
 def crio_differences(policy: Policy, names: Sequence[str]) -> list[Problem]:
     """pinctl anchors globs at the start of a name; CRI-O does not. Show where that matters now."""
-    from pinctl.pins.patterns import PATTERN_GLOB, crio_equivalent, matches
 
     problems: list[Problem] = []
     for p in policy.patterns:

@@ -6,17 +6,26 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
-from pinctl.pins import labels as pin_labels
 from pinctl import refs
 from pinctl.backends import ImageStore
 from pinctl.errors import UsageError
 from pinctl.model import (
-    DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_IGNORED, REASON_INEFFECTIVE_LABEL, REASON_LABEL, REASON_PATTERN,
-    REASON_SANDBOX, Drift, ImageRow, Reason, StoredImage,
+    CRI_NAMESPACE,
+    DRIFT_UNCOVERED,
+    DRIFT_UNLABELLED,
+    REASON_IGNORED,
+    REASON_INEFFECTIVE_LABEL,
+    REASON_LABEL,
+    REASON_PATTERN,
+    REASON_SANDBOX,
+    Drift,
+    ImageRow,
+    Reason,
+    StoredImage,
 )
-from pinctl.model import CRI_NAMESPACE
+from pinctl.pins import labels as pin_labels
+from pinctl.pins import patterns
 from pinctl.pins.policy import Policy, coverage
-
 
 
 @dataclass
@@ -155,7 +164,6 @@ def filter_rows(
 
 
 def _matcher(term: str, dialect: str) -> Callable[[ImageRow], bool]:
-    from pinctl.pins import patterns
 
     if patterns.is_pattern(term):
         pattern = patterns.parse_pattern(term, dialect, "command line")

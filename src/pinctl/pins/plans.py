@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
-from pinctl.pins import labels as pin_labels
 from pinctl import refs
-from pinctl.backends import guard as writes
 from pinctl.backends import ImageStore
+from pinctl.backends import guard as writes
 from pinctl.errors import AmbiguousRef, ImageNotFound, PinctlError
 from pinctl.model import (
     ACTION_ADOPTED,
@@ -38,6 +37,8 @@ from pinctl.model import (
     Verdict,
     WriteOutcome,
 )
+from pinctl.pins import labels as pin_labels
+from pinctl.pins import patterns
 from pinctl.pins.listing import build_rows, group_by_image, id_matches
 from pinctl.pins.policy import Policy, could_match_an_id, coverage, sync_targets
 
@@ -155,7 +156,6 @@ def make_plan(
 ) -> Plan:
     """Every argument is parsed first, so a malformed one changes nothing (UsageError).
     refusal says why an argument found in no view names an image that cannot be labelled."""
-    from pinctl.pins import patterns
 
     parsed: list[Wanted] = [
         patterns.parse_pattern(arg, dialect, "command line") if patterns.is_pattern(arg) else refs.parse_selector(arg)

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl.errors import PatternError
 from pinctl.model import ImageRow
+from pinctl.pins.patterns import Matcher, parse_pattern
 
 if TYPE_CHECKING:
     from pinctl.config.loader import PatternEntry
-    from pinctl.pins.patterns import Matcher, Pattern
+    from pinctl.pins.patterns import Pattern
 
 
 @dataclass
@@ -22,7 +23,6 @@ class Policy:
     @property
     def matcher(self) -> Matcher:
         if self._matcher is None:
-            from pinctl.pins.patterns import Matcher
 
             self._matcher = Matcher(self.patterns)
         return self._matcher
@@ -64,7 +64,6 @@ def compile_policy(entries: Sequence[PatternEntry]) -> Policy:
 
 def compile_collecting(entries: Sequence[PatternEntry]) -> tuple[Policy, list[tuple[PatternEntry, PatternError]]]:
     """Parse what can be parsed and return every invalid pattern with its error, for lint."""
-    from pinctl.pins.patterns import parse_pattern
 
     policy = Policy()
     invalid: list[tuple[PatternEntry, PatternError]] = []

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
 
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth
+from pinctl.display import human_size
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError
 
 if TYPE_CHECKING:
     from pinctl.gc.model import ImageFs
@@ -156,7 +157,6 @@ class Budget:
 
 
 def _mib(size: int) -> str:
-    from pinctl.display import human_size
 
     return human_size(size)
 

@@ -6,18 +6,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.errors import EngineError, UsageError
+from pinctl.gc.plan import statfs
 from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DOCKER_NAMESPACE, MANAGED_LABEL, PIN_LABEL
-
+from pinctl.pins import plans as pinning
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.backends.docker import DockerEngine
+    from pinctl.backends.registry_auth import RegistryAuth
     from pinctl.gc.model import ImageFs
     from pinctl.model import LabelChange
-    from pinctl.backends.registry_auth import RegistryAuth
+    from pinctl.node.sources import Node
     from pinctl.pins.plans import NamespaceView
     from pinctl.pull.run import PullTarget
-    from pinctl.node.sources import Node
 
 
 
@@ -34,7 +35,6 @@ class CriTarget:
         return self.runtime.pull_image(ref, auth, timeout, cancelled)
 
     def filesystem(self) -> ImageFs:
-        from pinctl.gc.plan import statfs
 
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
@@ -56,7 +56,6 @@ class DockerTarget:
         return self.engine.pull_image(ref, auth, timeout, cancelled)
 
     def filesystem(self) -> ImageFs:
-        from pinctl.gc.plan import statfs
 
         self._root = self._root or self.engine.root_dir()
         return statfs(self._root, "Docker's data root")
@@ -89,7 +88,6 @@ class NodeLabels:
         return [view] if view is not None else []
 
     def pin(self, namespace: str, ref: str) -> tuple[str, Optional[str]]:
-        from pinctl.pins import plans as pinning
 
         try:
             plan = pinning.make_plan(self._views(namespace), "pin", [ref], refusal=self.node.refusal)

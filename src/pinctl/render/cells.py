@@ -5,8 +5,18 @@ from __future__ import annotations
 import re
 
 from pinctl.model import (
-    DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_DOCKER_LABEL, REASON_IGNORED, REASON_INEFFECTIVE_LABEL, REASON_LABEL,
-    REASON_PATTERN, REASON_SANDBOX, Drift, ImageRow, Reason, ReasonKind,
+    DRIFT_UNCOVERED,
+    DRIFT_UNLABELLED,
+    REASON_DOCKER_LABEL,
+    REASON_IGNORED,
+    REASON_INEFFECTIVE_LABEL,
+    REASON_LABEL,
+    REASON_PATTERN,
+    REASON_SANDBOX,
+    Drift,
+    ImageRow,
+    Reason,
+    ReasonKind,
 )
 
 FULL_DIGEST_REF = re.compile(r"sha256:[0-9a-f]{64}")

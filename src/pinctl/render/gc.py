@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TextIO
 
 from pinctl import refs
+from pinctl.display import human_size
+from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
 from pinctl.render.output import envelope, print_table, warn
-from pinctl.display import human_size
 
 if TYPE_CHECKING:
     from pinctl.gc.model import AtRisk, OrderEntry, ProtectedImage
@@ -127,7 +128,6 @@ def _summary_lines(report: GcReport) -> list[str]:
 
 
 def _duration(value: timedelta) -> str:
-    from pinctl.gc.kubelet import format_duration
 
     return format_duration(value)
 

@@ -21,17 +21,31 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 from pinctl import refs
 from pinctl.display import exact, visible
 from pinctl.model import (
-    ACTION_ADOPTED, ACTION_ALREADY_PINNED, ACTION_ALREADY_UNPINNED, ACTION_CHANGED_UNDER_US, ACTION_FAILED,
-    ACTION_PINNED, ACTION_PRUNED, ACTION_UNPINNED, FORMAT_JSON, FORMAT_WIDE, Action, ImageRow, ItemResult,
-    OutputFormat, Status,
+    ACTION_ADOPTED,
+    ACTION_ALREADY_PINNED,
+    ACTION_ALREADY_UNPINNED,
+    ACTION_CHANGED_UNDER_US,
+    ACTION_FAILED,
+    ACTION_PINNED,
+    ACTION_PRUNED,
+    ACTION_UNPINNED,
+    DEFAULT_NAMESPACES,
+    FORMAT_JSON,
+    FORMAT_WIDE,
+    Action,
+    ImageRow,
+    ItemResult,
+    OutputFormat,
+    Status,
 )
+from pinctl.render import columns as ls_columns
 from pinctl.render.cells import abbreviate
 
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from pinctl.config.loader import Config
     from pinctl.check.compare import CheckItem, CheckResult
+    from pinctl.config.loader import Config
     from pinctl.pins.lint import Problem
 
 RESULT_VERSION = 1
@@ -47,9 +61,8 @@ def envelope(**fields: Any) -> str:
 
 
 def image_dict(row: ImageRow) -> dict[str, Any]:
-    from pinctl.render.columns import LS_COLUMNS
 
-    return {column.json_key: column.value(row) for column in LS_COLUMNS if column.json_key}
+    return {column.json_key: column.value(row) for column in ls_columns.LS_COLUMNS if column.json_key}
 
 
 def result_dict(result: ItemResult) -> dict[str, Any]:
@@ -101,13 +114,12 @@ def print_names(names: Sequence[str], out: Optional[TextIO] = None) -> None:
 def _print_image_table(
     rows: Sequence[ImageRow], wide: bool, out: TextIO, show_drift: bool = False, show_cri: bool = False
 ) -> None:
-    from pinctl.render.columns import LS_COLUMNS, Cell, Switch
 
     fit = out.isatty() and not wide
-    wanted: list[tuple[Switch, bool]] = [("drift", show_drift), ("cri", show_cri)]
+    wanted: list[tuple[ls_columns.Switch, bool]] = [("drift", show_drift), ("cri", show_cri)]
     switches = frozenset(name for name, on in wanted if on)
-    columns = [column for column in LS_COLUMNS if column.shown(wide, switches)]
-    cell = Cell(wide, _ellipsis(out) if fit else "")
+    columns = [column for column in ls_columns.LS_COLUMNS if column.shown(wide, switches)]
+    cell = ls_columns.Cell(wide, _ellipsis(out) if fit else "")
     headers = [str(column.header) for column in columns]
     table_rows = [[column.text(row, cell) for column in columns] for row in rows]
     brief = {str(c.header): [c.brief(row) for row in rows] for c in columns if c.brief} if fit else {}
@@ -314,7 +326,6 @@ def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -
     if fmt == FORMAT_JSON:
         out.write(envelope(config=values, pinned_images=patterns, files=list(cfg.files)) + "\n")
         return
-    from pinctl.model import DEFAULT_NAMESPACES
 
     # An empty list of namespaces is no namespace at all to read, but each command's default.
     default_namespaces = f"({' and '.join(DEFAULT_NAMESPACES)} where they exist)"
@@ -424,8 +435,13 @@ def _waiting_text(result: CheckResult, seconds_left: float) -> str:
 
 
 def warn(message: str) -> None:
-    """One line on stderr, whatever names the message carries. Data written before it goes out
-    first: the two stay in order on a shared terminal, and a failing stdout is said alone."""
+    """A warning: one line on stderr, named as pinctl's."""
+    note(f"pinctl: {message}")
+
+
+def note(message: str) -> None:
+    """One diagnostic line on stderr, whatever names the message carries. Data written before it
+    goes out first: the two stay in order on a shared terminal, and a failing stdout is said alone."""
     sys.stdout.flush()
-    sys.stderr.write(f"pinctl: {visible(message)}\n")
+    sys.stderr.write(f"{visible(message)}\n")
     sys.stderr.flush()

@@ -7,13 +7,16 @@ import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 
-from pinctl.display import visible
+from pinctl.display import human_size, visible
+from pinctl.errors import EXIT_ERROR, EXIT_OK
+from pinctl.model import FORMAT_JSON, STATUS_ERROR, STATUS_PARTIAL, STATUS_SUCCESS
+from pinctl.pins.plans import status_of
+from pinctl.render import output
 from pinctl.render.output import envelope, print_table
-from pinctl.display import human_size
 
 if TYPE_CHECKING:
-    from pinctl.model import OutputFormat
     from pinctl.commands import SyncPullReport
+    from pinctl.model import OutputFormat
     from pinctl.pull.run import PullItem, PullReport
 
 Progress = tuple[Callable[[str, str], None], Callable[["PullItem"], None]]
@@ -34,7 +37,7 @@ def pull_dict(item: PullItem) -> dict[str, Any]:
 
 def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
-    if fmt == "json":
+    if fmt == FORMAT_JSON:
         out.write(envelope(command="pull", runtime=report.runtime, max_usage=report.max_usage,
                            status=report.status, interrupted=report.interrupted,
                            pulls=[pull_dict(item) for item in report.items]) + "\n")
@@ -47,18 +50,16 @@ def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = No
                                                                                         "failed")}
     summary = ", ".join(f"{count} {action}" for action, count in done.items() if count)
     interrupted = "; interrupted" if report.interrupted else ""
-    sys.stderr.write(f"pull: {summary or 'nothing to pull'} (through {report.runtime}){interrupted}\n")
+    output.note(f"pull: {summary or 'nothing to pull'} (through {report.runtime}){interrupted}")
 
 
 def print_sync_pull(report: SyncPullReport, fmt: OutputFormat, quiet: bool, out: Optional[TextIO] = None) -> None:
     """sync --pull: the pulls, then the sync's own results (none when interrupted)."""
-    from pinctl.render import output
-    from pinctl.pins.plans import status_of
 
     out = out or sys.stdout
     results = report.sync.results if report.sync is not None else []
-    if fmt == "json":
-        status = {0: "success", 1: "error"}.get(report.exit_code, "partial")
+    if fmt == FORMAT_JSON:
+        status = {EXIT_OK: STATUS_SUCCESS, EXIT_ERROR: STATUS_ERROR}.get(report.exit_code, STATUS_PARTIAL)
         out.write(envelope(command="sync", dry_run=False, status=status, runtime=report.pulled.runtime,
                            max_usage=report.pulled.max_usage, interrupted=report.pulled.interrupted,
                            pulls=[pull_dict(item) for item in report.pulled.items],

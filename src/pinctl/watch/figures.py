@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from pinctl.check.compare import MISMATCHES
 from pinctl.model import DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_LABEL, REASON_PATTERN, Drift, ImageRow
 
 if TYPE_CHECKING:
@@ -105,7 +106,6 @@ def node_figures(rows: Sequence[ImageRow], namespaces: Sequence[str] = ()) -> No
 
 
 def check_figures(result: CheckResult) -> CheckFigures:
-    from pinctl.check.compare import MISMATCHES
 
     mismatches: dict[Mismatch, int] = {kind: 0 for kind in MISMATCHES}
     for item in result.items:

@@ -15,8 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
 
+from pinctl.check.compare import check_runtime
 from pinctl.display import visible
 from pinctl.errors import EngineUnreachable, PinctlError
+from pinctl.gc import plan as gc
 from pinctl.model import ACTION_CHANGED_UNDER_US, ACTION_PINNED, ACTION_PRUNED, ItemResult
 from pinctl.watch import figures
 
@@ -24,8 +26,8 @@ if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.model import ImageRow
-    from pinctl.pins.policy import Policy
     from pinctl.node.sources import Node
+    from pinctl.pins.policy import Policy
 
 # Why a sync could not do its job, as a closed set (a metric's label).
 SyncError = Literal["unreachable", "engine", "stream-ended", "write-failed", "changed-under-us", "config-reload"]
@@ -242,7 +244,6 @@ class Checker:
 
     def _check(self, found: figures.Figures, rows: Sequence[ImageRow], runtime: CriRuntime,
                version: RuntimeVersion) -> figures.Figures:
-        from pinctl.check.compare import check_runtime
 
         try:
             return replace(found, check=figures.check_figures(check_runtime(rows, runtime, version)))
@@ -253,7 +254,6 @@ class Checker:
             sources: CheckSources) -> figures.Figures:
         from datetime import datetime, timezone
 
-        from pinctl.gc import plan as gc
 
         try:
             report = gc.gc_plan(gc.CriDomain(runtime, version), rows, sources.gc_settings(), datetime.now(timezone.utc))

@@ -13,11 +13,19 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
-from pinctl.pins import labels as pin_labels
+from pinctl.backends import ImageEvent
 from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.model import (
-    ACTION_CHANGED_UNDER_US, ACTION_PINNED, ACTION_PRUNED, MANAGED_LABEL, MANAGED_VALUE, Action, ItemResult, LogFn,
+    ACTION_CHANGED_UNDER_US,
+    ACTION_PINNED,
+    ACTION_PRUNED,
+    MANAGED_LABEL,
+    MANAGED_VALUE,
+    Action,
+    ItemResult,
+    LogFn,
 )
+from pinctl.pins import labels as pin_labels
 from pinctl.pins import plans as pinning
 from pinctl.watch.health import SYNC_ENGINE, SYNC_STREAM_ENDED, SYNC_UNREACHABLE, SyncError, WatchState
 
@@ -25,8 +33,8 @@ if TYPE_CHECKING:
     from pinctl.backends import ImageEventStream
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.gc.kubelet import SourcedGcSettings
-    from pinctl.pins.policy import Policy
     from pinctl.node.sources import Followed, Node
+    from pinctl.pins.policy import Policy
 
 CHANGING_TOPICS = ("/images/create", "/images/update")
 # The actions the watcher itself makes, counted and logged as changes.
@@ -36,9 +44,8 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
 BATCH_MAX = 512
 # Signals cancel the stream, which wakes the loop at once; this timeout is only a safety net.
 POLL_SECONDS = 5.0
-Event = tuple[str, str, str, dict[str, str]]
 # An event and the position of the followed source (in Node.followed()) it came from.
-SourcedEvent = tuple[int, Event]
+SourcedEvent = tuple[int, ImageEvent]
 
 
 @dataclass
