@@ -9,8 +9,8 @@ at run time, so no host name is hard-coded here.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
+import fnmatch
 import json
 import os
 import pathlib
@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+
+from tests.harness import engines
 
 KEYRING = pathlib.Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 DEB822_SOURCES = pathlib.Path("/etc/apt/sources.list.d/debian.sources")
@@ -33,19 +35,9 @@ class EngineUnavailable(Exception):
     """The requested engine cannot be fetched or unpacked here."""
 
 
-@dataclasses.dataclass(frozen=True)
-class EngineSpec:
-    """Which Debian packages (from which suite) make up one engine."""
-
-    suite: str
-    packages: tuple[str, ...]
-
-
-ENGINES: dict[str, EngineSpec] = {
-    "containerd-1.7": EngineSpec("trixie", ("containerd",)),
-    "containerd-1.6": EngineSpec("bookworm", ("containerd",)),
-    "docker-26": EngineSpec("trixie", ("docker.io", "docker-cli", "containerd", "runc", "tini")),
-}
+# The table lives in engines.py with the Go-built engines; this module fetches its Debian ones.
+EngineSpec = engines.DebianEngine
+ENGINES: dict[str, EngineSpec] = engines.debian_engines()
 
 
 def cache_root() -> pathlib.Path:
@@ -104,9 +96,15 @@ def _read_stamp(target: pathlib.Path) -> dict[str, object]:
 
 def _stamp_matches(target: pathlib.Path, spec: EngineSpec) -> bool:
     stamp = _read_stamp(target)
+    versions = stamp.get("versions")
+    fetched = versions.get(spec.packages[0]) if isinstance(versions, dict) else None
+    # Judged by the version unpacked, not by the pin recorded: a cache filled before pins
+    # existed stays valid when its version fits.
+    fits_pin = not spec.pin or (isinstance(fetched, str) and fnmatch.fnmatchcase(fetched, spec.pin))
     return (
         stamp.get("suite") == spec.suite
         and stamp.get("packages") == list(spec.packages)
+        and fits_pin
         and (target / "root").is_dir()
     )
 
@@ -122,12 +120,15 @@ def _fetch_engine(root: pathlib.Path, engine: str, spec: EngineSpec) -> None:
     versions: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="dl.", dir=apt_dir) as work:
         for package in spec.packages:
-            deb = _download(apt_dir, package, pathlib.Path(work))
+            wanted = f"{package}={spec.pin}" if spec.pin and package == spec.packages[0] else package
+            deb = _download_fresh(apt_dir, wanted, pathlib.Path(work))
             versions[package] = _deb_field(deb, "Version")
             _run(["dpkg-deb", "-x", str(deb), str(staging)], f"unpacking {deb.name}")
     shutil.rmtree(target / "root", ignore_errors=True)
     staging.rename(target / "root")
-    stamp = {"suite": spec.suite, "packages": list(spec.packages), "versions": versions}
+    stamp: dict[str, object] = {"suite": spec.suite, "packages": list(spec.packages), "versions": versions}
+    if spec.pin:
+        stamp["pin"] = spec.pin
     (target / "stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
 
 
@@ -225,6 +226,17 @@ def _update_lists_if_stale(apt_dir: pathlib.Path) -> None:
         return
     _run(["apt-get", *apt_options(apt_dir), "-q", "update"], "apt-get update")
     stamp.touch()
+
+
+def _download_fresh(apt_dir: pathlib.Path, package: str, work: pathlib.Path) -> pathlib.Path:
+    """Download, updating the lists once first if that fails: sid replaces its packages
+    often, so lists under a day old may name a file the mirror no longer has."""
+    try:
+        return _download(apt_dir, package, work)
+    except EngineUnavailable:
+        (apt_dir / "lists.stamp").unlink(missing_ok=True)
+        _update_lists_if_stale(apt_dir)
+    return _download(apt_dir, package, work)
 
 
 def _download(apt_dir: pathlib.Path, package: str, work: pathlib.Path) -> pathlib.Path:

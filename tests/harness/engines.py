@@ -1,0 +1,113 @@
+"""Every engine the harness runs, and which version of it: the one table.
+
+Two kinds of entry:
+
+- :class:`DebianEngine`: packages unpacked from a Debian suite through the machine's mirror
+  (``tests/harness/debs.py``). ``pin`` is an apt version glob for the first package: a suite
+  that moves on (sid will carry containerd 2.2 one day) then fails loudly instead of quietly
+  handing out another version under the same name.
+- :class:`GoEngine`: a Go module version built with the go command (``tests/harness/gobuild.py``),
+  from the Go module proxy. ``unavailable`` says why an engine that is wanted cannot be had
+  here at all: the fixtures then skip it with that reason, in CI too, because no harness fix
+  can bring it (unlike a fetch or build that fails, which fails CI).
+
+Each lands in its own directory of the engine cache (``debs.cache_root()``), stamped with
+what it was made from, so only the first run on a machine pays for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Union
+
+BuildMethod = Literal["build", "install"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DebianEngine:
+    """Which Debian packages (from which suite) make up one engine."""
+
+    suite: str
+    packages: tuple[str, ...]
+    # apt's version glob for packages[0] ("" takes the suite's candidate).
+    pin: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class GoEngine:
+    """One binary built from one version of a Go module.
+
+    ``method="build"``: the module is downloaded, copied out of the (read-only) module cache
+    and built there, so its go.mod, with its ``replace`` directives, is the main module's
+    (``go install pkg@version`` refuses modules with ``replace``). ``method="install"``:
+    ``go install <module>/<package>@<version>`` into the engine's directory.
+    """
+
+    module: str
+    version: str
+    binary: str
+    # Package directory inside the module ("" for the module root).
+    package: str = ""
+    method: BuildMethod = "build"
+    # "-X" settings, so the binary reports the version it was built from.
+    version_vars: tuple[str, ...] = ()
+    unavailable: str = ""
+
+    @property
+    def import_path(self) -> str:
+        return f"{self.module}/{self.package}" if self.package else self.module
+
+
+EngineEntry = Union[DebianEngine, GoEngine]
+
+CRI_DOCKERD_MODULE = "github.com/Mirantis/cri-dockerd"
+_CRI_DOCKERD_VERSION_VAR = f"{CRI_DOCKERD_MODULE}/cmd/version.Version"
+
+ENGINES: dict[str, EngineEntry] = {
+    "containerd-1.7": DebianEngine("trixie", ("containerd",), pin="1.7.*"),
+    "containerd-1.6": DebianEngine("bookworm", ("containerd",), pin="1.6.*"),
+    # Debian's development suite: the only one with containerd 2.x (testing carries the same).
+    "containerd-2.1": DebianEngine("sid", ("containerd",), pin="2.1.*"),
+    "docker-26": DebianEngine("trixie", ("docker.io", "docker-cli", "containerd", "runc", "tini"), pin="26.1.*"),
+    # Before pin selectors: pins only the --pod-infra-container-image, by exact tag.
+    "cri-dockerd-0.4.3": GoEngine(
+        CRI_DOCKERD_MODULE, "v0.4.3", "cri-dockerd", version_vars=(f"{_CRI_DOCKERD_VERSION_VAR}=0.4.3",)
+    ),
+    # --pinned-images and --pinned-image-labels shipped in v0.4.7; v0.4.10 is the newest release.
+    "cri-dockerd-0.4.10": GoEngine(
+        CRI_DOCKERD_MODULE,
+        "v0.4.10",
+        "cri-dockerd",
+        version_vars=(f"{_CRI_DOCKERD_VERSION_VAR}=0.4.10",),
+        unavailable=(
+            "the Go module proxy refuses cri-dockerd v0.4.7 to v0.4.11 here (403: this module version "
+            "is not available; only v0.4.3 is served), and Debian has no cri-dockerd package"
+        ),
+    ),
+    "crictl-1.37": GoEngine("sigs.k8s.io/cri-tools", "v1.37.0", "crictl", package="cmd/crictl", method="install"),
+}
+
+# What the fixtures mean by "the newest cri-dockerd" (the one with pin selectors).
+CRI_DOCKERD_OLD = "cri-dockerd-0.4.3"
+CRI_DOCKERD_NEW = "cri-dockerd-0.4.10"
+CRICTL = "crictl-1.37"
+
+
+def debian_engines() -> dict[str, DebianEngine]:
+    return {name: spec for name, spec in ENGINES.items() if isinstance(spec, DebianEngine)}
+
+
+def go_engines() -> dict[str, GoEngine]:
+    return {name: spec for name, spec in ENGINES.items() if isinstance(spec, GoEngine)}
+
+
+def version_table() -> dict[str, str]:
+    """Engine name -> the version it stands for (a glob for Debian's, where the suite decides)."""
+    table: dict[str, str] = {}
+    for name, spec in ENGINES.items():
+        if isinstance(spec, DebianEngine):
+            table[name] = f"{spec.packages[0]} {spec.pin or '(candidate)'} from {spec.suite}"
+        else:
+            note = " (not available here)" if spec.unavailable else ""
+            table[name] = f"{spec.import_path}@{spec.version}{note}"
+    return table
