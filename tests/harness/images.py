@@ -364,6 +364,10 @@ def import_images(
     """
     args = ["images", "import", "--all-platforms"]
     args += ["--snapshotter", "native"] if unpack else ["--no-unpack"]
+    if unpack and daemon.config_version >= 3:
+        # ctr 2.x imports through the transfer service, which unpacks no platform when given
+        # --all-platforms ("no unpack platforms defined"); its local import still does.
+        args.append("--local")
     daemon.ctr(*args, str(tar_path), namespace=namespace, timeout=600)
     if wait and namespace == CRI_NAMESPACE:
         cri.wait_for_refs(daemon.address, archive_refs(tar_path))

@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Literal, Optional
 
+from tests.harness import containerd as ctd
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.protowire import Message, Reader, Value, encode
@@ -93,6 +94,8 @@ class PodsDaemon(ContainerdDaemon):
         return env
 
     def render_config(self) -> str:
+        if self.config_version >= 3:
+            return ctd.with_pod_settings_v3(super().render_config(), self.runc, self.runc_root)
         lines = super().render_config().splitlines()
         if CRI_TABLE not in lines:
             raise RuntimeError(f"containerd config has no {CRI_TABLE} table to extend")
