@@ -1,0 +1,278 @@
+"""Go programs built once per machine into the engine cache, from the Go module proxy.
+
+``binary(name)`` returns the path of the binary an entry of ``engines.ENGINES`` names,
+building it first when the cache has none made from that module version with this go:
+
+    <cache>/<name>/bin/<binary>
+    <cache>/<name>/stamp.json      what it was built from, with which go, and how long it took
+
+A build holds ``<cache>/.<name>.lock`` (``flock``), so concurrent test runs on one machine
+build it once. Nothing is installed system-wide and the repository holds no third-party code:
+the go command downloads each module into its own module cache and builds from there.
+
+Which go: the newest go command found (``/usr/local/go/bin/go``, every ``go`` on PATH,
+Debian's ``/usr/lib/go-*``). ``scripts/bootstrap --test`` installs Debian's golang-go for the
+relay, which is older than what these modules need, and may come first on PATH.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import json
+import os
+import pathlib
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+
+from tests.harness import debs, engines
+from tests.harness.engines import GoEngine
+
+GO_CANDIDATES = ("/usr/local/go/bin/go", "/usr/lib/go/bin/go", *sorted(glob.glob("/usr/lib/go-*/bin/go")))
+DOWNLOAD_TIMEOUT_S = 600.0
+# cri-dockerd takes 90 s on two idle cores with a cold build cache; leave room for a busy machine.
+BUILD_TIMEOUT_S = 1800.0
+VERSION_TIMEOUT_S = 30.0
+
+
+class GoBuildError(debs.EngineUnavailable):
+    """A Go engine could not be downloaded or built here (fails CI like any missing engine)."""
+
+
+class NotServed(debs.EngineUnavailable):
+    """The table says this engine cannot be had here (the registry refuses that version)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GoToolchain:
+    path: pathlib.Path
+    version: str  # "go1.26.8"
+
+    @property
+    def numbers(self) -> tuple[int, ...]:
+        return _version_numbers(self.version)
+
+
+def _version_numbers(version: str) -> tuple[int, ...]:
+    match = re.match(r"go(\d+)(?:\.(\d+))?(?:\.(\d+))?", version)
+    return tuple(int(part or 0) for part in match.groups()) if match else ()
+
+
+@functools.lru_cache(maxsize=1)
+def toolchain() -> GoToolchain:
+    """The newest go command on this machine."""
+    paths = [pathlib.Path(p) for p in GO_CANDIDATES]
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if entry:
+            paths.append(pathlib.Path(entry) / "go")
+    found: dict[pathlib.Path, GoToolchain] = {}
+    for path in paths:
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            continue
+        real = path.resolve()
+        if real in found:
+            continue
+        version = _go_version(path)
+        if version:
+            found[real] = GoToolchain(path, version)
+    if not found:
+        raise GoBuildError(f"no go command found (looked at {', '.join(GO_CANDIDATES)} and PATH)")
+    return max(found.values(), key=lambda tool: tool.numbers)
+
+
+def _go_version(path: pathlib.Path) -> str:
+    try:
+        proc = subprocess.run(
+            [str(path), "env", "GOVERSION"], capture_output=True, text=True,
+            timeout=VERSION_TIMEOUT_S, env=_go_env(), check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    version = proc.stdout.strip()
+    return version if proc.returncode == 0 and _version_numbers(version) else ""
+
+
+def _go_env(**extra: str) -> dict[str, str]:
+    """The go command's environment: the machine's proxy settings, nothing that changes the build."""
+    env = {key: value for key, value in os.environ.items() if key not in _DROPPED_ENV}
+    env.update(
+        # A module asking for a newer Go fails here rather than fetching a toolchain unasked.
+        GOTOOLCHAIN="local",
+        # A go.work in some parent directory must not join the build.
+        GOWORK="off",
+        GO111MODULE="on",
+        # Static binaries: no C compiler needed, and nothing to break with the host's libc.
+        CGO_ENABLED="0",
+        # The copy has no VCS metadata to stamp.
+        GOFLAGS="-buildvcs=false",
+    )
+    env.update(extra)
+    return env
+
+
+_DROPPED_ENV = frozenset({"GOFLAGS", "GOOS", "GOARCH", "GOBIN", "GOWORK", "GOTOOLCHAIN", "CGO_ENABLED", "GOEXPERIMENT"})
+
+
+def spec_of(name: str) -> GoEngine:
+    spec = engines.go_engines().get(name)
+    if spec is None:
+        raise GoBuildError(f"unknown Go engine {name!r}; known: {sorted(engines.go_engines())}")
+    if spec.unavailable:
+        raise NotServed(f"{name} ({spec.import_path}@{spec.version}) cannot be had here: {spec.unavailable}")
+    return spec
+
+
+def binary(name: str) -> pathlib.Path:
+    """The built binary of Go engine ``name``; builds it on first use (locked, stamped)."""
+    spec = spec_of(name)
+    go = toolchain()
+    root = debs.cache_root()
+    target = root / name
+    wanted = _stamp_of(spec, go)
+    try:
+        with debs._locked(root / f".{name}.lock"):
+            built = target / "bin" / spec.binary
+            if _stamp_fits(read_stamp(name), wanted) and os.access(built, os.X_OK):
+                return built
+            seconds = _build(spec, go, target)
+            stamp = {**wanted, "seconds": seconds, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (target / "stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
+            return built
+    except OSError as exc:
+        raise GoBuildError(f"engine cache {root}: {exc}") from exc
+
+
+def read_stamp(name: str) -> dict[str, object]:
+    """What ``<cache>/<name>`` was built from, and its timings (``{}`` when not built)."""
+    try:
+        data = json.loads((debs.cache_root() / name / "stamp.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def build_seconds(name: str) -> dict[str, float]:
+    """``{"download": s, "build": s}`` of the build the cache holds for ``name``."""
+    seconds = read_stamp(name).get("seconds")
+    return {str(k): float(v) for k, v in seconds.items()} if isinstance(seconds, dict) else {}
+
+
+def _stamp_of(spec: GoEngine, go: GoToolchain) -> dict[str, object]:
+    return {
+        "module": spec.module,
+        "version": spec.version,
+        "package": spec.package,
+        "method": spec.method,
+        "version_vars": list(spec.version_vars),
+        "go": go.version,
+    }
+
+
+def _stamp_fits(stamp: dict[str, object], wanted: dict[str, object]) -> bool:
+    return all(stamp.get(key) == value for key, value in wanted.items())
+
+
+def _build(spec: GoEngine, go: GoToolchain, target: pathlib.Path) -> dict[str, float]:
+    """Build into a scratch directory beside the result, then move the binary into place."""
+    target.mkdir(parents=True, exist_ok=True)
+    work = pathlib.Path(tempfile.mkdtemp(prefix="build.", dir=target))
+    try:
+        began = time.monotonic()
+        module_dir = _download(go, spec)
+        downloaded = time.monotonic()
+        out_dir = work / "out"
+        out_dir.mkdir()
+        if spec.method == "build":
+            _build_in_copy(go, spec, module_dir, work / "src", out_dir / spec.binary)
+        else:
+            _install(go, spec, out_dir)
+        built = time.monotonic()
+        (target / "bin").mkdir(exist_ok=True)
+        os.replace(out_dir / spec.binary, target / "bin" / spec.binary)
+        return {"download": round(downloaded - began, 1), "build": round(built - downloaded, 1)}
+    finally:
+        _remove_tree(work)
+
+
+def _download(go: GoToolchain, spec: GoEngine) -> pathlib.Path:
+    """``go mod download -json``: the module's directory in the module cache (read-only)."""
+    what = f"{spec.module}@{spec.version}"
+    out = _run(go, ["mod", "download", "-json", what], f"go mod download {what}", DOWNLOAD_TIMEOUT_S, check=False)
+    try:
+        info = json.loads(out.stdout)
+    except ValueError:
+        raise GoBuildError(f"go mod download {what} failed (exit {out.returncode}): {_tail(out)}") from None
+    if not isinstance(info, dict) or info.get("Error") or not info.get("Dir"):
+        error = info.get("Error") if isinstance(info, dict) else None
+        raise GoBuildError(f"go mod download {what} failed: {error or _tail(out)}")
+    return pathlib.Path(str(info["Dir"]))
+
+
+def _build_in_copy(
+    go: GoToolchain, spec: GoEngine, module_dir: pathlib.Path, src: pathlib.Path, output: pathlib.Path
+) -> None:
+    """``go build`` with the module as the main module, so its ``replace`` directives apply.
+
+    The module cache is read-only and go may need to update go.mod or go.sum (-mod=mod
+    lets it, and ignores a vendor/ directory that disagrees with go.mod): build a copy.
+    """
+    shutil.copytree(module_dir, src, symlinks=True)
+    _make_writable(src)
+    package = f"./{spec.package}" if spec.package else "."
+    args = ["build", "-trimpath", "-mod=mod", *_ldflags(spec), "-o", str(output), package]
+    _run(go, args, f"go build {spec.import_path}@{spec.version}", BUILD_TIMEOUT_S, cwd=src)
+
+
+def _install(go: GoToolchain, spec: GoEngine, out_dir: pathlib.Path) -> None:
+    what = f"{spec.import_path}@{spec.version}"
+    args = ["install", "-trimpath", *_ldflags(spec), what]
+    _run(go, args, f"go install {what}", BUILD_TIMEOUT_S, env=_go_env(GOBIN=str(out_dir)))
+
+
+def _ldflags(spec: GoEngine) -> list[str]:
+    return ["-ldflags", " ".join(f"-X {setting}" for setting in spec.version_vars)] if spec.version_vars else []
+
+
+def _run(
+    go: GoToolchain,
+    args: list[str],
+    what: str,
+    timeout: float,
+    *,
+    cwd: pathlib.Path | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            [str(go.path), *args], cwd=cwd, capture_output=True, text=True,
+            timeout=timeout, env=env or _go_env(), check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise GoBuildError(f"{what} with {go.version} took over {timeout:.0f}s") from exc
+    except OSError as exc:
+        raise GoBuildError(f"{what}: {exc}") from exc
+    if check and proc.returncode != 0:
+        raise GoBuildError(f"{what} with {go.version} failed (exit {proc.returncode}): {_tail(proc)}")
+    return proc
+
+
+def _tail(proc: subprocess.CompletedProcess[str]) -> str:
+    return (proc.stderr or proc.stdout).strip()[-2000:]
+
+
+def _make_writable(tree: pathlib.Path) -> None:
+    for path in (tree, *tree.rglob("*")):
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def _remove_tree(tree: pathlib.Path) -> None:
+    if tree.exists():
+        _make_writable(tree)
+        shutil.rmtree(tree, ignore_errors=True)
