@@ -73,15 +73,17 @@ ENGINES: dict[str, EngineEntry] = {
     "cri-dockerd-0.4.3": GoEngine(
         CRI_DOCKERD_MODULE, "v0.4.3", "cri-dockerd", version_vars=(f"{_CRI_DOCKERD_VERSION_VAR}=0.4.3",)
     ),
-    # --pinned-images and --pinned-image-labels shipped in v0.4.7; v0.4.10 is the newest release.
+    # Pin selectors (--pinned-images, --pinned-image-labels) came with v0.4.7; v0.4.10 is the
+    # newest release known.
     "cri-dockerd-0.4.10": GoEngine(
         CRI_DOCKERD_MODULE,
         "v0.4.10",
         "cri-dockerd",
         version_vars=(f"{_CRI_DOCKERD_VERSION_VAR}=0.4.10",),
         unavailable=(
-            "the Go module proxy refuses cri-dockerd v0.4.7 to v0.4.11 here (403: this module version "
-            "is not available; only v0.4.3 is served), and Debian has no cri-dockerd package"
+            "the Go module proxy answers 403 (this module version is not available) for cri-dockerd "
+            "v0.4.7 to v0.4.11 and lists no versions (asked 2026-12-01; v0.4.3 is served), "
+            "and Debian packages no cri-dockerd"
         ),
     ),
     "crictl-1.37": GoEngine("sigs.k8s.io/cri-tools", "v1.37.0", "crictl", package="cmd/crictl", method="install"),
