@@ -6,12 +6,12 @@ first run on a machine pays for them (see docs/development.md for how long that 
 
 - ``containerd21``: containerd 2.1 (Debian sid), CRI enabled, its data on tmpfs when there is one;
 - ``crictl``: the path of crictl (cri-tools), built with the go command;
-- ``cri_dockerd_043``, ``cri_dockerd_new``: cri-dockerd before and after pin selectors, each
-  in front of the session's ``dockerd_containerd_store`` (the two share it).
+- ``cri_dockerd_043``: cri-dockerd v0.4.3 (no pin selectors) in front of the session's
+  ``dockerd_containerd_store``.
 
-An engine that cannot be had skips locally and fails with CI=true, as in tests/conftest.py,
-except an engine the table marks ``unavailable`` (the registry refuses that version): no
-harness fix can bring it, so it skips with that reason everywhere.
+An engine that cannot be had skips locally and fails with CI=true, as in tests/conftest.py.
+The releases of cri-dockerd with pin selectors (v0.4.7 and later) are not served here (the
+table marks them ``unavailable``): no test asks for them, since a skip in CI is a failure.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ CONTAINERD_21 = "containerd-2.1"
 # What the newest cri-dockerd is started with, for the whole session: the tests load images
 # these select. A label selector matches the image config's labels (what `docker inspect`
 # shows), not containerd's image labels in `moby`.
-NEW_PINNED_IMAGES = ("example.test/cdd-pinned-by-name:1.0",)
-NEW_PINNED_LABELS = ("io.pinctl.test.keep=yes",)
 _UNAVAILABLE: tuple[type[BaseException], ...] = (debs.EngineUnavailable, DaemonError, cri.CriError, OSError)
 _CRI_DOCKERD_UNAVAILABLE: tuple[type[BaseException], ...] = (*_UNAVAILABLE, subprocess.SubprocessError)
 
@@ -78,8 +76,6 @@ def go_binary(name: str) -> pathlib.Path:
     """A Go engine's binary, built on first use; skips (or fails in CI) when it cannot be had."""
     try:
         return gobuild.binary(name)
-    except gobuild.NotServed as exc:
-        pytest.skip(str(exc))
     except debs.EngineUnavailable as exc:
         _unavailable(f"{name} unavailable: {exc}")
 
@@ -118,14 +114,3 @@ def cri_dockerd_043(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     yield from _session_cri_dockerd(engines.CRI_DOCKERD_OLD, request, tmp_path_factory.mktemp("cdd043"))
 
 
-@pytest.fixture(scope="session")
-def cri_dockerd_new(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CriDockerd]:
-    """The newest cri-dockerd, with ``--pinned-images``/``--pinned-image-labels`` from
-    ``NEW_PINNED_IMAGES``/``NEW_PINNED_LABELS``, before ``dockerd_containerd_store``."""
-    yield from _session_cri_dockerd(
-        engines.CRI_DOCKERD_NEW,
-        request,
-        tmp_path_factory.mktemp("cddnew"),
-        pinned_images=NEW_PINNED_IMAGES,
-        pinned_image_labels=NEW_PINNED_LABELS,
-    )

@@ -19,7 +19,6 @@ from tests.harness.containerd import ContainerdDaemon
 from tests.harness.cri_dockerd import CriDockerd
 from tests.harness.crictl import Crictl, by_tag
 from tests.harness.docker import DockerDaemon
-from tests.harness.engine_fixtures import NEW_PINNED_IMAGES, NEW_PINNED_LABELS
 
 PIN = {"io.cri-containerd.pinned": "pinned"}
 LoadDocker = Callable[..., list[images.ImageInfo]]
@@ -124,25 +123,6 @@ def test_cri_dockerd_043_ignores_the_containerd_pin_label_in_moby(
     assert listed[cri_dockerd_043.sandbox_image].pinned is True
     assert listed[cri_dockerd_043.sandbox_image].id == sandbox.digest
     assert tool.image_status(cri_dockerd_043.sandbox_image)["status"]["pinned"] is True
-
-
-def test_newest_cri_dockerd_pins_what_its_selectors_name(
-    cri_dockerd_new: CriDockerd, crictl: pathlib.Path, docker_images: LoadDocker, tmp_path: pathlib.Path
-) -> None:
-    key, _, value = NEW_PINNED_LABELS[0].partition("=")
-    by_name, by_label, plain, _ = docker_images(
-        [
-            images.recipe(NEW_PINNED_IMAGES[0]),
-            images.recipe("example.test/cdd-by-label:1.0", labels={key: value}),
-            images.recipe("example.test/cdd-unselected:1.0"),
-            sandbox_recipe(cri_dockerd_new),
-        ]
-    )
-    listed = by_tag(Crictl(crictl, cri_dockerd_new.endpoint, tmp_path / "crictl").images())
-    assert listed[by_name.refs[0]].pinned is True
-    assert listed[by_label.refs[0]].pinned is True
-    assert listed[plain.refs[0]].pinned is False
-    assert listed[cri_dockerd_new.sandbox_image].pinned is True
 
 
 def test_go_engines_are_stamped_with_their_go_and_build_times(
