@@ -76,7 +76,6 @@ def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImag
 
     listing = node.rows(policy)
     if runtime is not None:
-
         annotate_cri(listing.rows, runtime.list_images())
     rows = filter_rows(listing.rows, query.filters, query.pinned, query.drift, query.dialect)
     return LsResult(rows, listing.errors)
@@ -97,7 +96,6 @@ class ChangeReport:
 
     @property
     def status(self) -> Status:
-
         return status_of(self.results)
 
     @property
@@ -124,7 +122,6 @@ class SyncRequest:
 
 
 def sync(node: Node, policy: Policy, request: SyncRequest) -> ChangeReport:
-
     refuse_empty_prune(policy, request)
     plan = pinning.make_sync_plan(node.views(), policy, request.prune)
     return ChangeReport("sync", pinning.apply_plan(plan, request.dry_run), request.dry_run)
@@ -186,7 +183,6 @@ def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Opti
 
     present: Optional[list[str]] = None
     if node is not None:
-
         present = [row.ref for row in node.rows(EmptyPolicy()).rows if not row.ref.startswith("sha256:")]
     return exporting.export(target, policy, present, docker_labels)
 
@@ -212,7 +208,8 @@ def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVer
 
 
     rows = node.rows(policy).rows
-    return gc.gc_plan(gc.CriDomain(runtime, version), rows, settings, datetime.now(timezone.utc), usage)
+    kubelet = gc.kubelet_start_time(runtime.endpoint)
+    return gc.gc_plan(gc.CriDomain(runtime, version), rows, settings, datetime.now(timezone.utc), usage, kubelet)
 
 
 @dataclass(frozen=True)

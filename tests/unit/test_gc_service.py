@@ -125,13 +125,6 @@ def test_dry_run_deletes_nothing() -> None:
     assert domain.removed == [] and {i.action for i in items} == {"kept", "would-remove"}
 
 
-@pytest.fixture(autouse=True)
-def no_kubelet_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """gc_plan reads the start time of a kubelet running on this machine from /proc: one that a
-    test of the real kubelet left running would make every image here too young."""
-    monkeypatch.setattr(gc, "kubelet_start_time", lambda: (None, "no kubelet process"))
-
-
 def test_gc_plan_flags_a_wanted_image_the_runtime_would_delete() -> None:
     images, containers = node_images()
     domain = FakeDomain(images, containers, used_percent=90)

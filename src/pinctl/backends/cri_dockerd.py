@@ -1,30 +1,26 @@
-"""cri-dockerd as a process on this node: its version, its pin flags and its sandbox image.
+"""cri-dockerd as a process on this node: its release, its pin flags and its sandbox image.
 
 The CRI's Version call through cri-dockerd names Docker (runtime_name "docker" and dockerd's
 version), never cri-dockerd's own release, yet what cri-dockerd can pin depends on that release:
 up to 0.4.6 only its sandbox image, from 0.4.7 also --pinned-images and --pinned-image-labels.
-So pinctl finds the process serving the runtime's socket (through /proc/net/unix and the
-processes' open sockets), following a cri-proxy or its relay to the socket they forward to,
-reads its flags from /proc/PID/cmdline and asks its binary for --version and --help (which
+So pinctl finds the process serving the runtime's socket (backends.procfs: through a cri-proxy
+too), reads its flags from its command line and asks its binary for --version and --help (which
 lists the flags that release has).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+from pinctl.backends import procfs
 
 NAME = "cri-dockerd"
 # The first release with --pinned-images and --pinned-image-labels.
 SELECTORS_SINCE = (0, 4, 7)
 ASK_TIMEOUT_S = 3.0
-PROC = "/proc"
-# What forwards a socket to another: pinctl cri-proxy (-r / --runtime-endpoint) and its relay (--upstream).
-FORWARD_FLAGS = ("--upstream", "--runtime-endpoint", "-r")
-MAX_HOPS = 4
 
 
 @dataclass(frozen=True)
@@ -59,27 +55,6 @@ def release(version: str) -> Optional[tuple[int, int, int]]:
 # -- pure parsing -------------------------------------------------------------------------
 
 
-def parse_flags(argv: Sequence[str]) -> dict[str, str]:
-    """--name=value and --name value, as pflag reads them; a repeated flag keeps every value,
-    comma-joined (pflag's string slices take both forms)."""
-    flags: dict[str, str] = {}
-    index = 1
-    while index < len(argv):
-        arg = argv[index]
-        index += 1
-        if not arg.startswith("-") or arg in ("-", "--"):
-            continue
-        name, eq, value = arg.partition("=")
-        if not eq:
-            if index < len(argv) and not argv[index].startswith("-"):
-                value = argv[index]
-                index += 1
-            else:
-                value = "true"
-        flags[name] = f"{flags[name]},{value}" if name in flags and value else value
-    return flags
-
-
 def parse_version(text: str) -> str:
     """'cri-dockerd 0.4.3 (abc123)' -> '0.4.3'; '' for a build that names no release ('dev')."""
     found = re.search(r"\bcri-dockerd\s+v?(\d+\.\d+\.\d+\S*)", text)
@@ -98,7 +73,7 @@ def split_list(value: str) -> tuple[str, ...]:
 
 
 def describe_process(pid: int, argv: Sequence[str], version: str, help_text: str) -> CriDockerd:
-    flags = parse_flags(argv)
+    flags = procfs.parse_flags(argv)
     return CriDockerd(pid, version, help_lists_selectors(help_text), flags.get("--pod-infra-container-image") or None,
                       split_list(flags.get("--pinned-images", "")), split_list(flags.get("--pinned-image-labels", "")),
                       flags)
@@ -107,92 +82,20 @@ def describe_process(pid: int, argv: Sequence[str], version: str, help_text: str
 # -- finding the process ------------------------------------------------------------------
 
 
-def find(endpoint: Optional[str], ask: Callable[[str, str], str] | None = None) -> Optional[CriDockerd]:
+def find(endpoint: Optional[str], ask: Optional[Callable[[str, str], str]] = None) -> Optional[CriDockerd]:
     """The cri-dockerd serving endpoint (a unix socket path or unix:// URL), directly or behind
     pinctl cri-proxy; without an endpoint, the one cri-dockerd on this node. None when no
     cri-dockerd can be told (not running, another PID namespace, several and no endpoint)."""
     ask = ask or _ask
-    pid = _server_of(_path(endpoint)) if endpoint else _only_cri_dockerd()
-    if pid is None:
+    if endpoint:
+        pid = procfs.serving(procfs.socket_path(endpoint))
+    else:
+        found = [pid for pid in procfs.pids() if procfs.program(pid) == NAME]
+        pid = found[0] if len(found) == 1 else None
+    if pid is None or procfs.program(pid) != NAME:
         return None
-    argv = _cmdline(pid)
-    if not argv or os.path.basename(argv[0]) != NAME:
-        return None
-    exe = f"{PROC}/{pid}/exe"
-    return describe_process(pid, argv, parse_version(ask(exe, "--version")), ask(exe, "--help"))
-
-
-def _path(endpoint: str) -> str:
-    return endpoint[len("unix://"):] if endpoint.startswith("unix://") else endpoint
-
-
-def _server_of(path: str) -> Optional[int]:
-    """The process listening on the unix socket at path; through a forwarder, the one it forwards to."""
-    for _hop in range(MAX_HOPS):
-        pid = _socket_owner(path)
-        if pid is None:
-            return None
-        argv = _cmdline(pid)
-        if argv and os.path.basename(argv[0]) == NAME:
-            return pid
-        upstream = next((value for name, value in parse_flags(argv).items() if name in FORWARD_FLAGS), None)
-        if not upstream or _path(upstream) == path:
-            return None
-        path = _path(upstream)
-    return None
-
-
-def _only_cri_dockerd() -> Optional[int]:
-    found = [pid for pid in _pids() if os.path.basename((_cmdline(pid) or [""])[0]) == NAME]
-    return found[0] if len(found) == 1 else None
-
-
-def _socket_owner(path: str) -> Optional[int]:
-    inodes = set(_listening_inodes(os.path.abspath(path)))
-    if not inodes:
-        return None
-    wanted = {f"socket:[{inode}]" for inode in inodes}
-    for pid in _pids():
-        try:
-            fds = os.listdir(f"{PROC}/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"{PROC}/{pid}/fd/{fd}") in wanted:
-                    return pid
-            except OSError:
-                continue
-    return None
-
-
-def _listening_inodes(path: str) -> Iterator[str]:
-    try:
-        with open(f"{PROC}/net/unix", encoding="utf-8", errors="replace") as table:
-            next(table, None)
-            for line in table:
-                parts = line.split()
-                # Num RefCount Protocol Flags Type St Inode Path; St 01 is listening.
-                if len(parts) >= 8 and parts[7] == path and parts[5] == "01":
-                    yield parts[6]
-    except OSError:
-        return
-
-
-def _pids() -> list[int]:
-    try:
-        return sorted(int(name) for name in os.listdir(PROC) if name.isdigit())
-    except OSError:
-        return []
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"{PROC}/{pid}/cmdline", "rb") as found:
-            raw = found.read()
-    except OSError:
-        return []
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+    exe = f"{procfs.PROC}/{pid}/exe"
+    return describe_process(pid, procfs.cmdline(pid), parse_version(ask(exe, "--version")), ask(exe, "--help"))
 
 
 def _ask(exe: str, flag: str) -> str:

@@ -1,7 +1,6 @@
 """pinctl's configuration: defaults, a TOML file with drop-ins, the environment and flags.
 
 Sources, lowest precedence first::
-
     defaults < main file < drop-ins < environment < flags
 
 The main file is the path given by the caller (``--config``), else ``$PINCTL_CONFIG``, else

@@ -275,7 +275,6 @@ class Proxy:
                  forwarding=self.relay_binary or "python")
 
     def _start_relay(self, binary: str) -> None:
-
         self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.refresh_seconds)
         self._relay.start()
 

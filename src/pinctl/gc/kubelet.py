@@ -102,8 +102,12 @@ def read_gc_settings(path: Optional[str], overrides: GcOverrides = GcOverrides()
     return SourcedGcSettings(settings, sources)
 
 
-def _read_document(path: Optional[str], default_path: str) -> tuple[Optional[dict[str, Any]], str]:
+def read_kubelet_config(path: str) -> dict[str, Any]:
+    """The kubelet's config file as a mapping (ConfigError when it cannot be read or parsed)."""
+    return _read_document(path, path)[0] or {}
 
+
+def _read_document(path: Optional[str], default_path: str) -> tuple[Optional[dict[str, Any]], str]:
     where = path or default_path
     try:
         raw = read_regular(where)

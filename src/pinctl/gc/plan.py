@@ -12,10 +12,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
 
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, UsageError
+from pinctl.backends import procfs
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, PinctlError, UsageError
 from pinctl.gc import estimate
 from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
+from pinctl.gc.kubelet import read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
 from pinctl.model import (
     PIN_LABEL,
@@ -239,10 +241,18 @@ class GcReport:
         return EXIT_ERROR if self.plan.wanted_deleted else EXIT_OK
 
 
+NO_KUBELET = "no kubelet process found here: assumed to have run longer than the maximum age"
+# The kubelet's own default for containerRuntimeEndpoint.
+KUBELET_DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
+KubeletStart = tuple[Optional[datetime], str]
+
+
 def gc_plan(domain: GcDomain, rows: Sequence[ImageRow], settings: SourcedGcSettings, now: datetime,
-            usage: Optional[float] = None) -> GcReport:
+            usage: Optional[float] = None, kubelet: KubeletStart = (None, NO_KUBELET)) -> GcReport:
+    """The kubelet's next GC run on domain; kubelet: when the kubelet using it started, and how
+    that was found (kubelet_start_time)."""
     seen = domain.observe(rows)
-    started, started_source = kubelet_start_time()
+    started, started_source = kubelet
     estimates = estimate.estimate_images(seen.images, seen.containers, now, kubelet_started=started)
     plan = gcmodel.plan_gc([e.image for e in estimates], [c.as_gc_container() for c in seen.containers],
                            settings.settings, seen.fs, now, kubelet_started=started,
@@ -250,37 +260,41 @@ def gc_plan(domain: GcDomain, rows: Sequence[ImageRow], settings: SourcedGcSetti
     return GcReport(domain.name, plan, settings.sources, seen.fs_source, started, started_source, estimates)
 
 
-def kubelet_start_time() -> tuple[Optional[datetime], str]:
-    """When the kubelet process on this node started (its first-detected times are at least
-    that), read from /proc; None when no kubelet runs here."""
-    try:
-        boot = _boot_time()
-        ticks = os.sysconf("SC_CLK_TCK")
-        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-            started = _process_start(pid, boot, ticks)
-            if started is not None:
-                return started, f"kubelet process {pid}"
-    except OSError:
-        pass
-    return None, "no kubelet process found here: assumed to have run longer than the maximum age"
+def kubelet_start_time(endpoint: Optional[str]) -> KubeletStart:
+    """When the kubelet that uses this runtime started (its first-detected times are at least
+    that), read from /proc: a kubelet whose runtime endpoint is endpoint, or is served by the
+    same process (through a cri-proxy). None when no such kubelet runs here; another kubelet on
+    the machine, one of another runtime, says nothing of this one's images."""
+    serving = procfs.serving(procfs.socket_path(endpoint)) if endpoint else None
+    for pid in procfs.pids():
+        if procfs.stat_name(pid) != "kubelet":
+            continue
+        if endpoint and not _uses(pid, endpoint, serving):
+            continue
+        started = procfs.started_at(pid)
+        if started is not None:
+            return started, f"kubelet process {pid}"
+    return None, NO_KUBELET
 
 
-def _boot_time() -> float:
-    with open("/proc/stat", encoding="ascii") as handle:
-        return float(next(line.split()[1] for line in handle if line.startswith("btime ")))
+def _uses(pid: int, endpoint: str, serving: Optional[int]) -> bool:
+    flags = procfs.parse_flags(procfs.cmdline(pid))
+    theirs = flags.get("--container-runtime-endpoint") or _configured_endpoint(flags.get("--config"))
+    theirs = procfs.socket_path(theirs or KUBELET_DEFAULT_ENDPOINT)
+    if os.path.abspath(theirs) == os.path.abspath(procfs.socket_path(endpoint)):
+        return True
+    return serving is not None and procfs.serving(theirs) == serving
 
 
-def _process_start(pid: str, boot: float, ticks: int) -> Optional[datetime]:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            stat = handle.read()
-    except OSError:
+def _configured_endpoint(path: Optional[str]) -> Optional[str]:
+    """containerRuntimeEndpoint from the kubelet's config file, when it can be read."""
+    if not path:
         return None
-    name = stat[stat.find("(") + 1 : stat.rfind(")")]
-    if name != "kubelet":
+    try:
+        found = read_kubelet_config(path).get("containerRuntimeEndpoint")
+    except PinctlError:
         return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return utc(boot + int(fields[19]) / ticks)
+    return found if isinstance(found, str) else None
 
 
 # --- prune --------------------------------------------------------------------------------------

@@ -274,7 +274,6 @@ def text_of(families: list[Metric]) -> str:
 
 
 def check_textfile(rows: Sequence[ImageRow], namespaces: Sequence[str], result: CheckResult) -> list[Metric]:
-
     now = time.time()
     return (info_families(figures.runtime_of(result.runtime))
             + node_families(figures.node_figures(rows, namespaces), now)
@@ -282,7 +281,6 @@ def check_textfile(rows: Sequence[ImageRow], namespaces: Sequence[str], result: 
 
 
 def gc_textfile(report: GcReport) -> list[Metric]:
-
     return gc_families(figures.gc_figures(report), time.time())
 
 

@@ -85,7 +85,6 @@ class ContainerdSource:
         names += [(ns, img.name) for ns in self.namespaces for img in self.store.list_images(ns)]
 
     def views(self) -> list[NamespaceView]:
-
         return [NamespaceView(self.store, ns) for ns in self.namespaces]
 
     def refusal(self, selector: refs.Selector) -> Optional[str]:
@@ -119,7 +118,6 @@ class DockerSource:
         self.description = self.description or f"Docker at {self.view.engine.host}"
 
     def add_rows(self, listing: Listing, policy: Policy) -> None:
-
         view = self.view
         mine = [row for row in listing.rows if row.namespace == view.namespace]
         if view.store.containerd and mine:
@@ -136,7 +134,6 @@ class DockerSource:
     moby_store: Optional[ImageStore] = field(default=None)
 
     def add_names(self, names: list[Name]) -> None:
-
         listed = {ref for ns, ref in names if ns == self.view.namespace}
         names += rows_without_records(self.view, listed)
 
@@ -245,7 +242,6 @@ def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: Docker
 
 
 def _docker(cfg: Config) -> Optional[DockerView]:
-
     requested = cfg.settings.namespaces
     if requested and not {DOCKER_NAMESPACE, ALL_NAMESPACES} & set(requested):
         return None

@@ -36,7 +36,6 @@ def _toml_list(items: Sequence[str]) -> str:
 
 
 def _expanded(pattern: Pattern, present: Optional[Sequence[str]], why: str, notes: list[str]) -> list[str]:
-
     if present is None:
         notes.append(f"{pattern.text!r} ({pattern.source}): {why}; left out, since --offline lists no images")
         return []

@@ -164,7 +164,6 @@ def filter_rows(
 
 
 def _matcher(term: str, dialect: str) -> Callable[[ImageRow], bool]:
-
     if patterns.is_pattern(term):
         pattern = patterns.parse_pattern(term, dialect, "command line")
         return lambda row: patterns.matches(pattern, row.ref)

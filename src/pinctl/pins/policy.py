@@ -23,7 +23,6 @@ class Policy:
     @property
     def matcher(self) -> Matcher:
         if self._matcher is None:
-
             self._matcher = Matcher(self.patterns)
         return self._matcher
 

@@ -157,7 +157,6 @@ class Budget:
 
 
 def _mib(size: int) -> str:
-
     return human_size(size)
 
 

@@ -35,7 +35,6 @@ class CriTarget:
         return self.runtime.pull_image(ref, auth, timeout, cancelled)
 
     def filesystem(self) -> ImageFs:
-
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
@@ -56,7 +55,6 @@ class DockerTarget:
         return self.engine.pull_image(ref, auth, timeout, cancelled)
 
     def filesystem(self) -> ImageFs:
-
         self._root = self._root or self.engine.root_dir()
         return statfs(self._root, "Docker's data root")
 
@@ -88,7 +86,6 @@ class NodeLabels:
         return [view] if view is not None else []
 
     def pin(self, namespace: str, ref: str) -> tuple[str, Optional[str]]:
-
         try:
             plan = pinning.make_plan(self._views(namespace), "pin", [ref], refusal=self.node.refusal)
             results = pinning.apply_plan(plan, dry_run=False)

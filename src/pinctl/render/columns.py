@@ -49,7 +49,6 @@ def _yes(value: Optional[bool]) -> str:
 
 
 def _ref(row: ImageRow, cell: Cell) -> str:
-
     return abbreviate(row.ref, cell.ellipsis) if cell.ellipsis and not cell.wide else row.ref
 
 
@@ -59,17 +58,14 @@ def _labels(row: ImageRow, cell: Cell) -> str:
 
 
 def _why(row: ImageRow, cell: Cell) -> str:
-
     return why(row)
 
 
 def _why_brief(row: ImageRow) -> str:
-
     return why_brief(row)
 
 
 def _drift(row: ImageRow, cell: Cell) -> str:
-
     return DRIFT_TEXT[row.drift] if row.drift else "-"
 
 
@@ -97,7 +93,6 @@ LS_COLUMNS: tuple[Column, ...] = (
 
 
 def _human(size: int) -> str:
-
     return human_size(size)
 
 

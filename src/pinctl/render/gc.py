@@ -128,7 +128,6 @@ def _summary_lines(report: GcReport) -> list[str]:
 
 
 def _duration(value: timedelta) -> str:
-
     return format_duration(value)
 
 

@@ -61,7 +61,6 @@ def envelope(**fields: Any) -> str:
 
 
 def image_dict(row: ImageRow) -> dict[str, Any]:
-
     return {column.json_key: column.value(row) for column in ls_columns.LS_COLUMNS if column.json_key}
 
 
@@ -114,7 +113,6 @@ def print_names(names: Sequence[str], out: Optional[TextIO] = None) -> None:
 def _print_image_table(
     rows: Sequence[ImageRow], wide: bool, out: TextIO, show_drift: bool = False, show_cri: bool = False
 ) -> None:
-
     fit = out.isatty() and not wide
     wanted: list[tuple[ls_columns.Switch, bool]] = [("drift", show_drift), ("cri", show_cri)]
     switches = frozenset(name for name, on in wanted if on)

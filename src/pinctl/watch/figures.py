@@ -106,7 +106,6 @@ def node_figures(rows: Sequence[ImageRow], namespaces: Sequence[str] = ()) -> No
 
 
 def check_figures(result: CheckResult) -> CheckFigures:
-
     mismatches: dict[Mismatch, int] = {kind: 0 for kind in MISMATCHES}
     for item in result.items:
         if item.mismatch is not None:

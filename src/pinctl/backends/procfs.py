@@ -1,0 +1,132 @@
+"""What /proc tells of this node's processes: command lines, start times, and which process
+serves a unix socket, following pinctl cri-proxy (or its relay) to the socket it forwards to.
+Reads only; a process that goes away meanwhile is simply not found."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import Iterator, Optional, Sequence
+
+PROC = "/proc"
+# What forwards a socket to another: pinctl cri-proxy (-r / --runtime-endpoint) and its relay (--upstream).
+FORWARD_FLAGS = ("--upstream", "--runtime-endpoint", "-r")
+MAX_HOPS = 4
+
+
+def parse_flags(argv: Sequence[str]) -> dict[str, str]:
+    """--name=value and --name value, as Go's flag packages read them; a repeated flag keeps
+    every value, comma-joined (pflag's string slices take both forms)."""
+    flags: dict[str, str] = {}
+    index = 1
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
+        if not arg.startswith("-") or arg in ("-", "--"):
+            continue
+        name, eq, value = arg.partition("=")
+        if not eq:
+            if index < len(argv) and not argv[index].startswith("-"):
+                value = argv[index]
+                index += 1
+            else:
+                value = "true"
+        flags[name] = f"{flags[name]},{value}" if name in flags and value else value
+    return flags
+
+
+def socket_path(endpoint: str) -> str:
+    """unix:///run/x.sock or /run/x.sock -> /run/x.sock"""
+    return endpoint[len("unix://"):] if endpoint.startswith("unix://") else endpoint
+
+
+def pids() -> list[int]:
+    try:
+        return sorted(int(name) for name in os.listdir(PROC) if name.isdigit())
+    except OSError:
+        return []
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"{PROC}/{pid}/cmdline", "rb") as found:
+            raw = found.read()
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def program(pid: int) -> str:
+    """The name a process runs under (its argv[0]'s last part); '' when it is gone."""
+    argv = cmdline(pid)
+    return os.path.basename(argv[0]) if argv else ""
+
+
+def started_at(pid: int) -> Optional[datetime]:
+    """When the process started, from its stat line and the boot time."""
+    try:
+        with open(f"{PROC}/stat", encoding="ascii") as handle:
+            boot = float(next(line.split()[1] for line in handle if line.startswith("btime ")))
+        with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            stat = handle.read()
+    except (OSError, StopIteration, ValueError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return datetime.fromtimestamp(boot + int(fields[19]) / os.sysconf("SC_CLK_TCK"), timezone.utc)
+
+
+def stat_name(pid: int) -> str:
+    """The kernel's name of a process (comm, 15 characters at most)."""
+    try:
+        with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return ""
+    return stat[stat.find("(") + 1: stat.rfind(")")]
+
+
+def serving(path: str) -> Optional[int]:
+    """The process that answers on the unix socket at path: its listener, or, when that is a
+    forwarder (pinctl cri-proxy, its relay), the process behind the socket it forwards to."""
+    for _hop in range(MAX_HOPS):
+        pid = socket_owner(path)
+        if pid is None:
+            return None
+        upstream = next((value for name, value in parse_flags(cmdline(pid)).items() if name in FORWARD_FLAGS), None)
+        if not upstream or socket_path(upstream) == path or socket_owner(socket_path(upstream)) is None:
+            return pid
+        path = socket_path(upstream)
+    return None
+
+
+def socket_owner(path: str) -> Optional[int]:
+    """The process holding the listening unix socket at path."""
+    inodes = set(_listening_inodes(os.path.abspath(path)))
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for pid in pids():
+        try:
+            fds = os.listdir(f"{PROC}/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{PROC}/{pid}/fd/{fd}") in wanted:
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
+def _listening_inodes(path: str) -> Iterator[str]:
+    try:
+        with open(f"{PROC}/net/unix", encoding="utf-8", errors="replace") as table:
+            next(table, None)
+            for line in table:
+                parts = line.split()
+                # Num RefCount Protocol Flags Type St Inode Path; St 01 is listening.
+                if len(parts) >= 8 and parts[7] == path and parts[5] == "01":
+                    yield parts[6]
+    except OSError:
+        return
