@@ -12,6 +12,14 @@ MANAGED_LABEL = "io.pinctl.managed"
 MANAGED_VALUE = "true"
 
 LabelChange = dict[str, Optional[str]]
+
+# Which engine an ImageRow's source is; Docker's rows show Docker's image IDs (ImageRow.engine_id).
+SOURCE_CONTAINERD: Final = "containerd"
+SOURCE_DOCKER: Final = "docker"
+# What an image ID in ls is (JSON id_kind): Docker's image ID, or the config digest the CRI reports.
+IdKind = Literal["docker", "config"]
+ID_DOCKER: Final = "docker"
+ID_CONFIG: Final = "config"
 # A log line of the long-running commands: log(level, message, **fields). render.log writes it.
 LogFn = Callable[..., None]
 
@@ -136,7 +144,7 @@ class ImageRow:
     pinned: bool = False
     reasons: list[Reason] = field(default_factory=list)
     drift: Optional[Drift] = None
-    source: str = "containerd"
+    source: str = SOURCE_CONTAINERD
     config_labels: Optional[dict[str, str]] = None
     cri_pinned: Optional[bool] = None
     created: Optional[float] = None
@@ -144,6 +152,19 @@ class ImageRow:
     @property
     def digest(self) -> str:
         return self.target.digest
+
+    @property
+    def engine_id(self) -> Optional[str]:
+        """The image's ID as the engine that owns it shows it: Docker's for Docker's images (with
+        its containerd image store, the digest of the record's target; in the classic store, the
+        config digest), the config digest (what containerd's CRI reports) otherwise."""
+        if self.source == SOURCE_DOCKER and self.namespace is not None:
+            return self.digest
+        return self.image_id
+
+    @property
+    def id_kind(self) -> IdKind:
+        return ID_DOCKER if self.source == SOURCE_DOCKER else ID_CONFIG
 
     @property
     def group_key(self) -> str:

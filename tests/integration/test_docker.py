@@ -61,10 +61,28 @@ def test_containerd_store_images_show_once(containerd17: ContainerdDaemon, store
     doc = run_json(containerd17, store_docker, "ls", "-n", "moby")
     rows = [img for img in doc["images"] if img["ref"] in APP]
     assert sorted(img["ref"] for img in rows) == sorted(APP)
+    docker_id = store_docker.inspect(APP[0])["Id"]
+    assert docker_id == expected_id(store_docker, app) != app.image_id  # the target's digest, not the config's
     for img in rows:
-        assert img["source"] == "docker" and img["namespace"] == "moby" and img["id"] == app.image_id
+        assert img["source"] == "docker" and img["namespace"] == "moby"
+        # The ID docker images shows, and which ID it is; the config digest stays beside it.
+        assert (img["id"], img["id_kind"], img["config_digest"]) == (docker_id, "docker", app.image_id)
         assert img["config_labels"] == {"team.example/keep": "true"}
     assert len({img["ref"] for img in doc["images"]}) == len(doc["images"])
+    table = run(containerd17, store_docker, "ls", "-n", "moby", "-o", "wide")
+    assert docker_id in table.stdout and app.image_id not in table.stdout
+
+
+@pytest.mark.parametrize("which", ["docker", "config"])
+def test_either_id_selects_a_docker_image(containerd17: ContainerdDaemon, store_docker: DockerDaemon, tmp_path: Path,
+                                          which: str) -> None:
+    (app,) = load(store_docker, tmp_path, images.recipe(*APP, seed="dk-id"))
+    image_id = store_docker.inspect(APP[0])["Id"] if which == "docker" else app.image_id
+    doc = run_json(containerd17, store_docker, "pin", "-n", "moby", image_id.split(":")[1][:12])
+    assert {r["ref"] for r in doc["results"] if r["action"] == "pinned"} == set(APP)
+    assert all(moby_labels(containerd17)[ref][PIN] == "pinned" for ref in APP)
+    run_json(containerd17, store_docker, "unpin", "-n", "moby", image_id)
+    assert not any(PIN in moby_labels(containerd17)[ref] for ref in APP)
 
 
 def test_pin_and_unpin_through_moby(containerd17: ContainerdDaemon, store_docker: DockerDaemon, tmp_path: Path) -> None:
@@ -92,7 +110,8 @@ def test_classic_store_lists_but_cannot_pin(containerd17: ContainerdDaemon, clas
     doc = run_json(containerd17, classic_docker, "ls", "--pinned-image", "example.test/dk-app:*")
     rows = {img["ref"]: img for img in doc["images"] if img["source"] == "docker"}
     assert set(rows) == set(APP)
-    assert rows[APP[0]]["namespace"] is None and rows[APP[0]]["id"] == app.image_id
+    assert rows[APP[0]]["namespace"] is None and rows[APP[0]]["id"] == app.image_id  # the classic store's ID
+    assert rows[APP[0]]["id_kind"] == "docker" and rows[APP[0]]["config_digest"] == app.image_id
     assert rows[APP[0]]["reasons"] == [{"kind": "pattern", "detail": "example.test/dk-app:*", "source": "flag --pinned-image"}]
     result = run(containerd17, classic_docker, "pin", APP[0])
     assert result.returncode == 1

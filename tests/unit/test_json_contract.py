@@ -35,7 +35,7 @@ def render_ls() -> dict:
 def test_ls_envelope_keys_and_types() -> None:
     doc = render_ls()
     assert sorted(doc) == ["errors", "images", "pinctl_result_version"]
-    assert doc["pinctl_result_version"] == 1
+    assert doc["pinctl_result_version"] == 2
     [image] = doc["images"]
     # The keys are the declared columns' (pinctl.render.columns); each must be documented (test below).
     assert sorted(image) == columns.json_keys()

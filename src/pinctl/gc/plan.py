@@ -21,6 +21,7 @@ from pinctl.gc.kubelet import read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
 from pinctl.model import (
     PIN_LABEL,
+    SOURCE_DOCKER,
     REASON_DOCKER_LABEL,
     REASON_INEFFECTIVE_LABEL,
     REASON_LABEL,
@@ -165,7 +166,7 @@ class DockerDomain:
         self.name = f"Docker at {engine.host}"
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
-        docker_rows = RowIndex([row for row in rows if row.source == "docker"])
+        docker_rows = RowIndex([row for row in rows if row.source == SOURCE_DOCKER])
         # Arrival on the node, like the kubelet's first detection: the record time in Docker's
         # containerd store; the classic store keeps none, so the build time (earlier) stands in.
         images = [ObservedImage(i.image_id, i.size, (*i.repo_tags, *i.repo_digests), False,

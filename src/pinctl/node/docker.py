@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import refs
 from pinctl.errors import UsageError
-from pinctl.model import REASON_DOCKER_LABEL, Descriptor, ImageRow, Reason
+from pinctl.model import REASON_DOCKER_LABEL, SOURCE_DOCKER, Descriptor, ImageRow, Reason
 from pinctl.pins.listing import annotate_policy
 from pinctl.pins.policy import Policy
 
 if TYPE_CHECKING:
     from pinctl.backends.docker import DockerEngine, DockerImage, ImageStoreKind
 
-SOURCE = "docker"
 CLASSIC_STORE_HELP = (
     "a Docker image in the classic store ({driver}), which cannot label an image after it is built; "
     "instead enable Docker's containerd image store, bake a LABEL into the image and list it in "
@@ -108,7 +107,7 @@ def join(rows: list[ImageRow], view: DockerView, label_rules: Sequence[str], pol
 
 
 def _mark(row: ImageRow, config_labels: dict[str, str], rules: Sequence[tuple[str, Optional[str]]]) -> None:
-    row.source = SOURCE
+    row.source = SOURCE_DOCKER
     row.config_labels = dict(config_labels)
     found = label_reasons(config_labels, rules)
     row.reasons.extend(found)

@@ -77,8 +77,10 @@ NOWHERE: frozenset[View] = frozenset()
 LS_COLUMNS: tuple[Column, ...] = (
     Column("namespace", "NAMESPACE", lambda r: r.namespace, lambda r, c: r.namespace or "docker"),
     Column("ref", "REF", lambda r: r.ref, _ref),
-    Column("id", "IMAGE ID", lambda r: r.image_id,
-           lambda r, c: (r.image_id or "<none>") if c.wide else refs.short_id(r.image_id)),
+    Column("id", "IMAGE ID", lambda r: r.engine_id,
+           lambda r, c: (r.engine_id or "<none>") if c.wide else refs.short_id(r.engine_id)),
+    Column("id_kind", None, lambda r: r.id_kind),
+    Column("config_digest", None, lambda r: r.image_id),
     Column("digest", "DIGEST", lambda r: r.digest, lambda r, c: r.digest, views=WIDE_ONLY),
     Column("size", "SIZE", lambda r: r.size, lambda r, c: _human(r.size)),
     Column("pinned", "PINNED", lambda r: r.pinned, lambda r, c: _yes(r.pinned), highlight=GREEN_YES),

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from pinctl.config.loader import Config
     from pinctl.pins.lint import Problem
 
-RESULT_VERSION = 1
+# 2: ls "id" is Docker's image ID for Docker's images (id_kind says which; config_digest added).
+RESULT_VERSION = 2
 # Room between columns on a terminal; pipes keep their three spaces (scripts split on them).
 TERMINAL_GAP = 2
 # A column cut to fit keeps at least this many cells: a shorter stub tells nothing.
