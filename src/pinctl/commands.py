@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
 from pinctl import refs as references
-from pinctl.backends import registry
+from pinctl.backends import cri_dockerd, registry
 from pinctl.backends.cri import socket_path
 from pinctl.backends.registry_auth import load_auths
 from pinctl.check import compare as checking
@@ -162,10 +162,12 @@ def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVe
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
 
     rows: list[ImageRow] = []
+    # The CRI through cri-dockerd names Docker, not cri-dockerd's release: its process says that.
+    frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
 
     def read() -> CheckResult:
         rows[:] = node.rows(policy).rows
-        return checking.check_runtime(rows, runtime, version, request.refs)
+        return checking.check_runtime(rows, runtime, version, request.refs, frontend)
 
     wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)

@@ -77,6 +77,17 @@ def _split_domain(remainder: str) -> tuple[str, str]:
     return DEFAULT_DOMAIN, remainder
 
 
+def familiar(name: str) -> str:
+    """A normalised name as Docker writes it in RepoTags and RepoDigests (what cri-dockerd
+    compares its --pinned-images with): the default domain and the official prefix left out."""
+    official = f"{DEFAULT_DOMAIN}/{OFFICIAL_PREFIX}"
+    if name.startswith(official):
+        return name[len(official):]
+    if name.startswith(f"{DEFAULT_DOMAIN}/"):
+        return name[len(DEFAULT_DOMAIN) + 1:]
+    return name
+
+
 def parse_selector(text: str) -> Selector:
     """Read an argument as a reference or an image ID; raise UsageError when it is neither."""
     if not text or text != text.strip():

@@ -21,20 +21,17 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import pytest
 
-from tests.harness import cri, debs, engines, gobuild, images
+from tests.harness import cri, debs, docker, engines, gobuild, images
 from tests.harness.containerd import ContainerdDaemon, DaemonError
 from tests.harness.cri_dockerd import CriDockerd
 from tests.harness.docker import DockerDaemon
 
 CONTAINERD_21 = "containerd-2.1"
-# What the newest cri-dockerd is started with, for the whole session: the tests load images
-# these select. A label selector matches the image config's labels (what `docker inspect`
-# shows), not containerd's image labels in `moby`.
 _UNAVAILABLE: tuple[type[BaseException], ...] = (debs.EngineUnavailable, DaemonError, cri.CriError, OSError)
 _CRI_DOCKERD_UNAVAILABLE: tuple[type[BaseException], ...] = (*_UNAVAILABLE, subprocess.SubprocessError)
 
@@ -114,3 +111,19 @@ def cri_dockerd_043(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     yield from _session_cri_dockerd(engines.CRI_DOCKERD_OLD, request, tmp_path_factory.mktemp("cdd043"))
 
 
+LoadDocker = Callable[..., list[images.ImageInfo]]
+
+
+@pytest.fixture
+def docker_images(dockerd_containerd_store: DockerDaemon, tmp_path: pathlib.Path) -> Iterator[LoadDocker]:
+    """Factory: ``docker_images(recipes)`` loads them into the shared dockerd; removed afterwards."""
+    loaded: list[str] = []
+
+    def load(recipes: list[images.ImageRecipe]) -> list[images.ImageInfo]:
+        infos = docker.load_images_docker(dockerd_containerd_store, tmp_path / "archives", recipes)
+        loaded.extend(ref for info in infos for ref in info.refs)
+        return infos
+
+    yield load
+    if loaded and dockerd_containerd_store.is_alive():
+        dockerd_containerd_store.docker("image", "rm", "--force", *loaded, check=False)

@@ -19,24 +19,9 @@ from tests.harness.containerd import ContainerdDaemon
 from tests.harness.cri_dockerd import CriDockerd
 from tests.harness.crictl import Crictl, by_tag
 from tests.harness.docker import DockerDaemon
+from tests.harness.engine_fixtures import LoadDocker
 
 PIN = {"io.cri-containerd.pinned": "pinned"}
-LoadDocker = Callable[..., list[images.ImageInfo]]
-
-
-@pytest.fixture
-def docker_images(dockerd_containerd_store: DockerDaemon, tmp_path: pathlib.Path) -> Iterator[LoadDocker]:
-    """Factory: ``docker_images(recipes)`` loads them into the shared dockerd; removed afterwards."""
-    loaded: list[str] = []
-
-    def load(recipes: list[images.ImageRecipe]) -> list[images.ImageInfo]:
-        infos = docker.load_images_docker(dockerd_containerd_store, tmp_path / "archives", recipes)
-        loaded.extend(ref for info in infos for ref in info.refs)
-        return infos
-
-    yield load
-    if loaded and dockerd_containerd_store.is_alive():
-        dockerd_containerd_store.docker("image", "rm", "--force", *loaded, check=False)
 
 
 def sandbox_recipe(daemon: CriDockerd) -> images.ImageRecipe:

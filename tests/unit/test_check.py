@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pinctl.backends.cri import CriImage, RuntimeVersion
+from pinctl.backends.cri_dockerd import CriDockerd
 from pinctl.check.compare import check
 from pinctl.model import Descriptor, ImageRow, Reason
 
@@ -16,8 +17,10 @@ def row(namespace: str | None, *reasons: Reason, source: str = "containerd") -> 
     return ImageRow(namespace, REF, ID, Descriptor("m", "sha256:" + "d" * 64, 1), 10, {}, reasons=list(reasons), source=source)
 
 
-def verdict(rows: list[ImageRow], pinned: bool, name: str = "containerd", version: str = "1.7.24") -> tuple[str | None, str | None]:
-    result = check(rows, [CriImage(ID, (REF,), (), 10, pinned)], RuntimeVersion(name, version, "v1"), "unix:///x")
+def verdict(rows: list[ImageRow], pinned: bool, name: str = "containerd", version: str = "1.7.24",
+            frontend: CriDockerd | None = None) -> tuple[str | None, str | None]:
+    result = check(rows, [CriImage(ID, (REF,), (), 10, pinned)], RuntimeVersion(name, version, "v1"), "unix:///x",
+                   frontend=frontend)
     [item] = result.items
     assert result.agree is (item.cause is None)
     return item.cause, item.fix
@@ -37,9 +40,6 @@ PATTERN = Reason("pattern", "example.test/*", "cfg:1")
         ([row("k8s.io"), row("moby", LABEL_K8S)], False, "containerd", "1.7.24", "namespace moby", "pinctl pin -n k8s.io"),
         ([row("k8s.io", PATTERN)], False, "containerd", "1.7.24", "pattern known only to pinctl", "pinctl sync"),
         ([row("k8s.io", Reason("ineffective-label", f"{REF}: x=true"))], False, "containerd", "1.7.24", "ineffective", "pinctl pin"),
-        ([row("moby", LABEL_K8S, source="docker")], False, "docker", "26.1.5", "cri-dockerd (docker 26.1.5)", "export --for cri-dockerd"),
-        ([row(None, Reason("docker-label", "keep"), source="docker")], False, "docker", "26.1.5", "config labels", "--pinned-image-labels"),
-        ([row(None, PATTERN, source="docker")], False, "docker", "26.1.5", "pattern known only", "cri-dockerd"),
         ([row("k8s.io", PATTERN)], False, "cri-o", "1.30.0", "CRI-O pins only", "export --for crio"),
         ([row("k8s.io")], True, "containerd", "1.7.24", "nothing pinctl reads explains it", "--containerd-config"),
         ([], True, "containerd", "1.7.24", "nothing pinctl reads explains it", "--from-crio"),
@@ -52,6 +52,54 @@ def test_causes(rows: list[ImageRow], pinned: bool, name: str, version: str, cau
     else:
         assert cause and cause_part in cause, cause
         assert fix and fix_part is not None and fix_part in fix, fix
+
+
+OLD_CDD = CriDockerd(1, "0.4.3", False, "example.test/pause:3.9")
+NEW_CDD = CriDockerd(2, "0.4.7", True, None, ("example.test/keep:*",), ("team.example/keep=yes",))
+
+
+@pytest.mark.parametrize(
+    "rows, frontend, cause_part, fix_part",
+    [
+        # The seed: a label in moby, cri-dockerd without selectors: only the proxy makes it count.
+        ([row("moby", LABEL_K8S, source="docker")], OLD_CDD, "cri-dockerd 0.4.3 pins only its sandbox image",
+         "pinctl cri-proxy --listen /run/pinctl/cri-proxy.sock -r unix:///x"),
+        ([row("moby", PATTERN, source="docker")], OLD_CDD, "cri-dockerd 0.4.3 pins only", "pinctl cri-proxy"),
+        ([row("moby", LABEL_K8S, source="docker")], NEW_CDD, "cri-dockerd 0.4.7", "export --for cri-dockerd"),
+        ([row(None, Reason("docker-label", "keep"), source="docker")], NEW_CDD, "config labels",
+         "--pinned-image-labels"),
+        ([row(None, PATTERN, source="docker")], NEW_CDD, "pattern known only", "start cri-dockerd 0.4.7"),
+        # Its process not found: both fixes, each with the releases it is for.
+        ([row("moby", LABEL_K8S, source="docker")], None, "release unknown", "before 0.4.7: serve the kubelet"),
+    ],
+)
+def test_cri_dockerd_causes_follow_its_release(rows: list[ImageRow], frontend: CriDockerd | None, cause_part: str,
+                                               fix_part: str) -> None:
+    cause, fix = verdict(rows, False, "docker", "26.1.5", frontend)
+    assert cause and cause_part in cause, cause
+    assert fix and fix_part in fix, fix
+
+
+@pytest.mark.parametrize(
+    "frontend, tags, labels, detail_part",
+    [
+        (OLD_CDD, ("example.test/pause:3.9",), {}, "--pod-infra-container-image"),
+        (NEW_CDD, ("example.test/keep:2",), {}, "--pinned-images example.test/keep:*"),
+        (NEW_CDD, ("example.test/other:1",), {"team.example/keep": "yes"}, "--pinned-image-labels team.example/keep=yes"),
+        (CriDockerd(3, "0.4.3", False), ("example.test/pause:3.10",), {}, "default sandbox image"),
+        (OLD_CDD, ("example.test/other:1",), {}, "the runtime's own pin: cri-dockerd 0.4.3"),
+        (None, ("example.test/other:1",), {}, "the runtime's own pin"),
+    ],
+)
+def test_a_pin_cri_dockerd_makes_itself_is_explained(frontend: CriDockerd | None, tags: tuple[str, ...],
+                                                     labels: dict[str, str], detail_part: str) -> None:
+    """cri-dockerd pins its sandbox image and what its flags name: check agrees and says which."""
+    docker_row = ImageRow("moby", tags[0], ID, Descriptor("m", ID, 1), 10, {}, source="docker", config_labels=labels)
+    result = check([docker_row], [CriImage(ID, tags, (), 10, True)], RuntimeVersion("docker", "26.1.5", "v1"),
+                   "unix:///x", frontend=frontend)
+    [item] = result.items
+    assert result.agree and item.desired
+    assert [r.kind for r in item.reasons] == ["sandbox"] and detail_part in item.reasons[0].detail
 
 
 def test_rows_join_on_manifest_digest_too() -> None:

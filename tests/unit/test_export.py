@@ -10,6 +10,7 @@ import pytest
 from pinctl import refs
 from pinctl.config.loader import PatternEntry
 from pinctl.pins.export import export
+from pinctl.pins.patterns import matches
 from pinctl.pins.policy import Policy, compile_policy
 
 if sys.version_info >= (3, 11):
@@ -65,3 +66,50 @@ def test_offline_leaves_out_what_needs_the_images_and_says_so(target: str, patte
     result = export(target, policy(pattern), None, [])
     assert pattern not in result.text and "fedora-tools" not in result.text
     assert any("--offline" in note and pattern in note for note in result.notes)
+
+
+# Docker's names for the images of a node, as RepoTags/RepoDigests show them, with the normalised
+# name pinctl's policy matches.
+DOCKER_NAMES = {
+    "nginx:1.27": refs.normalize("nginx:1.27"),
+    "team/tool:2": refs.normalize("team/tool:2"),
+    "registry.example/base/os:1": "registry.example/base/os:1",
+    "registry.example/base/os:2": "registry.example/base/os:2",
+    "registry.example/other/os:1": "registry.example/other/os:1",
+    "example.test/fedora-tools:3": "example.test/fedora-tools:3",
+    "example.test/app:1": "example.test/app:1",
+    "example.test/app:2": "example.test/app:2",
+}
+
+
+@pytest.mark.parametrize("texts", [
+    ("nginx:1.27", "team/tool:2"),                        # short Docker names, normalised by pinctl
+    ("registry.example/base/*",),                         # a glob: a plain prefix for cri-dockerd
+    ("*fedora*",),                                        # a keyword: expanded to the names present
+    ("example.test/app:1", "registry.example/base/*", "*fedora*", "nginx:1.27"),
+])
+def test_cri_dockerd_flags_pin_what_the_policy_wants_in_cri_dockerds_semantics(texts: tuple[str, ...]) -> None:
+    """The exported --pinned-images, read as cri-dockerd reads them (pins.dockerd), select exactly
+    the Docker images pinctl's policy covers. (No release of cri-dockerd with selectors can be
+    built here; this holds the export to its source's semantics.)"""
+    from pinctl.pins.dockerd import Selectors
+
+    wanted = policy(*texts)
+    result = export("cri-dockerd", wanted, sorted(DOCKER_NAMES.values()), [])
+    [flag] = shlex.split(result.text)
+    selectors = Selectors.parse(flag.removeprefix("--pinned-images=").split(","))
+    pinned = {name for name in DOCKER_NAMES if selectors.match([name], [], {})}
+    assert pinned == {name for name, full in DOCKER_NAMES.items() if any(matches(p, full) for p in wanted.patterns)}
+    assert all("docker.io" not in entry for entry in flag.split(","))  # Docker's own spelling, not the full one
+    assert any("0.4.7" in note for note in result.notes)
+
+
+def test_cri_dockerd_label_rules_go_out_as_they_are_and_match_config_labels() -> None:
+    from pinctl.pins.dockerd import Selectors
+
+    result = export("cri-dockerd", policy(), [], ["team.example/keep=true", "keep"])
+    [flag] = shlex.split(result.text)
+    selectors = Selectors.parse([], flag.removeprefix("--pinned-image-labels=").split(","))
+    assert selectors.match([], [], {"team.example/keep": "true"}) == "--pinned-image-labels team.example/keep=true"
+    assert selectors.match([], [], {"keep": "anything"}) == "--pinned-image-labels keep"
+    assert selectors.match([], [], {"team.example/keep": "false"}) is None

@@ -10,6 +10,7 @@ lists the flags that release has).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ NAME = "cri-dockerd"
 # The first release with --pinned-images and --pinned-image-labels.
 SELECTORS_SINCE = (0, 4, 7)
 ASK_TIMEOUT_S = 3.0
+# cri-dockerd's own default for --docker-endpoint.
+DOCKER_DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,20 @@ def find(endpoint: Optional[str], ask: Optional[Callable[[str, str], str]] = Non
         return None
     exe = f"{procfs.PROC}/{pid}/exe"
     return describe_process(pid, procfs.cmdline(pid), parse_version(ask(exe, "--version")), ask(exe, "--help"))
+
+
+def for_docker(host: str) -> Optional[CriDockerd]:
+    """The cri-dockerd in front of the Docker at host (its --docker-endpoint), from its command
+    line alone (nothing is run): what `ls` needs to name its sandbox image."""
+    wanted = os.path.abspath(procfs.socket_path(host))
+    for pid in procfs.pids():
+        if procfs.program(pid) != NAME:
+            continue
+        argv = procfs.cmdline(pid)
+        endpoint = procfs.parse_flags(argv).get("--docker-endpoint") or DOCKER_DEFAULT_ENDPOINT
+        if os.path.abspath(procfs.socket_path(endpoint)) == wanted:
+            return describe_process(pid, argv, "", "")
+    return None
 
 
 def _ask(exe: str, flag: str) -> str:

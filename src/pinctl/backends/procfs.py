@@ -5,6 +5,8 @@ Reads only; a process that goes away meanwhile is simply not found."""
 from __future__ import annotations
 
 import os
+import socket
+import struct
 from datetime import datetime, timezone
 from typing import Iterator, Optional, Sequence
 
@@ -12,6 +14,8 @@ PROC = "/proc"
 # What forwards a socket to another: pinctl cri-proxy (-r / --runtime-endpoint) and its relay (--upstream).
 FORWARD_FLAGS = ("--upstream", "--runtime-endpoint", "-r")
 MAX_HOPS = 4
+# A listener that does not accept within this is taken as not there.
+PROBE_TIMEOUT_S = 1.0
 
 
 def parse_flags(argv: Sequence[str]) -> dict[str, str]:
@@ -100,7 +104,23 @@ def serving(path: str) -> Optional[int]:
 
 
 def socket_owner(path: str) -> Optional[int]:
-    """The process holding the listening unix socket at path."""
+    """The process listening on the unix socket at path: the peer's credentials of a connection
+    to it (SO_PEERCRED). A listener bound under one name and renamed into place (as cri-dockerd
+    does) is still found, which /proc/net/unix, listing the bound name, would miss."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(PROBE_TIMEOUT_S)
+    try:
+        probe.connect(path)
+        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return _owner_by_inode(path)
+    finally:
+        probe.close()
+    pid = struct.unpack("3i", creds)[0]
+    return pid if pid > 0 else None
+
+
+def _owner_by_inode(path: str) -> Optional[int]:
     inodes = set(_listening_inodes(os.path.abspath(path)))
     if not inodes:
         return None

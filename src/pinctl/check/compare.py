@@ -18,10 +18,12 @@ from pinctl.model import (
     Reason,
     ReasonKind,
 )
+from pinctl.check import dockerd
 from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, RuntimeVersion
+    from pinctl.backends.cri_dockerd import CriDockerd
 
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
@@ -45,6 +47,7 @@ MISMATCH_PATTERN_ONLY: Final = "pattern-only"  # a policy pattern the runtime do
 MISMATCH_UNEXPLAINED_PIN: Final = "unexplained-pin"  # pinned by the runtime, nothing pinctl reads says why
 MISMATCH_UNKNOWN_IMAGE: Final = "unknown-image"  # a name asked about that the runtime does not know
 MISMATCHES: tuple[Mismatch, ...] = get_args(Mismatch)
+MISMATCH_NAMED: dict[str, Mismatch] = {name: name for name in MISMATCHES}
 
 
 @dataclass
@@ -80,10 +83,13 @@ def check(
     runtime: RuntimeVersion,
     endpoint: str,
     unknown: Sequence[str] = (),
+    frontend: Optional[CriDockerd] = None,
 ) -> CheckResult:
-    """unknown: references asked about that the runtime does not know (ImageStatus found nothing)."""
+    """unknown: references asked about that the runtime does not know (ImageStatus found nothing);
+    frontend: the cri-dockerd process behind a runtime that names itself docker, when found."""
     index = _Index(rows)
-    items = [_item(cri, index.matching(cri), runtime) for cri in listed]
+    site = _Site(runtime, endpoint, frontend)
+    items = [_item(cri, index.matching(cri), site) for cri in listed]
     items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
                         fix="check the name with pinctl ls, or pull the image", mismatch=MISMATCH_UNKNOWN_IMAGE)
               for ref in unknown]
@@ -101,15 +107,16 @@ class RuntimeImages(Protocol):
 
 
 def check_runtime(
-    rows: Sequence[ImageRow], runtime: RuntimeImages, version: RuntimeVersion, refs: Sequence[str] = ()
+    rows: Sequence[ImageRow], runtime: RuntimeImages, version: RuntimeVersion, refs: Sequence[str] = (),
+    frontend: Optional[CriDockerd] = None,
 ) -> CheckResult:
     """Every image the runtime lists or, given refs, those asked one by one with ImageStatus."""
     if not refs:
-        return check(rows, runtime.list_images(), version, runtime.endpoint)
+        return check(rows, runtime.list_images(), version, runtime.endpoint, (), frontend)
     statuses = {ref: runtime.image_status(ref) for ref in refs}
     listed = list({s.id: s for s in statuses.values() if s is not None}.values())
     unknown = [ref for ref, status in statuses.items() if status is None]
-    return check(rows, listed, version, runtime.endpoint, unknown)
+    return check(rows, listed, version, runtime.endpoint, unknown, frontend)
 
 
 class Clock(Protocol):
@@ -163,13 +170,26 @@ class _Index:
         return list(found.values())
 
 
-def _item(cri: CriImage, rows: Sequence[ImageRow], runtime: RuntimeVersion) -> CheckItem:
+@dataclass(frozen=True)
+class _Site:
+    """The runtime being compared: its CRI name and version, where it answers, what fronts it."""
+
+    runtime: RuntimeVersion
+    endpoint: str
+    frontend: Optional[CriDockerd]
+
+
+def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
     reasons = _reasons(rows)
     desired = any(r.kind in WANTED for r in reasons)
     refs = list(cri.repo_tags or cri.repo_digests or (cri.id,))
     item = CheckItem(cri.id, refs, desired, cri.pinned, reasons)
     if desired and not cri.pinned:
-        item.mismatch, item.cause, item.fix = _why_not_pinned(reasons, runtime, refs[0])
+        item.mismatch, item.cause, item.fix = _why_not_pinned(reasons, site, refs[0])
+    elif cri.pinned and not desired and site.runtime.name == DOCKER:
+        # cri-dockerd pins its sandbox image and what its own flags name, and nothing else.
+        item.reasons.append(dockerd.own_pin(cri, rows, site.frontend))
+        item.desired = True
     elif cri.pinned and not desired:
         item.mismatch = MISMATCH_UNEXPLAINED_PIN
         item.cause = "the CRI says pinned but nothing pinctl reads explains it"
@@ -197,28 +217,17 @@ def _label_namespaces(reasons: Sequence[Reason]) -> set[str]:
 Diagnosis = tuple[Mismatch, str, str]
 
 
-def _why_not_pinned(reasons: Sequence[Reason], runtime: RuntimeVersion, ref: str) -> Diagnosis:
+def _why_not_pinned(reasons: Sequence[Reason], site: _Site, ref: str) -> Diagnosis:
     kinds = {r.kind for r in reasons}
+    runtime = site.runtime
     if runtime.name == DOCKER:
-        return _docker_cause(kinds, runtime)
+        mismatch, cause, fix = dockerd.cause(kinds, site.frontend, site.endpoint)
+        return MISMATCH_NAMED[mismatch], cause, fix
     if runtime.name == CRIO:
         return (MISMATCH_LABELS_IGNORED,
                 "CRI-O pins only what its own pinned_images names; it ignores labels and pinctl's patterns",
                 "add the patterns to CRI-O: pinctl config export --for crio > /etc/crio/crio.conf.d/50-pinctl.conf")
     return _containerd_cause(reasons, kinds, runtime, ref)
-
-
-def _docker_cause(kinds: set[ReasonKind], runtime: RuntimeVersion) -> Diagnosis:
-    if REASON_DOCKER_LABEL in kinds:
-        return (MISMATCH_CONFIG_LABEL_UNREAD, "cri-dockerd does not pin by these config labels",
-                "start cri-dockerd with --pinned-image-labels (pinctl config export --for cri-dockerd)")
-    if REASON_LABEL in kinds:
-        return (MISMATCH_LABELS_IGNORED,
-                f"the runtime ignores labels: cri-dockerd ({runtime}) pins only its sandbox image "
-                "and what --pinned-images/--pinned-image-labels name",
-                "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
-    return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: cri-dockerd does not read pinctl's config",
-            "pinctl config export --for cri-dockerd, and add the flags to cri-dockerd")
 
 
 def _containerd_cause(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import refs
 from pinctl.errors import UsageError
-from pinctl.model import REASON_DOCKER_LABEL, SOURCE_DOCKER, Descriptor, ImageRow, Reason
+from pinctl.model import REASON_DOCKER_LABEL, REASON_SANDBOX, SOURCE_DOCKER, Descriptor, ImageRow, Reason
 from pinctl.pins.listing import annotate_policy
 from pinctl.pins.policy import Policy
 
@@ -104,6 +104,16 @@ def join(rows: list[ImageRow], view: DockerView, label_rules: Sequence[str], pol
     extra = [row for image in view.images if image.image_id not in seen for row in _rows_of(view, image, rules)]
     annotate_policy(extra, policy)
     return sorted(rows + extra, key=lambda r: (r.namespace or "", r.ref))
+
+
+def mark_sandbox(rows: list[ImageRow], sandbox_image: str) -> None:
+    """cri-dockerd pins its sandbox image (--pod-infra-container-image) itself, by Docker name."""
+    wanted = _full(sandbox_image)
+    images = {(row.namespace, row.engine_id) for row in rows if row.source == SOURCE_DOCKER and row.ref == wanted}
+    for row in rows:
+        if row.source == SOURCE_DOCKER and (row.namespace, row.engine_id) in images:
+            row.reasons.append(Reason(REASON_SANDBOX, f"{sandbox_image} (cri-dockerd --pod-infra-container-image)"))
+            row.pinned = True
 
 
 def _mark(row: ImageRow, config_labels: dict[str, str], rules: Sequence[tuple[str, Optional[str]]]) -> None:

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
+from pinctl.backends import cri_dockerd
 from pinctl.backends.containerd import ContainerdStore
 from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 from pinctl.backends.docker import DockerEngine
@@ -112,6 +113,8 @@ class DockerSource:
     view: DockerView
     # docker_pinned_image_labels: config labels that pin an image, as cri-dockerd's --pinned-image-labels.
     label_rules: Sequence[str] = ()
+    # The sandbox image of the cri-dockerd in front of this Docker, when its command line names one.
+    sandbox_image: Optional[str] = None
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -125,6 +128,8 @@ class DockerSource:
             docker_service.adopt(listing.rows, view.namespace, self._moby_labels(ids), self.label_rules)
         else:
             listing.rows = docker_service.join(listing.rows, view, self.label_rules, policy)
+        if self.sandbox_image:
+            docker_service.mark_sandbox(listing.rows, self.sandbox_image)
 
     def _moby_labels(self, ids: set[str]) -> dict[str, dict[str, str]]:
         assert self.moby_store is not None, "Docker's namespace was listed, so its store is known"
@@ -233,7 +238,8 @@ def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: Docker
     own = _docker_containerd(cfg, main, docker)
     if own is not None:
         node.sources.append(own)
-    source = DockerSource(docker, cfg.settings.docker_pinned_image_labels)
+    front = cri_dockerd.for_docker(docker.engine.host)
+    source = DockerSource(docker, cfg.settings.docker_pinned_image_labels, front.sandbox_image if front else None)
     holder = own or main
     if isinstance(holder, ContainerdSource) and docker.namespace in holder.namespaces:
         source.moby_store = holder.store

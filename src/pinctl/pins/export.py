@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from pinctl import refs as references
 from pinctl.pins.patterns import PATTERN_EXACT, PATTERN_GLOB, PATTERN_KEYWORD, matches
 from pinctl.pins.policy import Policy
 
@@ -86,18 +87,27 @@ def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: S
 
 
 def _cri_dockerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str]) -> Export:
+    """cri-dockerd (0.4.7+) compares --pinned-images with Docker's names as Docker writes them
+    (pins.dockerd): exact names and prefixes go out in that familiar form; what it cannot say
+    (keywords, CRI-O's unanchored globs, image IDs) is expanded to the names present now."""
     notes: list[str] = []
     refs: list[str] = []
     for p in policy.patterns:
         if p.dialect == "pinctl" and p.kind == PATTERN_GLOB:
-            refs.append(p.text)
+            refs.append(references.familiar(p.needle) + "*")
+            if p.text != p.text.lower():
+                notes.append(f"{p.text!r} ({p.source}): cri-dockerd compares case-sensitively; written in lower case")
         elif p.dialect == "pinctl" and p.kind == PATTERN_EXACT and not p.needle.startswith("sha256:"):
-            refs.append(p.needle)
+            refs.append(references.familiar(p.needle))
         else:
-            refs += _expanded(p, present, "cri-dockerd takes references and prefix globs only", notes)
+            refs += [references.familiar(name) for name in
+                     _expanded(p, present, "cri-dockerd takes whole names, repositories and prefixes only", notes)]
     flags = []
     if refs:
         flags.append("--pinned-images=" + ",".join(dict.fromkeys(refs)))
     if label_rules:
         flags.append("--pinned-image-labels=" + ",".join(label_rules))
+    if flags:
+        notes.append("cri-dockerd reads these flags from 0.4.7 on; before that, serve the kubelet through pinctl "
+                     "cri-proxy instead")
     return Export(" ".join(flags) + "\n", notes)
