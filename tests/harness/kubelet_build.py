@@ -28,6 +28,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -257,8 +258,16 @@ def _build(target: pathlib.Path, version: str) -> None:
     (target / "stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
 
 
-if __name__ == "__main__":
-    # `python -m tests.harness.kubelet_build [VERSION]`: build (or find) a cached kubelet, say what it is.
-    import sys
+def main(argv: list[str]) -> int:
+    """``python -m tests.harness.kubelet_build [VERSION]``: build (or find) a cached kubelet, say what it is."""
+    try:
+        build = ensure_kubelet(*argv[:1])
+    except KubeletUnavailable as exc:
+        print(f"kubelet_build: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(dataclasses.asdict(build), default=str, indent=2))
+    return 0
 
-    print(json.dumps(dataclasses.asdict(ensure_kubelet(*sys.argv[1:2])), default=str, indent=2))
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
