@@ -385,14 +385,17 @@ class Kubelet:
         return found
 
     def line_time(self, match: re.Match[str]) -> datetime.datetime:
-        """When the kubelet logged the line holding ``match`` (klog has no year nor zone: this year, UTC)."""
+        """When the kubelet logged the line holding ``match``, in UTC.
+
+        klog writes local time without year or zone; the kubelet shares this process's zone.
+        """
         text = match.string
         stamp = KLOG_TIME.match(text, text.rfind("\n", 0, match.start()) + 1)
         if stamp is None:
             raise KubeletError(f"no klog time on the line of {match.group(0)!r}")
         month, day, hour, minute, second, micro = (int(part) for part in stamp.groups())
-        year = datetime.datetime.now(datetime.timezone.utc).year
-        return datetime.datetime(year, month, day, hour, minute, second, micro, tzinfo=datetime.timezone.utc)
+        local = datetime.datetime(datetime.date.today().year, month, day, hour, minute, second, micro)
+        return local.astimezone(datetime.timezone.utc)
 
     def last_used(self, image_id: str, before: int) -> Optional[datetime.datetime]:
         """The kubelet's lastUsed for ``image_id`` as of log position ``before`` (level 5), None if never set."""
@@ -413,13 +416,13 @@ class Kubelet:
 
 
 def _go_time(text: str) -> datetime.datetime:
-    """Go's ``time.Time.String()`` in UTC ("2026-12-01 11:19:49.927247945 +0000 UTC"), to microseconds."""
-    match = re.fullmatch(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d+))? \+0000 UTC", text.strip())
+    """Go's ``time.Time.String()`` ("2026-12-01 11:19:49.927247945 +0000 UTC"), in UTC, to microseconds."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d+))? ([+-]\d{4}) \S+", text.strip())
     if match is None:
-        raise KubeletError(f"not a UTC Go time: {text!r}")
+        raise KubeletError(f"not a Go time: {text!r}")
     fraction = (match.group(2) or "0")[:6].ljust(6, "0")
-    moment = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.timezone.utc)
-    return moment.replace(microsecond=int(fraction))
+    moment = datetime.datetime.strptime(f"{match.group(1)}.{fraction} {match.group(3)}", "%Y-%m-%d %H:%M:%S.%f %z")
+    return moment.astimezone(datetime.timezone.utc)
 
 
 # --- the node: containerd 1.7 on a small loop-mounted ext4 -------------------------------------

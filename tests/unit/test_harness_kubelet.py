@@ -81,8 +81,8 @@ def test_removals_and_times_are_read_from_the_log(tmp_path: pathlib.Path) -> Non
         ("sha256:53fd", 6196079, "11:20:00.125379"),
     ]
     reclaim = made.wait_for_log('"Attempting to delete unused images"', timeout=0)
-    year = datetime.datetime.now(datetime.timezone.utc).year
-    assert made.line_time(reclaim) == datetime.datetime(year, 12, 1, 11, 20, 0, 111132, tzinfo=datetime.timezone.utc)
+    local = datetime.datetime(datetime.date.today().year, 12, 1, 11, 20, 0, 111132).astimezone()
+    assert made.line_time(reclaim) == local
     used = made.last_used("sha256:53fd", reclaim.start())
     assert used == datetime.datetime(2026, 12, 1, 11, 19, 49, 927247, tzinfo=datetime.timezone.utc)
     assert made.last_used("sha256:ab17", len(LOG)) is None
