@@ -19,14 +19,14 @@ module k8s.io/kubernetes
 go 1.26.0
 
 require (
-\tgithub.com/google/cadvisor/lib v0.60.5
+\texample.test/dependency v1.0.0
 \tk8s.io/api v0.0.0
 )
 
 replace (
 \tk8s.io/api => ./staging/src/k8s.io/api
 \tk8s.io/cri-api => ./staging/src/k8s.io/cri-api
-\tgithub.com/example/fork => github.com/example/fork v1.2.3
+\texample.test/fork => example.test/fork v1.2.3
 )
 
 replace k8s.io/kubelet => ./staging/src/k8s.io/kubelet
