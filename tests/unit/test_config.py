@@ -843,6 +843,26 @@ def test_a_config_nested_too_deep_is_a_config_error(tmp_path: pathlib.Path) -> N
         f"{main}: nested too deeply to read (pinctl's keys are flat: strings, numbers and lists of strings)")
 
 
+@pytest.mark.parametrize(("body", "line", "said"), [
+    ("timeout = 3\n" + "a" + ".a" * 50000 + " = 1\n", 2, "a key of 50,001 dotted parts"),
+    ("[" + "t." * 5000 + "t]\n", 1, "a key of 5,001 dotted parts"),
+    ('pinned_images = [' + ",".join(['"x:1"'] * 300_000) + "]\n", 1, "a line of 1,800,017 characters"),
+])
+def test_a_pathological_config_is_refused_before_the_toml_reader(tmp_path: pathlib.Path, body: str, line: int,
+                                                                 said: str) -> None:
+    """No real config has these, and the TOML reader is quadratic in a dotted key's parts."""
+    main = write(tmp_path / "config.toml", body)
+    with deadline(1):
+        message = config_error(main=pathlib.Path(main))
+    assert message.startswith(f"{main}:{line}: {said}") and len(message.splitlines()) == 1, message
+
+
+def test_dotted_strings_in_a_long_list_are_not_keys(tmp_path: pathlib.Path) -> None:
+    dotted = ", ".join(f'"r.e/a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w.x.y.z:{i}"' for i in range(10))
+    main = write(tmp_path / "config.toml", f"pinned_images = [\n  {dotted},\n]\n")
+    assert len(config.load({}, {}, config_path=main).patterns) == 10
+
+
 @pytest.mark.parametrize("target", ["missing.toml", "loop", "fifo", "directory"])
 def test_a_dropin_that_cannot_be_read_is_an_error_not_an_absence(tmp_path: pathlib.Path, target: str) -> None:
     # Skipping it would let sync --prune unpin whatever it held.

@@ -236,6 +236,7 @@ def _parse(path: str, raw: bytes) -> tuple[dict[str, Any], str]:
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text", "TOML files must be UTF-8") from None
+    _refuse_pathological(path, text)
     toml = toml_reader()
     try:
         return toml.loads(text), text
@@ -243,6 +244,27 @@ def _parse(path: str, raw: bytes) -> tuple[dict[str, Any], str]:
         raise ConfigError(_syntax_message(path, text, err), "fix the TOML syntax") from None
     except RecursionError:
         raise ConfigError(f"{path}: {TOO_DEEP}", "pinctl's keys are flat: strings, numbers and lists of strings") from None
+
+
+# No real config has these; Python's TOML reader takes time quadratic in a dotted key's parts
+# (50,000 parts: over 15 s), so such a file is refused before the reader sees it.
+MAX_LINE_BYTES = 1024 * 1024  # 10,000 patterns of 100 characters on one line still fit
+MAX_KEY_PARTS = 64
+# A key before its "=", or a table's name in its brackets: bare and quoted parts, and dots.
+_KEY = re.compile(r"[ \t]*\[{0,2}[ \t]*([\w\"' .-]+?)[ \t]*(?:=|\]{1,2})")
+
+
+def _refuse_pathological(path: str, text: str) -> None:
+    """A line of megabytes, or a key (or table name) of more than MAX_KEY_PARTS dotted parts:
+    one line naming file and line, in time linear in the file."""
+    for number, line in enumerate(text.split("\n"), 1):
+        if len(line) > MAX_LINE_BYTES:
+            raise ConfigError(f"{path}:{number}: a line of {len(line):,} characters; pinctl reads lines of up to "
+                              f"{MAX_LINE_BYTES:,}", "split the list over several lines")
+        key = _KEY.match(line)
+        if key and key.group(1).count(".") >= MAX_KEY_PARTS:
+            raise ConfigError(f"{path}:{number}: a key of {key.group(1).count('.') + 1:,} dotted parts; pinctl's "
+                              "keys are flat", "write top-level keys: pinned_images = [...]")
 
 
 # Python's TOML reader recurses once per level of nesting; "a = [[[[..." thousands deep exhausts the stack.
