@@ -3,6 +3,9 @@ one of these, prints the result and exits with the code the result carries. Guar
 empty policy before a prune), polling (check --wait) and filters live here, not in click.
 The long-running commands (sync --watch, cri-proxy) take a way to read the config again
 (SIGHUP) and the metrics endpoint to run beside them, so that nothing here serves or prints.
+
+Each function imports the capability it calls when it runs: one command loads what it uses, not
+every capability (that would add some 60 ms to `pinctl ls`).
 """
 
 from __future__ import annotations
@@ -10,35 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
-from pinctl import refs as references
-from pinctl.backends import cri_dockerd, registry
-from pinctl.backends.cri import socket_path
-from pinctl.backends.registry_auth import load_auths
-from pinctl.check import compare as checking
-from pinctl.check.compare import annotate_cri
-from pinctl.criproxy.pins import ProxySetup
-from pinctl.criproxy.proxy import Proxy
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
-from pinctl.gc import plan as gc
-from pinctl.gc.kubelet import read_gc_settings
 from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, LogFn, Status
-from pinctl.node.sources import open_node, open_runtime
-from pinctl.pins import export as exporting
-from pinctl.pins import lint as linting
-from pinctl.pins import plans as pinning
-from pinctl.pins.listing import filter_rows
-from pinctl.pins.patterns import is_pattern
-from pinctl.pins.plans import status_of
-from pinctl.pins.policy import Policy as EmptyPolicy
-from pinctl.pins.policy import compile_policy
-from pinctl.pull import run as pulling
-from pinctl.pull.targets import NodeLabels, choose_target
-from pinctl.watch.watcher import Watcher, WatchSetup
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.check.compare import CheckResult, Clock, RuntimeImages
     from pinctl.config.loader import Config, PatternEntry
+    from pinctl.criproxy.proxy import Proxy
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.model import GcSettings
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
@@ -47,6 +29,7 @@ if TYPE_CHECKING:
     from pinctl.pins.lint import Problem
     from pinctl.pins.policy import Policy
     from pinctl.pull.run import PullItem, PullReport, PullRequest
+    from pinctl.watch.watcher import Watcher
 
 OpenRuntime = Callable[[], "tuple[CriRuntime, RuntimeVersion]"]
 
@@ -74,6 +57,9 @@ class LsResult:
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
     """Rows with pins and reasons, filtered; with a runtime, what it tells the kubelet too."""
 
+    from pinctl.check.compare import annotate_cri
+    from pinctl.pins.listing import filter_rows
+
     listing = node.rows(policy)
     if runtime is not None:
         annotate_cri(listing.rows, runtime.list_images())
@@ -96,6 +82,8 @@ class ChangeReport:
 
     @property
     def status(self) -> Status:
+        from pinctl.pins.plans import status_of
+
         return status_of(self.results)
 
     @property
@@ -105,6 +93,8 @@ class ChangeReport:
 
 def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run: bool) -> ChangeReport:
     """pin or unpin: every argument parsed first (UsageError changes nothing), then applied."""
+
+    from pinctl.pins import plans as pinning
 
     plan = pinning.make_plan(node.views(), command, args, dialect, node.refusal)
     return ChangeReport(command, pinning.apply_plan(plan, dry_run), dry_run)
@@ -122,6 +112,8 @@ class SyncRequest:
 
 
 def sync(node: Node, policy: Policy, request: SyncRequest) -> ChangeReport:
+    from pinctl.pins import plans as pinning
+
     refuse_empty_prune(policy, request)
     plan = pinning.make_sync_plan(node.views(), policy, request.prune)
     return ChangeReport("sync", pinning.apply_plan(plan, request.dry_run), request.dry_run)
@@ -161,6 +153,9 @@ def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVe
           progress: Callable[[CheckResult, float], None], clock: Optional[Clock] = None) -> CheckReport:
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
 
+    from pinctl.backends import cri_dockerd
+    from pinctl.check import compare as checking
+
     rows: list[ImageRow] = []
     # The CRI through cri-dockerd names Docker, not cri-dockerd's release: its process says that.
     frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
@@ -183,6 +178,9 @@ def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Opti
     cannot express are expanded to the references present now (none with node None, i.e.
     --offline). sha256: IDs are not names."""
 
+    from pinctl.pins import export as exporting
+    from pinctl.pins.policy import Policy as EmptyPolicy
+
     present: Optional[list[str]] = None
     if node is not None:
         present = [row.ref for row in node.rows(EmptyPolicy()).rows if not row.ref.startswith("sha256:")]
@@ -200,6 +198,8 @@ class LintReport:
 def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]]) -> LintReport:
     """The patterns checked alone and, given a way to open the node, against the images there."""
 
+    from pinctl.pins import lint as linting
+
     return LintReport(linting.lint(entries, open_node))
 
 
@@ -207,6 +207,8 @@ def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVer
             usage: Optional[float]) -> GcReport:
     """The kubelet's next GC run as modelled from the runtime's images, containers and disk."""
     from datetime import datetime, timezone
+
+    from pinctl.gc import plan as gc
 
 
     rows = node.rows(policy).rows
@@ -229,6 +231,8 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
           progress: Callable[[PruneItem], None] = lambda _item: None) -> PruneReport:
     """Plan per runtime, have the plan confirmed (unless a dry run), then delete item by item."""
     from datetime import datetime, timezone
+
+    from pinctl.gc import plan as gc
 
 
     limits = job.limits
@@ -256,6 +260,9 @@ def pull(node: Node, open_runtime: OpenRuntime, request: PullRequest, callbacks:
     """Every reference parsed first (a malformed one pulls nothing), then pulled through the
     runtime that will use it, within the disk budget, each pinned right after its pull."""
 
+    from pinctl import refs as references
+    from pinctl.pins.patterns import is_pattern
+
     wanted: list[str] = []
     for arg in request.refs:
         if is_pattern(arg) or arg.startswith("sha256:"):
@@ -267,6 +274,11 @@ def pull(node: Node, open_runtime: OpenRuntime, request: PullRequest, callbacks:
 
 def _pull_refs(node: Node, open_runtime: OpenRuntime, request: PullRequest, wanted: Sequence[str],
                callbacks: PullCallbacks) -> PullReport:
+
+    from pinctl.backends import registry
+    from pinctl.backends.registry_auth import load_auths
+    from pinctl.pull import run as pulling
+    from pinctl.pull.targets import NodeLabels, choose_target
 
     auths = load_auths(request.registry_config) if request.registry_config else {}
     target = choose_target(node, request.namespaces, open_runtime)
@@ -299,6 +311,9 @@ def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, open_runti
     left it (reopen: a first pull may create the namespace). Globs, keywords and image IDs name
     no one image to pull: each is reported as skipped, with why."""
     from dataclasses import replace
+
+    from pinctl import refs as references
+    from pinctl.pull import run as pulling
 
 
     refuse_empty_prune(policy, sync_request)
@@ -333,6 +348,11 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
     SIGHUP, and served(watcher) runs the metrics endpoint beside it. warn says what opening
     the node notices (as every command does), log what the watcher does."""
 
+    from pinctl.gc.kubelet import read_gc_settings
+    from pinctl.node.sources import open_node, open_runtime
+    from pinctl.pins.policy import compile_policy
+    from pinctl.watch.watcher import Watcher, WatchSetup
+
     first = read_config()
     refuse_empty_prune(compile_policy(first.patterns), SyncRequest(request.prune, False, request.allow_empty_policy,
                                                                    first.files))
@@ -364,6 +384,12 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
               served: Callable[[Proxy], ContextManager[None]]) -> int:
     """Serve the CRI on request.listen until SIGTERM or SIGINT, forwarding to the runtime the
     config names; read_config is called again on SIGHUP."""
+
+    from pinctl.backends.cri import socket_path
+    from pinctl.criproxy.pins import ProxySetup
+    from pinctl.criproxy.proxy import Proxy
+    from pinctl.node.sources import open_node
+    from pinctl.pins.policy import compile_policy
 
     first = read_config()
     compile_policy(first.patterns)  # a bad policy is exit 2 now, not a logged failure later
