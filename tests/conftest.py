@@ -1,8 +1,9 @@
 """Shared pytest fixtures: real containerd daemons and images to put in them.
 
 Daemons are session-scoped (one per engine per run); tests get a clean image
-set through the ``clean_k8s_io``/``fresh_namespace`` factories or the
-``containerd`` fixture, which runs a test once per engine with ``k8s.io`` reset.
+set through the ``clean_k8s_io``/``fresh_namespace`` factories, the ``containerd``
+fixture, which runs a test once per engine with ``k8s.io`` reset, or ``modern_containerd``,
+which does the same on the releases whose CRI honours pin labels (1.7 and 2.1).
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ if _ROOT not in sys.path:
 
 from tests.harness import cri, debs, images  # noqa: E402
 from tests.harness.containerd import ContainerdDaemon, DaemonError  # noqa: E402
-from tests.harness.pod_fixtures import containerd17_pods, pod_node  # noqa: E402, F401  (real pods)
+from tests.harness.pod_fixtures import containerd17_pods, containerd21_pods, modern_pod_node, pod_node  # noqa: E402, F401  (real pods)
 from tests.harness.engine_fixtures import containerd21, cri_dockerd_043, crictl, docker_images  # noqa: E402, F401  (more engines)
 from tests.harness.kubelet_fixtures import kubelet_binary, kubelet_node  # noqa: E402, F401  (a real kubelet)
 
 ENGINE_IDS = {"containerd-1.7": "ctd17", "containerd-1.6": "ctd16"}
+# The releases whose CRI honours the pin label, by session fixture: 2.x reads a config of
+# another schema and pins its own pinned_images, so every test of pinctl against a CRI that
+# honours labels runs on both.
+MODERN_CONTAINERD = {"containerd17": "ctd17", "containerd21": "ctd21"}
 _namespace_counter = itertools.count()
 
 
@@ -130,6 +135,13 @@ def containerd(request: pytest.FixtureRequest) -> ContainerdDaemon:
     """Each engine in turn, with ``k8s.io`` holding only the sandbox image."""
     fixture = {"containerd-1.7": "containerd17", "containerd-1.6": "containerd16"}[request.param]
     daemon: ContainerdDaemon = request.getfixturevalue(fixture)
+    return reset_k8s_io(daemon)
+
+
+@pytest.fixture(params=list(MODERN_CONTAINERD), ids=list(MODERN_CONTAINERD.values()))
+def modern_containerd(request: pytest.FixtureRequest) -> ContainerdDaemon:
+    """containerd 1.7, then 2.1 (the session's daemons), with ``k8s.io`` holding only the sandbox image."""
+    daemon: ContainerdDaemon = request.getfixturevalue(request.param)
     return reset_k8s_io(daemon)
 
 

@@ -1,8 +1,10 @@
-"""pytest fixtures for real pods: a pod-capable containerd 1.7 on its own small filesystem.
+"""pytest fixtures for real pods: pod-capable containerd 1.7 and 2.1, each on its own small filesystem.
 
-Registered in tests/conftest.py. ``containerd17_pods`` is one daemon for the whole session
-(separate from ``containerd17``, whose config stays as it is); ``pod_node`` hands a test that
-daemon with no pods and only the sandbox image, and removes the test's pods afterwards.
+Registered in tests/conftest.py. ``containerd17_pods`` and ``containerd21_pods`` are one daemon
+each for the whole session (separate from ``containerd17``/``containerd21``, whose configs stay
+as they are; 2.1 gets its 2.x pod settings from ``containerd.with_pod_settings_v3``).
+``pod_node`` hands a test the 1.7 one with no pods and only the sandbox image, and removes the
+test's pods afterwards; ``modern_pod_node`` does the same on 1.7, then on 2.1.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from tests.harness.containerd import DaemonError
 from tests.harness.pods import RunnableRecipe
 
 ENGINE = "containerd-1.7"
+ENGINE_21 = "containerd-2.1"
+# Session fixture -> test id, for the tests that run on both.
+MODERN_PODS = {"containerd17_pods": "ctd17", "containerd21_pods": "ctd21"}
 
 
 @dataclasses.dataclass
@@ -59,25 +64,44 @@ def _unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def containerd17_pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodNode]:
-    """containerd 1.7 whose CRI runs pods (runc, host network) on a 256 MiB tmpfs, for the session."""
-    base = tmp_path_factory.mktemp("pods")
+def _session_pods(engine: str, factory: pytest.TempPathFactory) -> Iterator[PodNode]:
+    base = factory.mktemp(f"pods-{engine}")
     try:
-        context = pods.pods_daemon(ENGINE, base)
+        context = pods.pods_daemon(engine, base)
         daemon, fs = context.__enter__()
     except (pods.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
-        _unavailable(f"{ENGINE} with pods unavailable: {exc}")
+        _unavailable(f"{engine} with pods unavailable: {exc}")
     try:
         yield PodNode(daemon, fs, base / "work")
     finally:
         context.__exit__(None, None, None)
 
 
+def _for_one_test(node: PodNode) -> Iterator[PodNode]:
+    yield node.reset()
+    if node.daemon.is_alive():
+        node.pods().cleanup()
+
+
+@pytest.fixture(scope="session")
+def containerd17_pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodNode]:
+    """containerd 1.7 whose CRI runs pods (runc, host network) on a 256 MiB tmpfs, for the session."""
+    yield from _session_pods(ENGINE, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def containerd21_pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodNode]:
+    """containerd 2.1 running pods the same way (config version 3), for the session."""
+    yield from _session_pods(ENGINE_21, tmp_path_factory)
+
+
 @pytest.fixture
 def pod_node(containerd17_pods: PodNode) -> Iterator[PodNode]:
-    """The session's pod-capable daemon, reset; the test's pods are removed afterwards."""
-    yield containerd17_pods.reset()
-    if containerd17_pods.daemon.is_alive():
-        containerd17_pods.pods().cleanup()
+    """The session's pod-capable containerd 1.7, reset; the test's pods are removed afterwards."""
+    yield from _for_one_test(containerd17_pods)
 
+
+@pytest.fixture(params=list(MODERN_PODS), ids=list(MODERN_PODS.values()))
+def modern_pod_node(request: pytest.FixtureRequest) -> Iterator[PodNode]:
+    """The pod-capable containerd 1.7, then 2.1, each reset as ``pod_node`` is."""
+    yield from _for_one_test(request.getfixturevalue(request.param))

@@ -11,15 +11,28 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.harness import images
-from tests.harness.containerd import ContainerdDaemon
+from tests.conftest import engine_unavailable
+from tests.harness import cri, debs, images
+from tests.harness.containerd import ContainerdDaemon, DaemonError
+
+# The engines a test's own containerd comes in: the releases whose CRI honours pin labels.
+OWN_ENGINES = {"containerd-1.7": "ctd17", "containerd-2.1": "ctd21"}
+# For a test of pinctl's own behaviour that only needs some containerd to talk to.
+one_engine = pytest.mark.parametrize("daemon", ["containerd-1.7"], ids=["ctd17"], indirect=True)
 
 
-@pytest.fixture
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
-    """A containerd 1.7 of the test's own, for tests that stop and start it (the session's are shared)."""
-    ctd = ContainerdDaemon("containerd-1.7", tmp_path_factory.mktemp("own-containerd")).start()
-    images.ensure_sandbox_image(ctd)
+@pytest.fixture(params=list(OWN_ENGINES), ids=list(OWN_ENGINES.values()))
+def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """A containerd of the test's own (1.7, then 2.1), for tests that stop and start it (the
+    session's are shared). ``one_engine`` limits a test to 1.7."""
+    engine: str = request.param
+    ctd = ContainerdDaemon(engine, tmp_path_factory.mktemp("own-containerd"))
+    try:
+        ctd.start()
+        images.ensure_sandbox_image(ctd)
+    except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+        ctd.stop()
+        engine_unavailable(f"{engine} unavailable: {exc}")
     yield ctd
     ctd.stop()
 
