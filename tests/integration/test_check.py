@@ -1,4 +1,4 @@
-"""pinctl check and ls --cri against the CRI of real containerd 1.7 (honours labels) and 1.6.20 (does not)."""
+"""pinctl check and ls --cri against the CRI of real containerd 1.7 and 2.1 (honour labels) and 1.6.20 (does not)."""
 
 from __future__ import annotations
 
@@ -30,45 +30,47 @@ def item(doc: dict[str, Any], ref: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def ctd17(containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon]) -> ContainerdDaemon:
-    return clean_k8s_io(containerd17)
+def ctd(modern_containerd: ContainerdDaemon) -> ContainerdDaemon:
+    """containerd 1.7, then 2.1 (each test runs on both), k8s.io holding only the sandbox image."""
+    return modern_containerd
 
 
-def test_check_fails_before_pin_and_passes_after(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP, seed="chk")])
-    doc = check(ctd17, "--pinned-image", APP, expect=1)
-    assert doc["runtime"]["name"] == "containerd" and doc["runtime"]["version"].startswith("1.7.")
+def test_check_fails_before_pin_and_passes_after(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP, seed="chk")])
+    doc = check(ctd, "--pinned-image", APP, expect=1)
+    # Debian's 2.1 says 2.1.9+unknown over the CRI (its build stamps no revision), ctr 2.1.9.
+    assert doc["runtime"]["name"] == "containerd" and doc["runtime"]["version"].startswith(ctd.version)
     found = item(doc, APP)
     assert found["wanted"] is True and found["cri_pinned"] is False and found["agrees"] is False
     assert "pattern known only to pinctl" in found["cause"] and "pinctl sync" in found["fix"]
-    assert pinctl(ctd17, "pin", APP).returncode == 0
-    doc = check(ctd17, "--pinned-image", APP, "--wait", "10", expect=0)
+    assert pinctl(ctd, "pin", APP).returncode == 0
+    doc = check(ctd, "--pinned-image", APP, "--wait", "10", expect=0)
     assert doc["agree"] is True and item(doc, APP)["cri_pinned"] is True
-    table = pinctl(ctd17, "check", "--runtime-endpoint", ctd17.address)
+    table = pinctl(ctd, "check", "--runtime-endpoint", ctd.address)
     assert table.returncode == 0 and table.stdout == "" and "agree" in table.stderr
 
 
-def test_wrong_namespace_and_ineffective_label(ctd17: ContainerdDaemon, load_images: LoadImages,
+def test_wrong_namespace_and_ineffective_label(ctd: ContainerdDaemon, load_images: LoadImages,
                                                fresh_namespace: Callable[[ContainerdDaemon], str]) -> None:
-    load_images(ctd17, [images.recipe(APP, seed="chk"), images.recipe("example.test/chk-true:1", seed="t")])
-    load_images(ctd17, [images.recipe(APP, seed="chk")], "moby")
-    ctd17.label_image(APP, {PIN: "pinned"}, namespace="moby")
-    ctd17.ctr("images", "label", "example.test/chk-true:1", PIN)  # stores "true"
+    load_images(ctd, [images.recipe(APP, seed="chk"), images.recipe("example.test/chk-true:1", seed="t")])
+    load_images(ctd, [images.recipe(APP, seed="chk")], "moby")
+    ctd.label_image(APP, {PIN: "pinned"}, namespace="moby")
+    ctd.ctr("images", "label", "example.test/chk-true:1", PIN)  # stores "true"
     try:
-        doc = check(ctd17, expect=1)
+        doc = check(ctd, expect=1)
         wrong = item(doc, APP)
         assert "namespace moby" in wrong["cause"] and wrong["fix"] == f"pinctl pin -n k8s.io {APP}"
         bad = item(doc, "example.test/chk-true:1")
         assert bad["cause"].startswith("ineffective label") and "pinctl pin" in bad["fix"]
     finally:
-        ctd17.clear_images("moby")
+        ctd.clear_images("moby")
 
 
-def test_sandbox_agrees(ctd17: ContainerdDaemon) -> None:
-    doc = check(ctd17, expect=0)
-    sandbox = item(doc, ctd17.sandbox_image)
+def test_sandbox_agrees(ctd: ContainerdDaemon) -> None:
+    doc = check(ctd, expect=0)
+    sandbox = item(doc, ctd.sandbox_image)
     assert sandbox["cri_pinned"] is True and sandbox["agrees"] is True
-    assert {"kind": "sandbox", "detail": ctd17.sandbox_image} in sandbox["reasons"]
+    assert {"kind": "sandbox", "detail": ctd.sandbox_image} in sandbox["reasons"]
 
 
 def test_containerd_16_ignores_labels(containerd16: ContainerdDaemon,
@@ -84,44 +86,44 @@ def test_containerd_16_ignores_labels(containerd16: ContainerdDaemon,
     assert "1.6.25" in found["fix"]
 
 
-def test_ls_cri_column(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP, "example.test/chk-app:latest", seed="chk")])
-    ctd17.label_image(APP, {PIN: "pinned"})
-    cri.wait_for(ctd17.address, lambda imgs: any(APP in i.repo_tags and i.pinned for i in imgs), 10)
-    result = pinctl(ctd17, "ls", "--cri", "-o", "json", env={"CONTAINER_RUNTIME_ENDPOINT": f"unix://{ctd17.address}"})
+def test_ls_cri_column(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP, "example.test/chk-app:latest", seed="chk")])
+    ctd.label_image(APP, {PIN: "pinned"})
+    cri.wait_for(ctd.address, lambda imgs: any(APP in i.repo_tags and i.pinned for i in imgs), 10)
+    result = pinctl(ctd, "ls", "--cri", "-o", "json", env={"CONTAINER_RUNTIME_ENDPOINT": f"unix://{ctd.address}"})
     rows = {img["ref"]: img for img in json.loads(result.stdout)["images"]}
     assert rows["example.test/chk-app:latest"]["cri_pinned"] is True
-    table = pinctl(ctd17, "ls", "--cri", APP, env={"CONTAINER_RUNTIME_ENDPOINT": ctd17.address}).stdout
+    table = pinctl(ctd, "ls", "--cri", APP, env={"CONTAINER_RUNTIME_ENDPOINT": ctd.address}).stdout
     assert "CRI PINNED" in table.splitlines()[0]
 
 
-def test_discovery_names_the_runtime_it_found(ctd17: ContainerdDaemon) -> None:
+def test_discovery_names_the_runtime_it_found(ctd: ContainerdDaemon) -> None:
     # CONTAINERD_ADDRESS is set by the runner: discovery tries it before the usual sockets.
-    result = pinctl(ctd17, "check", "-o", "json")
+    result = pinctl(ctd, "check", "-o", "json")
     assert result.returncode == 0, result.stderr
-    assert f"using unix://{ctd17.address} (containerd 1.7" in result.stderr
+    assert f"using unix://{ctd.address} (containerd {ctd.version}" in result.stderr
 
 
-def test_unreachable_endpoint(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
-    result = pinctl(ctd17, "check", "--runtime-endpoint", f"unix://{tmp_path}/gone.sock")
+def test_unreachable_endpoint(ctd: ContainerdDaemon, tmp_path: Path) -> None:
+    result = pinctl(ctd, "check", "--runtime-endpoint", f"unix://{tmp_path}/gone.sock")
     assert_one_line_error(result, 1, "gone.sock", "does not exist", "--runtime-endpoint")
 
 
-def test_socket_that_is_not_cri(ctd17: ContainerdDaemon, grpc_without_services: Path) -> None:
-    result = pinctl(ctd17, "check", "--runtime-endpoint", str(grpc_without_services))
+def test_socket_that_is_not_cri(ctd: ContainerdDaemon, grpc_without_services: Path) -> None:
+    result = pinctl(ctd, "check", "--runtime-endpoint", str(grpc_without_services))
     assert_one_line_error(result, 1, str(grpc_without_services), "does not speak the CRI (runtime.v1)")
 
 
-def test_runtime_timeout(ctd17: ContainerdDaemon, mute_socket: Path) -> None:
-    result = pinctl(ctd17, "check", "--runtime-endpoint", str(mute_socket), "--timeout", "0.5")
+def test_runtime_timeout(ctd: ContainerdDaemon, mute_socket: Path) -> None:
+    result = pinctl(ctd, "check", "--runtime-endpoint", str(mute_socket), "--timeout", "0.5")
     assert_one_line_error(result, 1, str(mute_socket), "did not answer within 0.5s")
 
 
-def test_check_named_images_through_image_status(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP, seed="chk"), images.recipe("example.test/chk-other:1", seed="o")])
-    assert pinctl(ctd17, "pin", APP).returncode == 0
-    doc = check(ctd17, APP, "--wait", "10", expect=0)
+def test_check_named_images_through_image_status(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP, seed="chk"), images.recipe("example.test/chk-other:1", seed="o")])
+    assert pinctl(ctd, "pin", APP).returncode == 0
+    doc = check(ctd, APP, "--wait", "10", expect=0)
     assert [i["refs"] for i in doc["images"]] == [[APP]] and doc["images"][0]["cri_pinned"] is True
-    doc = check(ctd17, APP, "example.test/chk-gone:1", expect=1)
+    doc = check(ctd, APP, "example.test/chk-gone:1", expect=1)
     gone = item(doc, "example.test/chk-gone:1")
     assert gone["cause"] == "the runtime knows no image by this name"

@@ -1,4 +1,4 @@
-"""pinctl ls / pin / unpin against real containerd 1.7 and 1.6, checked with ctr and the CRI."""
+"""pinctl ls / pin / unpin against real containerd 1.7, 2.1 and 1.6, checked with ctr and the CRI."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ APP = ("example.test/app:1", "example.test/app:latest", "registry.example/mirror
 
 
 @pytest.fixture
-def ctd17(containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon]) -> ContainerdDaemon:
-    return clean_k8s_io(containerd17)
+def ctd(modern_containerd: ContainerdDaemon) -> ContainerdDaemon:
+    """containerd 1.7, then 2.1 (each test runs on both), k8s.io holding only the sandbox image."""
+    return modern_containerd
 
 
 def ctr_labels(daemon: ContainerdDaemon, namespace: str = "k8s.io") -> dict[str, dict[str, str]]:
@@ -37,71 +38,71 @@ def cri_pinned(daemon: ContainerdDaemon, image_id: str, want: bool) -> bool:
     return next(i.pinned for i in listed if i.id == image_id)
 
 
-def test_ls_shows_every_ref_pinned_by_one_label(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    app, other = load_images(ctd17, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
-    ctd17.label_image(APP[1], {PIN: "pinned"})
-    rows = ls_by_ref(ctd17, "-n", "k8s.io")
+def test_ls_shows_every_ref_pinned_by_one_label(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    app, other = load_images(ctd, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
+    ctd.label_image(APP[1], {PIN: "pinned"})
+    rows = ls_by_ref(ctd, "-n", "k8s.io")
     for ref in (*APP, app.image_id):
         assert rows[ref]["pinned"] is True, ref
         assert {"kind": "label", "detail": APP[1]} in rows[ref]["reasons"]
         assert rows[ref]["id"] == app.image_id
     assert rows["example.test/other:1"]["pinned"] is False
-    listed = {i.id: i for i in cri.list_images(ctd17.address)}
+    listed = {i.id: i for i in cri.list_images(ctd.address)}
     assert rows[APP[0]]["size"] == listed[app.image_id].size
     assert listed[app.image_id].pinned and not listed[other.image_id].pinned
 
 
-def test_index_image_id_is_the_host_platform_config(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    (multi,) = load_images(ctd17, [images.recipe("example.test/multi:1", seed="m", platforms=("linux/amd64", "linux/arm64"))])
-    row = ls_by_ref(ctd17)["example.test/multi:1"]
+def test_index_image_id_is_the_host_platform_config(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    (multi,) = load_images(ctd, [images.recipe("example.test/multi:1", seed="m", platforms=("linux/amd64", "linux/arm64"))])
+    row = ls_by_ref(ctd)["example.test/multi:1"]
     assert row["id"] == multi.image_id and row["digest"] == multi.digest
-    assert row["size"] == {i.id: i.size for i in cri.list_images(ctd17.address)}[multi.image_id]
+    assert row["size"] == {i.id: i.size for i in cri.list_images(ctd.address)}[multi.image_id]
 
 
-def test_pin_writes_one_label_and_the_cri_reports_it(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    (app,) = load_images(ctd17, [images.recipe(*APP, seed="app", labels={"org.example.team": "payments"})])
-    ctd17.label_image(APP[0], {"org.example.owner": "ops"})
-    assert not cri_pinned(ctd17, app.image_id, False)
-    doc = pinctl_json(ctd17, "pin", APP[0])
+def test_pin_writes_one_label_and_the_cri_reports_it(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    (app,) = load_images(ctd, [images.recipe(*APP, seed="app", labels={"org.example.team": "payments"})])
+    ctd.label_image(APP[0], {"org.example.owner": "ops"})
+    assert not cri_pinned(ctd, app.image_id, False)
+    doc = pinctl_json(ctd, "pin", APP[0])
     assert doc["status"] == "success"
     assert doc["results"] == [{"namespace": "k8s.io", "ref": APP[0], "action": "pinned", "error": None}]
-    labels = ctr_labels(ctd17)
+    labels = ctr_labels(ctd)
     assert labels[APP[0]][PIN] == "pinned" and labels[APP[0]]["org.example.owner"] == "ops"
     assert labels[APP[0]]["io.cri-containerd.image"] == "managed"
     assert PIN not in labels[APP[1]]
-    assert cri_pinned(ctd17, app.image_id, True)
+    assert cri_pinned(ctd, app.image_id, True)
 
 
-def test_pin_is_idempotent(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP[0], seed="app")])
-    assert pinctl(ctd17, "pin", APP[0]).returncode == 0
-    again = pinctl_json(ctd17, "pin", APP[0])
+def test_pin_is_idempotent(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP[0], seed="app")])
+    assert pinctl(ctd, "pin", APP[0]).returncode == 0
+    again = pinctl_json(ctd, "pin", APP[0])
     assert [r["action"] for r in again["results"]] == ["already-pinned"]
 
 
-def test_unpin_clears_every_ref_of_the_image(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    (app,) = load_images(ctd17, [images.recipe(*APP, seed="app")])
+def test_unpin_clears_every_ref_of_the_image(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    (app,) = load_images(ctd, [images.recipe(*APP, seed="app")])
     for ref in (APP[0], APP[2], app.image_id):
-        ctd17.label_image(ref, {PIN: "pinned"})
-    assert cri_pinned(ctd17, app.image_id, True)
-    doc = pinctl_json(ctd17, "unpin", APP[1])
+        ctd.label_image(ref, {PIN: "pinned"})
+    assert cri_pinned(ctd, app.image_id, True)
+    doc = pinctl_json(ctd, "unpin", APP[1])
     actions = {r["ref"]: r["action"] for r in doc["results"]}
     assert actions == {APP[0]: "unpinned", APP[1]: "already-unpinned", APP[2]: "unpinned", app.image_id: "unpinned"}
-    labels = ctr_labels(ctd17)
+    labels = ctr_labels(ctd)
     assert not [ref for ref in (*APP, app.image_id) if PIN in labels[ref]]
-    assert not cri_pinned(ctd17, app.image_id, False)
+    assert not cri_pinned(ctd, app.image_id, False)
 
 
-def test_pin_by_id_and_by_prefix_selects_every_ref(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    app, other = load_images(ctd17, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
-    doc = pinctl_json(ctd17, "pin", app.image_id)
+def test_pin_by_id_and_by_prefix_selects_every_ref(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    app, other = load_images(ctd, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
+    doc = pinctl_json(ctd, "pin", app.image_id)
     assert {r["ref"] for r in doc["results"]} == {*APP, app.image_id}
-    labels = ctr_labels(ctd17)
+    labels = ctr_labels(ctd)
     assert all(labels[ref].get(PIN) == "pinned" for ref in (*APP, app.image_id))
     prefix = other.image_id.split(":")[1][:12]
-    doc = pinctl_json(ctd17, "pin", prefix)
+    doc = pinctl_json(ctd, "pin", prefix)
     assert {r["ref"] for r in doc["results"]} == {"example.test/other:1", other.image_id}
-    assert cri_pinned(ctd17, other.image_id, True)
+    assert cri_pinned(ctd, other.image_id, True)
 
 
 # Seeds found by search: the image IDs of the first pair share four hex digits, and the ID of
@@ -110,111 +111,111 @@ SAME_ID_PREFIX = ("amb740", "amb886")
 ID_LIKE_DIGEST = ("amb93", "amb368")
 
 
-def test_ambiguous_id_prefix_fails_that_item(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    one, two = load_images(ctd17, [images.recipe(f"example.test/{seed}:1", seed=seed) for seed in SAME_ID_PREFIX])
+def test_ambiguous_id_prefix_fails_that_item(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    one, two = load_images(ctd, [images.recipe(f"example.test/{seed}:1", seed=seed) for seed in SAME_ID_PREFIX])
     shared = one.image_id[7:11]
     assert two.image_id[7:11] == shared, "the harness builds other images now: search new seeds"
-    result = pinctl(ctd17, "pin", f"sha256:{shared}")
+    result = pinctl(ctd, "pin", f"sha256:{shared}")
     assert result.returncode == 1
     assert f"sha256:{shared} matches 2 images" in result.stderr and "more digits" in result.stderr
     assert result.stderr.count("by its ID") == 2
-    assert not any(PIN in labels for ref, labels in ctr_labels(ctd17).items() if "amb" in ref)
+    assert not any(PIN in labels for ref, labels in ctr_labels(ctd).items() if "amb" in ref)
 
 
-def test_ambiguity_through_a_manifest_digest_names_that_digest(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    by_id, by_digest = load_images(ctd17, [images.recipe(f"example.test/{s}:1", seed=s) for s in ID_LIKE_DIGEST])
+def test_ambiguity_through_a_manifest_digest_names_that_digest(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    by_id, by_digest = load_images(ctd, [images.recipe(f"example.test/{s}:1", seed=s) for s in ID_LIKE_DIGEST])
     shared = by_id.image_id[7:11]
     assert by_digest.digest[7:11] == shared, "the harness builds other images now: search new seeds"
-    result = pinctl(ctd17, "pin", shared)
+    result = pinctl(ctd, "pin", shared)
     assert result.returncode == 1, result.stderr
     assert f"image {by_id.image_id[7:19]} by its ID" in result.stderr
     assert f"by the manifest digest sha256:{by_digest.digest[7:19]} of example.test/{ID_LIKE_DIGEST[1]}:1" in result.stderr
 
 
-def test_short_names_are_normalised(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
+def test_short_names_are_normalised(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     full = refs.normalize("pinctl-short")
-    load_images(ctd17, [images.recipe(full, seed="short")])
-    doc = pinctl_json(ctd17, "pin", "pinctl-short")
+    load_images(ctd, [images.recipe(full, seed="short")])
+    doc = pinctl_json(ctd, "pin", "pinctl-short")
     assert [r["ref"] for r in doc["results"]] == [full]
-    assert ctr_labels(ctd17)[full][PIN] == "pinned"
+    assert ctr_labels(ctd)[full][PIN] == "pinned"
 
 
-def test_missing_ref_fails_only_that_item(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP[0], seed="app")])
-    doc = pinctl_json(ctd17, "pin", "example.test/gone:1", APP[0], expect=3)
+def test_missing_ref_fails_only_that_item(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP[0], seed="app")])
+    doc = pinctl_json(ctd, "pin", "example.test/gone:1", APP[0], expect=3)
     assert doc["status"] == "partial"
     assert {r["ref"]: r["action"] for r in doc["results"]} == {APP[0]: "pinned", "example.test/gone:1": "failed"}
-    assert ctr_labels(ctd17)[APP[0]][PIN] == "pinned"
+    assert ctr_labels(ctd)[APP[0]][PIN] == "pinned"
 
 
-def test_malformed_ref_changes_nothing(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP[0], seed="app")])
-    result = pinctl(ctd17, "pin", APP[0], "Example.Test/UPPER:1")
+def test_malformed_ref_changes_nothing(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP[0], seed="app")])
+    result = pinctl(ctd, "pin", APP[0], "Example.Test/UPPER:1")
     assert_one_line_error(result, 2, "malformed image reference", "UPPER")
-    assert PIN not in ctr_labels(ctd17)[APP[0]]
+    assert PIN not in ctr_labels(ctd)[APP[0]]
 
 
-def test_dry_run_changes_nothing(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP[0], seed="app")])
-    doc = pinctl_json(ctd17, "pin", "--dry-run", APP[0])
+def test_dry_run_changes_nothing(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP[0], seed="app")])
+    doc = pinctl_json(ctd, "pin", "--dry-run", APP[0])
     assert doc["dry_run"] is True and doc["results"][0]["action"] == "pinned"
-    assert PIN not in ctr_labels(ctd17)[APP[0]]
-    table = pinctl(ctd17, "pin", "--dry-run", APP[0])
+    assert PIN not in ctr_labels(ctd)[APP[0]]
+    table = pinctl(ctd, "pin", "--dry-run", APP[0])
     assert "would be pinned" in table.stdout and "dry run" in table.stderr
 
 
-def test_ineffective_labels_are_shown_and_do_not_pin(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe("example.test/t:1", seed="t"), images.recipe("example.test/k:1", seed="k")])
-    ctd17.ctr("images", "label", "example.test/t:1", PIN)  # plain ctr stores the value "true"
-    ctd17.label_image("example.test/k:1", {"io.cri.containerd.pinned": "pinned"})
-    rows = ls_by_ref(ctd17)
+def test_ineffective_labels_are_shown_and_do_not_pin(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe("example.test/t:1", seed="t"), images.recipe("example.test/k:1", seed="k")])
+    ctd.ctr("images", "label", "example.test/t:1", PIN)  # plain ctr stores the value "true"
+    ctd.label_image("example.test/k:1", {"io.cri.containerd.pinned": "pinned"})
+    rows = ls_by_ref(ctd)
     for ref, needle in (("example.test/t:1", "value must be 'pinned'"), ("example.test/k:1", "misspelt key")):
         assert rows[ref]["pinned"] is False
         [reason] = rows[ref]["reasons"]
         assert reason["kind"] == "ineffective-label" and needle in reason["detail"]
-    listed = cri.by_tag(cri.list_images(ctd17.address))
+    listed = cri.by_tag(cri.list_images(ctd.address))
     assert not listed["example.test/t:1"].pinned and not listed["example.test/k:1"].pinned
 
 
-def test_sandbox_image_is_shown_as_sandbox(ctd17: ContainerdDaemon) -> None:
-    row = ls_by_ref(ctd17)[ctd17.sandbox_image]
+def test_sandbox_image_is_shown_as_sandbox(ctd: ContainerdDaemon) -> None:
+    row = ls_by_ref(ctd)[ctd.sandbox_image]
     assert row["pinned"] is True
-    assert {"kind": "sandbox", "detail": ctd17.sandbox_image} in row["reasons"]
-    assert "sandbox" in pinctl(ctd17, "ls", ctd17.sandbox_image).stdout
+    assert {"kind": "sandbox", "detail": ctd.sandbox_image} in row["reasons"]
+    assert "sandbox" in pinctl(ctd, "ls", ctd.sandbox_image).stdout
 
 
-def test_filters_and_quiet(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
-    ctd17.label_image(APP[0], {PIN: "pinned"})
-    quiet = pinctl(ctd17, "ls", "-q", "--unpinned", "example.test/*").stdout.split()
+def test_filters_and_quiet(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
+    ctd.label_image(APP[0], {PIN: "pinned"})
+    quiet = pinctl(ctd, "ls", "-q", "--unpinned", "example.test/*").stdout.split()
     assert quiet == ["example.test/other:1"]
-    assert pinctl(ctd17, "ls", "-q", "--pinned", "registry.example/*").stdout.split() == [APP[2]]
+    assert pinctl(ctd, "ls", "-q", "--pinned", "registry.example/*").stdout.split() == [APP[2]]
 
 
-def test_table_output_for_a_pipe_is_plain(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(APP[0], seed="app")])
-    out = pinctl(ctd17, "ls", "-o", "wide", APP[0]).stdout.splitlines()
+def test_table_output_for_a_pipe_is_plain(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(APP[0], seed="app")])
+    out = pinctl(ctd, "ls", "-o", "wide", APP[0]).stdout.splitlines()
     assert out[0].split() == ["NAMESPACE", "REF", "IMAGE", "ID", "DIGEST", "SIZE", "PINNED", "WHY", "LABELS"]
     assert "\x1b[" not in "".join(out) and all(line == line.rstrip() for line in out)
 
 
-def test_namespace_selection(ctd17: ContainerdDaemon, load_images: LoadImages, fresh_namespace: Callable[[ContainerdDaemon], str]) -> None:
-    other_ns = fresh_namespace(ctd17)
-    load_images(ctd17, [images.recipe("example.test/elsewhere:1", seed="e")], other_ns)
-    assert {r["namespace"] for r in pinctl_json(ctd17, "ls")["images"]} == {"k8s.io"}
-    assert {r["namespace"] for r in pinctl_json(ctd17, "ls", "-n", "all")["images"]} >= {"k8s.io", other_ns}
-    env_only = pinctl(ctd17, "ls", "-q", env={"CONTAINERD_NAMESPACE": other_ns}).stdout.split()
+def test_namespace_selection(ctd: ContainerdDaemon, load_images: LoadImages, fresh_namespace: Callable[[ContainerdDaemon], str]) -> None:
+    other_ns = fresh_namespace(ctd)
+    load_images(ctd, [images.recipe("example.test/elsewhere:1", seed="e")], other_ns)
+    assert {r["namespace"] for r in pinctl_json(ctd, "ls")["images"]} == {"k8s.io"}
+    assert {r["namespace"] for r in pinctl_json(ctd, "ls", "-n", "all")["images"]} >= {"k8s.io", other_ns}
+    env_only = pinctl(ctd, "ls", "-q", env={"CONTAINERD_NAMESPACE": other_ns}).stdout.split()
     assert env_only == ["example.test/elsewhere:1"]
     # Global options before the subcommand and after it.
-    before = pinctl(ctd17, "-n", other_ns, "pin", "example.test/elsewhere:1")
+    before = pinctl(ctd, "-n", other_ns, "pin", "example.test/elsewhere:1")
     assert before.returncode == 0, before.stderr
-    after = pinctl(ctd17, "unpin", "-n", other_ns, "example.test/elsewhere:1")
+    after = pinctl(ctd, "unpin", "-n", other_ns, "example.test/elsewhere:1")
     assert after.returncode == 0, after.stderr
-    assert PIN not in ctr_labels(ctd17, other_ns)["example.test/elsewhere:1"]
+    assert PIN not in ctr_labels(ctd, other_ns)["example.test/elsewhere:1"]
 
 
-def test_unknown_namespace_is_one_line(ctd17: ContainerdDaemon) -> None:
-    result = pinctl(ctd17, "ls", "-n", "no-such-ns")
+def test_unknown_namespace_is_one_line(ctd: ContainerdDaemon) -> None:
+    result = pinctl(ctd, "ls", "-n", "no-such-ns")
     assert_one_line_error(result, 2, "namespace no-such-ns does not exist", "k8s.io")
 
 
@@ -235,8 +236,8 @@ def test_containerd_16_takes_the_label_but_its_cri_ignores_it(
     assert PIN not in ctr_labels(daemon)[APP[0]]
 
 
-def test_quiet_names_match_the_full_listing(ctd17: ContainerdDaemon, load_images: LoadImages) -> None:
-    load_images(ctd17, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
-    fast = pinctl(ctd17, "ls", "-q").stdout.split()
-    full = [img["ref"] for img in pinctl_json(ctd17, "ls")["images"]]
+def test_quiet_names_match_the_full_listing(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
+    load_images(ctd, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
+    fast = pinctl(ctd, "ls", "-q").stdout.split()
+    full = [img["ref"] for img in pinctl_json(ctd, "ls")["images"]]
     assert fast == full and set(APP) <= set(fast)

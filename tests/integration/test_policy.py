@@ -1,4 +1,4 @@
-"""The pin policy against real containerd 1.7: patterns from files, drop-ins, env and flags;
+"""The pin policy against real containerd 1.7 and 2.1: patterns from files, drop-ins, env and flags;
 ls reasons and drift; pin by pattern; sync and prune, checked with ctr and the CRI."""
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ LoadImages = Callable[..., list[images.ImageInfo]]
 
 
 @pytest.fixture
-def ctd17(containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon]) -> ContainerdDaemon:
-    return clean_k8s_io(containerd17)
+def ctd(modern_containerd: ContainerdDaemon) -> ContainerdDaemon:
+    """containerd 1.7, then 2.1 (each test runs on both), k8s.io holding only the sandbox image."""
+    return modern_containerd
 
 
 @pytest.fixture
-def zoo(ctd17: ContainerdDaemon, load_images: LoadImages) -> dict[str, images.ImageInfo]:
-    infos = load_images(ctd17, [
+def zoo(ctd: ContainerdDaemon, load_images: LoadImages) -> dict[str, images.ImageInfo]:
+    infos = load_images(ctd, [
         images.recipe("registry.example/base/os:1", "registry.example/base/os:latest", seed="os"),
         images.recipe("registry.example/base/tools:2", seed="tools"),
         images.recipe("myregistry.example/base/fake:1", seed="fake"),
@@ -65,10 +66,10 @@ def pattern_reasons(doc: Any) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def test_ls_names_every_pattern_and_its_source(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+def test_ls_names_every_pattern_and_its_source(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = [\n  "registry.example/base/*",\n]\n')
     write(tmp_path / "config.d" / "10-team.toml", 'pinned_images = ["*fedora*"]\n')
-    doc = run_json(ctd17, main, "ls", "--pinned-image", "example.test/app:1", env={"PINCTL_PINNED_IMAGES": "*tools*"})
+    doc = run_json(ctd, main, "ls", "--pinned-image", "example.test/app:1", env={"PINCTL_PINNED_IMAGES": "*tools*"})
     reasons = pattern_reasons(doc)
     assert reasons["registry.example/base/os:latest"] == [("registry.example/base/*", f"{main}:2")]
     assert sorted(reasons["registry.example/base/tools:2"]) == [
@@ -78,90 +79,90 @@ def test_ls_names_every_pattern_and_its_source(ctd17: ContainerdDaemon, zoo: dic
     # Anchored by default: a look-alike host is not covered.
     assert reasons["myregistry.example/base/fake:1"] == []
     # A pattern alone pins nothing in containerd.
-    assert not any(img["pinned"] for img in doc["images"] if img["ref"] != ctd17.sandbox_image and not img["ref"].startswith("sha256:"))
+    assert not any(img["pinned"] for img in doc["images"] if img["ref"] != ctd.sandbox_image and not img["ref"].startswith("sha256:"))
 
 
-def test_sync_labels_what_the_policy_covers(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+def test_sync_labels_what_the_policy_covers(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["registry.example/base/*"]\n')
-    doc = run_json(ctd17, main, "sync")
+    doc = run_json(ctd, main, "sync")
     assert doc["command"] == "sync" and doc["status"] == "success"
     changed = {r["ref"] for r in doc["results"] if r["action"] == "pinned"}
     assert changed == {"registry.example/base/os:1", "registry.example/base/os:latest", "registry.example/base/tools:2"}
-    found = labels(ctd17)
+    found = labels(ctd)
     for ref in changed:
         assert found[ref][PIN] == "pinned" and found[ref][MANAGED] == "true"
     assert PIN not in found["myregistry.example/base/fake:1"] and PIN not in found["example.test/app:1"]
     os_id = zoo["registry.example/base/os:1"].image_id
-    cri.wait_for(ctd17.address, lambda imgs: any(i.id == os_id and i.pinned for i in imgs), 10)
-    again = run_json(ctd17, main, "sync")
+    cri.wait_for(ctd.address, lambda imgs: any(i.id == os_id and i.pinned for i in imgs), 10)
+    again = run_json(ctd, main, "sync")
     assert {r["action"] for r in again["results"]} == {"already-pinned"}
 
 
-def test_prune_removes_only_what_sync_added(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+def test_prune_removes_only_what_sync_added(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["registry.example/base/*", "example.test/app:1"]\n')
-    run_json(ctd17, main, "sync")
-    ctd17.label_image("example.test/fedora-builder:3", {PIN: "pinned"})  # an operator's own pin
+    run_json(ctd, main, "sync")
+    ctd.label_image("example.test/fedora-builder:3", {PIN: "pinned"})  # an operator's own pin
     write(main, 'pinned_images = ["registry.example/base/tools:2"]\n')
-    plan = run_json(ctd17, main, "sync", "--prune", "--dry-run")
-    assert plan["dry_run"] and PIN in labels(ctd17)["example.test/app:1"]
-    doc = run_json(ctd17, main, "sync", "--prune")
+    plan = run_json(ctd, main, "sync", "--prune", "--dry-run")
+    assert plan["dry_run"] and PIN in labels(ctd)["example.test/app:1"]
+    doc = run_json(ctd, main, "sync", "--prune")
     pruned = {r["ref"] for r in doc["results"] if r["action"] == "pruned"}
     assert pruned == {"registry.example/base/os:1", "registry.example/base/os:latest", "example.test/app:1"}
-    found = labels(ctd17)
+    found = labels(ctd)
     assert PIN not in found["example.test/app:1"] and MANAGED not in found["example.test/app:1"]
     assert found["registry.example/base/tools:2"][PIN] == "pinned"
     assert found["example.test/fedora-builder:3"][PIN] == "pinned"
     app_id = zoo["example.test/app:1"].image_id
-    cri.wait_for(ctd17.address, lambda imgs: any(i.id == app_id and not i.pinned for i in imgs), 10)
+    cri.wait_for(ctd.address, lambda imgs: any(i.id == app_id and not i.pinned for i in imgs), 10)
 
 
-def test_prune_with_an_empty_policy_is_refused(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+def test_prune_with_an_empty_policy_is_refused(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["example.test/app:1"]\n')
-    run_json(ctd17, main, "sync")
+    run_json(ctd, main, "sync")
     write(main, "pinned_images = []\n")
-    assert_one_line_error(run(ctd17, main, "sync", "--prune"), 2, "no pinned_images", "--allow-empty-policy")
-    assert labels(ctd17)["example.test/app:1"][PIN] == "pinned"
-    doc = run_json(ctd17, main, "sync", "--prune", "--allow-empty-policy")
+    assert_one_line_error(run(ctd, main, "sync", "--prune"), 2, "no pinned_images", "--allow-empty-policy")
+    assert labels(ctd)["example.test/app:1"][PIN] == "pinned"
+    doc = run_json(ctd, main, "sync", "--prune", "--allow-empty-policy")
     assert [r["ref"] for r in doc["results"] if r["action"] == "pruned"] == ["example.test/app:1"]
 
 
-def test_pin_and_unpin_by_pattern(ctd17: ContainerdDaemon, zoo: dict) -> None:
-    doc = run_json(ctd17, None, "pin", "registry.example/base/*")
+def test_pin_and_unpin_by_pattern(ctd: ContainerdDaemon, zoo: dict) -> None:
+    doc = run_json(ctd, None, "pin", "registry.example/base/*")
     assert {r["ref"] for r in doc["results"]} == {
         "registry.example/base/os:1", "registry.example/base/os:latest", "registry.example/base/tools:2"}
-    assert PIN not in labels(ctd17)["myregistry.example/base/fake:1"]
-    crio = run_json(ctd17, None, "pin", "--pattern-dialect", "crio", "registry.example/base/*")
+    assert PIN not in labels(ctd)["myregistry.example/base/fake:1"]
+    crio = run_json(ctd, None, "pin", "--pattern-dialect", "crio", "registry.example/base/*")
     assert "myregistry.example/base/fake:1" in {r["ref"] for r in crio["results"] if r["action"] == "pinned"}
-    doc = run_json(ctd17, None, "unpin", "*base*")
-    assert not [ref for ref, found in labels(ctd17).items() if "base" in ref and PIN in found]
-    missing = run(ctd17, None, "pin", "nothing.example/*")
+    doc = run_json(ctd, None, "unpin", "*base*")
+    assert not [ref for ref, found in labels(ctd).items() if "base" in ref and PIN in found]
+    missing = run(ctd, None, "pin", "nothing.example/*")
     assert missing.returncode == 1 and "no image matches nothing.example/*" in missing.stderr
 
 
-def test_drift_shows_both_directions(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+def test_drift_shows_both_directions(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["example.test/app:1"]\n')
-    ctd17.label_image("registry.example/base/tools:2", {PIN: "pinned"})
-    doc = run_json(ctd17, main, "ls", "--drift")
+    ctd.label_image("registry.example/base/tools:2", {PIN: "pinned"})
+    doc = run_json(ctd, main, "ls", "--drift")
     drift = {img["ref"]: img["drift"] for img in doc["images"]}
     assert drift["example.test/app:1"] == "unlabelled"
     assert drift["registry.example/base/tools:2"] == "uncovered"
     assert "registry.example/base/os:1" not in drift
-    table = run(ctd17, main, "ls", "--drift").stdout
+    table = run(ctd, main, "ls", "--drift").stdout
     assert "DRIFT" in table and "pinctl sync" in table
 
 
-def test_config_show_and_precedence(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
+def test_config_show_and_precedence(ctd: ContainerdDaemon, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'timeout = 5\nnamespaces = ["k8s.io"]\npinned_images = ["a.example/*"]\n')
     write(tmp_path / "config.d" / "20-b.toml", "timeout = 7\n")
-    doc = run_json(ctd17, main, "config", "show", "--timeout", "9", env={"CONTAINERD_NAMESPACE": "moby"})
+    doc = run_json(ctd, main, "config", "show", "--timeout", "9", env={"CONTAINERD_NAMESPACE": "moby"})
     assert doc["config"]["timeout"] == {"value": 9.0, "source": "flag"}
     assert doc["config"]["namespaces"] == {"value": ["moby"], "source": "env CONTAINERD_NAMESPACE"}
     assert doc["files"] == [str(main), f"{tmp_path}/config.d/20-b.toml"]
-    doc = run_json(ctd17, main, "config", "show")
+    doc = run_json(ctd, main, "config", "show")
     assert doc["config"]["timeout"]["value"] == 7 and doc["config"]["timeout"]["source"].startswith(f"{tmp_path}/config.d/20-b.toml")
 
 
-def test_config_lint(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+def test_config_lint(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", "\n".join([
         'pinned_images = [',
         '  "registry.example/base/*",',
@@ -170,32 +171,32 @@ def test_config_lint(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None
         '  "*",',
         ']',
     ]) + "\n")
-    result = run(ctd17, main, "config", "lint")
+    result = run(ctd, main, "config", "lint")
     assert result.returncode == 1, result.stderr
     kinds = {line.split(": ")[1] for line in result.stdout.splitlines()}
     assert kinds == {"invalid", "shadowed", "unmatched", "crio-differs"}
     assert "myregistry.example/base/fake:1" in result.stdout
     clean = write(tmp_path / "clean" / "config.toml", 'pinned_images = ["example.test/app:1"]\n')
-    ok = run(ctd17, clean, "config", "lint")
+    ok = run(ctd, clean, "config", "lint")
     assert ok.returncode == 0 and ok.stdout == ""
 
 
-def test_invalid_policy_stops_every_command_with_one_line(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
+def test_invalid_policy_stops_every_command_with_one_line(ctd: ContainerdDaemon, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["a.example/*/b"]\n')
-    assert_one_line_error(run(ctd17, main, "ls"), 2, "a.example/*/b")
+    assert_one_line_error(run(ctd, main, "ls"), 2, "a.example/*/b")
     bad_key = write(tmp_path / "k" / "config.toml", 'timeout = 2\npinned_image = ["x"]\n')
-    assert_one_line_error(run(ctd17, bad_key, "ls"), 2, f"{bad_key}:2", "pinned_image")
+    assert_one_line_error(run(ctd, bad_key, "ls"), 2, f"{bad_key}:2", "pinned_image")
 
 
-def test_writable_config_is_refused_as_root(ctd17: ContainerdDaemon, tmp_path: Path) -> None:
+def test_writable_config_is_refused_as_root(ctd: ContainerdDaemon, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["example.test/app:1"]\n')
     os.chmod(main, 0o666)
-    assert_one_line_error(run(ctd17, main, "sync"), 2, str(main), "chmod go-w")
+    assert_one_line_error(run(ctd, main, "sync"), 2, str(main), "chmod go-w")
 
 
-def test_from_crio_reads_crio_patterns_in_its_dialect(ctd17: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+def test_from_crio_reads_crio_patterns_in_its_dialect(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     crio = write(tmp_path / "crio.conf", '[crio.image]\npinned_images = ["registry.example/base/*"]\n')
-    doc = run_json(ctd17, None, "ls", f"--from-crio={crio}")
+    doc = run_json(ctd, None, "ls", f"--from-crio={crio}")
     reasons = pattern_reasons(doc)
     # CRI-O does not anchor globs: the look-alike host is covered there.
     assert reasons["myregistry.example/base/fake:1"] == [("registry.example/base/*", f"crio {crio}")]
