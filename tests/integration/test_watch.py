@@ -1,4 +1,4 @@
-"""sync --watch as a subprocess against a private containerd 1.7: events, restarts, SIGHUP, SIGTERM."""
+"""sync --watch as a subprocess against a private containerd (1.7, then 2.1): events, restarts, SIGHUP, SIGTERM."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.docker import DockerDaemon, load_images_docker
+from tests.integration.conftest import one_engine
 
 PIN = "io.cri-containerd.pinned"
 LoadImages = Callable[..., list[images.ImageInfo]]
@@ -151,6 +152,7 @@ def test_sighup_reloads_the_config(daemon: ContainerdDaemon, watch: Callable[...
     assert code == 0 and took < 2.0
 
 
+@one_engine  # the log's format and a signal: pinctl's own, whatever containerd it follows
 def test_text_log_and_sigint(daemon: ContainerdDaemon, tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('pinned_images = ["example.test/keep/*"]\n')
@@ -165,6 +167,7 @@ def test_text_log_and_sigint(daemon: ContainerdDaemon, tmp_path: Path) -> None:
     assert out == "" and " info full sync (" in err and err.rstrip().endswith("info stopped")
 
 
+@one_engine  # refused before containerd is asked anything
 def test_watch_and_dry_run_refused(daemon: ContainerdDaemon, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "pinctl", "sync", "--watch", "--dry-run", "--address", daemon.address],
                             capture_output=True, text=True, timeout=30)
