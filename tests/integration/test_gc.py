@@ -1,4 +1,4 @@
-"""gc plan and prune against real engines: pods on containerd 1.7, containerd 1.6.20, dockerd 26.
+"""gc plan and prune against real engines: pods on containerd 1.7 and 2.1, containerd 1.6.20, dockerd 26.
 
 pinctl runs as a subprocess (``pinctl_runner``); results are read back with independent clients:
 the harness's CRI calls (encoded by field number), containerd's own image records, ``ctr``,
@@ -246,9 +246,9 @@ def add_young(node: PodNode, mixed: Mixed) -> tuple[images.ImageInfo, datetime]:
 # --- gc plan on real pods ----------------------------------------------------------------------
 
 
-def test_gc_plan_on_real_pods_follows_the_model(pod_node: PodNode, tmp_path: Path) -> None:
-    mixed = mixed_node(pod_node)
-    young_image, young_created = add_young(pod_node, mixed)
+def test_gc_plan_on_real_pods_follows_the_model(modern_pod_node: PodNode, tmp_path: Path) -> None:
+    mixed = mixed_node(modern_pod_node)
+    young_image, young_created = add_young(modern_pod_node, mixed)
     config = kubelet_config(tmp_path, imageGCHighThresholdPercent=98, imageGCLowThresholdPercent=97,
                             imageMinimumGCAge="1h")
     common = ["gc", "plan", "--kubelet-config", str(config), "--pinned-image", mixed.policy.refs[0]]
@@ -256,13 +256,13 @@ def test_gc_plan_on_real_pods_follows_the_model(pod_node: PodNode, tmp_path: Pat
     def young() -> list[str]:
         return ["--min-age", min_age_between(young_created)]
 
-    state = node_state(pod_node)
-    sandbox = next(i.id for i in state.images if pod_node.daemon.sandbox_image in i.refs)
+    state = node_state(modern_pod_node)
+    sandbox = next(i.id for i in state.images if modern_pod_node.daemon.sandbox_image in i.refs)
     wanted = {mixed.policy.image_id: "pattern", mixed.labelled.image_id: "label", sandbox: "sandbox"}
     first, policy, third = (info.image_id for info in mixed.unused)
 
     # 99% full, low threshold 97%: the oldest unused image and the policy's go; that is at risk.
-    doc = run_json(pod_node.daemon, *common, *young(), "--usage", "99", expect=1)
+    doc = run_json(modern_pod_node.daemon, *common, *young(), "--usage", "99", expect=1)
     assert_matches_model(doc, model_for(doc, state, wanted))
     assert [e["id"] for e in doc["gc"]["order"]] == [first, policy, third, young_image.image_id]
     assert deleted_ids(doc) == [first, policy]
@@ -282,52 +282,53 @@ def test_gc_plan_on_real_pods_follows_the_model(pod_node: PodNode, tmp_path: Pat
     assert sources["min_age_seconds"]["source"] == "flag --min-age"
 
     # Low threshold 98%: the oldest image alone frees enough; the policy's is not reached: exit 0.
-    doc = run_json(pod_node.daemon, *common, *young(), "--usage", "99", "--high-threshold", "99",
+    doc = run_json(modern_pod_node.daemon, *common, *young(), "--usage", "99", "--high-threshold", "99",
                    "--low-threshold", "98", expect=0)
     assert_matches_model(doc, model_for(doc, state, wanted))
     assert deleted_ids(doc) == [first] and doc["gc"]["at_risk"][0]["fate"] == "not_reached"
 
     # Low threshold 10%: everything old goes and it is not enough; the young image is skipped.
-    doc = run_json(pod_node.daemon, *common, *young(), "--usage", "99", "--low-threshold", "10", expect=1)
+    doc = run_json(modern_pod_node.daemon, *common, *young(), "--usage", "99", "--low-threshold", "10", expect=1)
     assert_matches_model(doc, model_for(doc, state, wanted))
     assert deleted_ids(doc) == [first, policy, third] and doc["gc"]["outcome"] == "shortfall"
     assert fates(doc)[young_image.image_id] == "too_young"
 
     # No minimum age: the young image goes too. The config's 1h: nothing goes.
-    doc = run_json(pod_node.daemon, *common, "--min-age", "0s", "--usage", "99", "--low-threshold", "10", expect=1)
+    doc = run_json(modern_pod_node.daemon, *common, "--min-age", "0s", "--usage", "99", "--low-threshold", "10",
+                   expect=1)
     assert_matches_model(doc, model_for(doc, state, wanted))
     assert deleted_ids(doc) == [first, policy, third, young_image.image_id]
-    doc = run_json(pod_node.daemon, *common, "--usage", "99", expect=0)
+    doc = run_json(modern_pod_node.daemon, *common, "--usage", "99", expect=0)
     assert_matches_model(doc, model_for(doc, state, wanted))
     assert deleted_ids(doc) == [] and set(fates(doc).values()) == {"too_young"}
     assert doc["gc"]["settings"]["min_age_seconds"] == {"value": 3600, "source": f"{config} imageMinimumGCAge"}
 
 
-def test_gc_plan_reads_the_real_filesystem_and_simulates_a_fuller_one(pod_node: PodNode) -> None:
-    mixed = mixed_node(pod_node)
-    state = node_state(pod_node)
-    settled_available(pod_node.fs)
+def test_gc_plan_reads_the_real_filesystem_and_simulates_a_fuller_one(modern_pod_node: PodNode) -> None:
+    mixed = mixed_node(modern_pod_node)
+    state = node_state(modern_pod_node)
+    settled_available(modern_pod_node.fs)
     args = ["gc", "plan", "--min-age", "0s", "--pinned-image", mixed.policy.refs[0]]
-    doc = run_json(pod_node.daemon, *args, expect=0)
+    doc = run_json(modern_pod_node.daemon, *args, expect=0)
     gc = doc["gc"]
     # What the kubelet reads: statfs under the CRI's ImageFsInfo mount point, the dedicated tmpfs.
-    mountpoint = pods.image_fs_info(pod_node.address)[0].mountpoint
+    mountpoint = pods.image_fs_info(modern_pod_node.address)[0].mountpoint
     assert mountpoint in gc["filesystem"]["source"] and gc["simulated"] is False
-    assert gc["filesystem"]["capacity_bytes"] == pod_node.fs.capacity == pods.DEFAULT_FS_BYTES
-    assert abs(gc["filesystem"]["available_bytes"] - pod_node.fs.available) < MIB
-    assert abs(gc["usage_percent"] - usage_of(pod_node.fs)) <= 1
+    assert gc["filesystem"]["capacity_bytes"] == modern_pod_node.fs.capacity == pods.DEFAULT_FS_BYTES
+    assert abs(gc["filesystem"]["available_bytes"] - modern_pod_node.fs.available) < MIB
+    assert abs(gc["usage_percent"] - usage_of(modern_pod_node.fs)) <= 1
     assert gc["usage_percent"] < 85 and gc["outcome"] == "below_threshold" and deleted_ids(doc) == []
     assert_matches_model(doc, model_for(doc, state, {mixed.policy.image_id: "pattern"}))
     assert [r["id"] for r in gc["at_risk"]] == [mixed.policy.image_id]
 
-    table = run(pod_node.daemon, *args, "--usage", "95")
+    table = run(modern_pod_node.daemon, *args, "--usage", "95")
     assert table.returncode == 1, table.stderr
     assert "95% (simulated, --usage)" in table.stdout and "at risk" in table.stdout
     assert "WANTED BUT NOT PROTECTED BY THE RUNTIME" in table.stdout
     assert "would be deleted at the simulated usage of 95%" in table.stderr
-    doc = run_json(pod_node.daemon, *args, "--usage", "95", expect=1)
-    assert doc["gc"]["filesystem"]["capacity_bytes"] == pod_node.fs.capacity
-    assert gcmodel.ImageFs(pod_node.fs.capacity, doc["gc"]["filesystem"]["available_bytes"]).usage_percent == 95
+    doc = run_json(modern_pod_node.daemon, *args, "--usage", "95", expect=1)
+    assert doc["gc"]["filesystem"]["capacity_bytes"] == modern_pod_node.fs.capacity
+    assert gcmodel.ImageFs(modern_pod_node.fs.capacity, doc["gc"]["filesystem"]["available_bytes"]).usage_percent == 95
     assert_matches_model(doc, model_for(doc, state, {mixed.policy.image_id: "pattern"}))
 
 
@@ -381,27 +382,27 @@ def test_prune_on_containerd16_keeps_a_labelled_image(ctd16: ContainerdDaemon, l
 # --- prune on real pods ------------------------------------------------------------------------
 
 
-def test_prune_deletes_only_what_nothing_protects(pod_node: PodNode) -> None:
-    mixed = mixed_node(pod_node)
+def test_prune_deletes_only_what_nothing_protects(modern_pod_node: PodNode) -> None:
+    mixed = mixed_node(modern_pod_node)
     policy = ["--pinned-image", mixed.policy.refs[0]]
-    before = cri_ids(pod_node.address)
+    before = cri_ids(modern_pod_node.address)
     first, _, third = (info.image_id for info in mixed.unused)
 
     # Dry run, then no terminal and no --yes: the plan is shown, nothing is deleted.
-    doc = run_json(pod_node.daemon, "prune", "--dry-run", "--all-unused", "--min-age", "0s", *policy)
+    doc = run_json(modern_pod_node.daemon, "prune", "--dry-run", "--all-unused", "--min-age", "0s", *policy)
     assert set(by_action(doc)["would-remove"]) == {first, third} and doc["dry_run"] is True
-    older = by_action(run_json(pod_node.daemon, "prune", "--dry-run", "--all-unused", "--min-age", "0s",
+    older = by_action(run_json(modern_pod_node.daemon, "prune", "--dry-run", "--all-unused", "--min-age", "0s",
                                "--older-than", "1h", *policy))
     assert "would-remove" not in older and "younger than the minimum age" in older["kept"][first]["why"]
-    refused = run(pod_node.daemon, "prune", "--all-unused", "--min-age", "0s", *policy)
+    refused = run(modern_pod_node.daemon, "prune", "--all-unused", "--min-age", "0s", *policy)
     assert refused.returncode == 2, refused.stderr
     assert "refusing without --yes" in refused.stderr.splitlines()[-1] and "Traceback" not in refused.stderr
     assert "delete  example.test/gc-first:1" in refused.stderr and refused.stdout == ""
-    assert cri_ids(pod_node.address) == before
+    assert cri_ids(modern_pod_node.address) == before
 
-    young_image, young_created = add_young(pod_node, mixed)
+    young_image, young_created = add_young(modern_pod_node, mixed)
     young_age = min_age_between(young_created)
-    doc = run_json(pod_node.daemon, "prune", "--yes", "--all-unused", "--min-age", young_age, *policy)
+    doc = run_json(modern_pod_node.daemon, "prune", "--yes", "--all-unused", "--min-age", young_age, *policy)
     actions = by_action(doc)
     assert set(actions["removed"]) == {first, third} and "failed" not in actions
     kept = actions["kept"]
@@ -411,36 +412,38 @@ def test_prune_deletes_only_what_nothing_protects(pod_node: PodNode) -> None:
     assert "pinned by the runtime" in kept[mixed.labelled.image_id]["why"]
     assert f"pattern {mixed.policy.refs[0]}" in kept[mixed.policy.image_id]["why"]
     assert "younger than the minimum age" in kept[young_image.image_id]["why"]
-    sandbox = next(i.id for i in cri.list_images(pod_node.address) if pod_node.daemon.sandbox_image in i.repo_tags)
+    sandbox = next(i.id for i in cri.list_images(modern_pod_node.address)
+                   if modern_pod_node.daemon.sandbox_image in i.repo_tags)
     assert "the sandbox image" in kept[sandbox]["why"]
-    assert cri_ids(pod_node.address) == before - {first, third} | {young_image.image_id}
-    refs = {row.ref for row in pod_node.daemon.images()}
+    assert cri_ids(modern_pod_node.address) == before - {first, third} | {young_image.image_id}
+    refs = {row.ref for row in modern_pod_node.daemon.images()}
     assert not {ref for info in mixed.unused if info.image_id != mixed.policy.image_id for ref in info.refs} & refs
     # The containers are untouched.
-    assert {c.image_ref for c in pods.list_containers(pod_node.address)} == {
+    assert {c.image_ref for c in pods.list_containers(modern_pod_node.address)} == {
         mixed.running.image_id, mixed.exited.image_id, mixed.created.image_id}
 
 
-def test_prune_until_usage_stops_once_the_filesystem_is_there(pod_node: PodNode) -> None:
-    available = settled_available(pod_node.fs)
+def test_prune_until_usage_stops_once_the_filesystem_is_there(modern_pod_node: PodNode) -> None:
+    available = settled_available(modern_pod_node.fs)
     # Incompressible payloads stored uncompressed and unpacked: each image costs twice its payload.
-    big = [load_one(pod_node, f"example.test/gc-big-{n}:1", 12 * MIB) for n in range(4)]
-    cost = (available - settled_available(pod_node.fs)) // len(big)
+    big = [load_one(modern_pod_node, f"example.test/gc-big-{n}:1", 12 * MIB) for n in range(4)]
+    cost = (available - settled_available(modern_pod_node.fs)) // len(big)
 
     def usage_after(deleted: float) -> int:
-        return gcmodel.ImageFs(pod_node.fs.capacity, int(pod_node.fs.available + deleted * cost)).usage_percent
+        fs = modern_pod_node.fs
+        return gcmodel.ImageFs(fs.capacity, int(fs.available + deleted * cost)).usage_percent
 
     # Half-way between the usage one and two deletions leave: two are needed, not more.
     target = usage_after(1.5)
     needed = next(k for k in range(1, len(big) + 1) if usage_after(k) <= target)
-    assert needed == 2 and usage_after(1) > target, (usage_of(pod_node.fs), cost, target)
+    assert needed == 2 and usage_after(1) > target, (usage_of(modern_pod_node.fs), cost, target)
 
-    doc = run_json(pod_node.daemon, "prune", "--yes", "--until-usage", str(target), "--min-age", "0s")
+    doc = run_json(modern_pod_node.daemon, "prune", "--yes", "--until-usage", str(target), "--min-age", "0s")
     actions = by_action(doc)
     # Oldest first, and no more than the filesystem needed.
     assert list(actions["removed"]) == [info.image_id for info in big[:needed]]
-    assert usage_of(pod_node.fs) <= target
-    assert cri_ids(pod_node.address) >= {info.image_id for info in big[needed:]}
+    assert usage_of(modern_pod_node.fs) <= target
+    assert cri_ids(modern_pod_node.address) >= {info.image_id for info in big[needed:]}
     # Planned by CRI sizes (half of what an unpacked image frees here), the third was measured
     # out before its turn.
     assert cost > 1.5 * big[0].size
@@ -450,34 +453,34 @@ def test_prune_until_usage_stops_once_the_filesystem_is_there(pod_node: PodNode)
 # --- a container created between plan and delete ---------------------------------------------
 
 
-def test_a_container_created_after_planning_protects_its_image(pod_node: PodNode) -> None:
+def test_a_container_created_after_planning_protects_its_image(modern_pod_node: PodNode) -> None:
     from pinctl.backends.containerd import ContainerdStore
     from pinctl.backends.cri import CriRuntime
     from pinctl.gc import plan as gc
     from pinctl.node.sources import ContainerdSource, Node
     from pinctl.pins.policy import Policy
 
-    used, labelled, spare = pod_node.load_runnable(
+    used, labelled, spare = modern_pod_node.load_runnable(
         [pods.runnable_recipe(f"example.test/gc-race-{name}:1") for name in ("used", "labelled", "spare")])
-    node = Node([ContainerdSource(ContainerdStore(pod_node.address, 10.0, None), ["k8s.io"], ["k8s.io"])])
-    runtime = CriRuntime(pod_node.address, 10.0)
+    node = Node([ContainerdSource(ContainerdStore(modern_pod_node.address, 10.0, None), ["k8s.io"], ["k8s.io"])])
+    runtime = CriRuntime(modern_pod_node.address, 10.0)
     domain = gc.CriDomain(runtime, runtime.version())
     try:
         plan = gc.plan_prune(domain, node.rows(Policy()).rows, gcmodel.GcSettings(min_age=timedelta(0)),
                              gc.PruneRequest(all_unused=True), datetime.now(timezone.utc))
         assert {image.id for image in plan.delete} == {used.image_id, labelled.image_id, spare.image_id}
 
-        container = pod_node.pods().container(used.refs[0], "created")
-        pod_node.daemon.label_image(labelled.refs[0], {PIN: "pinned"})
+        container = modern_pod_node.pods().container(used.refs[0], "created")
+        modern_pod_node.daemon.label_image(labelled.refs[0], {PIN: "pinned"})
         items = {item.image_id: item for item in gc.apply_prune([plan], gc.wanted_now(node, Policy()), dry_run=False)}
     finally:
         node.close()
-    name = next(c.name for c in pods.list_containers(pod_node.address) if c.id == container.id)
+    name = next(c.name for c in pods.list_containers(modern_pod_node.address) if c.id == container.id)
     assert (items[used.image_id].action, items[used.image_id].why) == ("kept", f"in use since planning by {name}")
     assert items[labelled.image_id].action == "kept" and "since planning" in (items[labelled.image_id].why or "")
     assert items[spare.image_id].action == "removed"
-    assert {used.image_id, labelled.image_id} <= cri_ids(pod_node.address)
-    assert spare.image_id not in cri_ids(pod_node.address)
+    assert {used.image_id, labelled.image_id} <= cri_ids(modern_pod_node.address)
+    assert spare.image_id not in cri_ids(modern_pod_node.address)
 
 
 # --- Docker's own images, through Docker's API ---------------------------------------------------
