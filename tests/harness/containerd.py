@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 
-from tests.harness import cri, debs
+from tests.harness import cri, debs, images
 
 DEFAULT_SANDBOX_IMAGE = "example.test/pause:3.9"
 CRI_NAMESPACE = cri.NAMESPACE
@@ -305,6 +305,13 @@ class ContainerdDaemon:
                 f"  socket_path = {q(str(self.socket_dir / 'nri.sock'))}",
                 '[plugins."io.containerd.image-verifier.v1.bindir"]',
                 f"  bin_dir = {q(str(base / 'image-verifier'))}",
+                # 2.x's CRI pulls through the transfer service, which unpacks only for the
+                # (platform, snapshotter) pairs listed here; its default lists overlayfs alone, so
+                # with the CRI's native snapshotter every PullImage failed ("Unpack configuration
+                # not supported, skipping", then "no unpack platforms defined").
+                "[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]",
+                f"  platform = {q(images.host_platform())}",
+                '  snapshotter = "native"',
                 "",
             ]
         )
