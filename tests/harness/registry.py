@@ -18,7 +18,7 @@ import time
 from typing import Iterable, Optional
 
 from tests.harness import images
-from tests.harness.containerd import ContainerdDaemon
+from tests.harness.containerd import V3_IMAGES_TABLE, ContainerdDaemon
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 SKOPEO_BIN = "/usr/bin/skopeo"
@@ -156,7 +156,9 @@ class RegistryContainerd(ContainerdDaemon):
         return self.base_dir / "certs.d"
 
     def render_config(self) -> str:
-        table = '[plugins."io.containerd.grpc.v1.cri".registry]'
+        # 2.x (config version 3) moved the registry settings to the CRI's images plugin.
+        cri_table = V3_IMAGES_TABLE if self.config_version >= 3 else '[plugins."io.containerd.grpc.v1.cri"]'
+        table = f"{cri_table[:-1]}.registry]"
         return super().render_config() + f"{table}\n  config_path = {json.dumps(str(self.certs_dir))}\n"
 
     def add_host(self, host: str, scheme: str = "http", ca: Optional[pathlib.Path] = None) -> None:
