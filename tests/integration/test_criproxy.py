@@ -1,5 +1,6 @@
 """pinctl cri-proxy between CRI clients and real runtimes: containerd 1.6.20 (whose CRI ignores the
-pin label) for the pins, containerd 1.7 running real pods for everything else passing through."""
+pin label) for the pins, 2.1 for the pins of a runtime that honours labels but knows no policy,
+containerd 1.7 and 2.1 running real pods for everything else passing through."""
 
 from __future__ import annotations
 
@@ -160,6 +161,24 @@ def test_labelled_and_policy_images_read_pinned_only_through_the_proxy(
                      for image in cri.list_images(ctd16.address)}
 
 
+def test_on_containerd21_a_policy_only_image_reads_pinned_through_the_proxy(
+        containerd21: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+        load_images: LoadImages, proxies: Callable[..., ProxyProcess]) -> None:
+    """2.1 honours the label itself: the proxy adds only what no runtime reads, the policy."""
+    daemon = clean_k8s_io(containerd21)
+    load_images(daemon, [images.recipe(ref, seed=ref) for ref in (LABELLED, POLICY_ONLY, PLAIN)])
+    daemon.label_image(LABELLED, {PIN: "pinned"})
+    cri.wait_for(daemon.address, lambda imgs: any(LABELLED in i.repo_tags and i.pinned for i in imgs), 10)
+    proxy = proxies(daemon, "--pinned-image", POLICY_ONLY)
+    direct = pinned_by_tag(daemon.address)
+    assert (direct[LABELLED], direct[POLICY_ONLY], direct[PLAIN]) == (True, False, False)
+    through = pinned_by_tag(proxy.path)
+    assert (through[LABELLED], through[POLICY_ONLY], through[PLAIN]) == (True, True, False)
+    assert status_pinned(daemon.address, POLICY_ONLY) is False and status_pinned(proxy.path, POLICY_ONLY) is True
+    assert status_pinned(proxy.path, PLAIN) is False
+    assert through[daemon.sandbox_image] is True
+
+
 def test_check_through_the_proxy_agrees_with_pinctl(ctd16: ContainerdDaemon,
                                                      proxies: Callable[..., ProxyProcess]) -> None:
     proxy = proxies(ctd16, "--pinned-image", POLICY_ONLY)
@@ -291,17 +310,17 @@ def test_eight_concurrent_clients_for_ten_seconds(ctd16: ContainerdDaemon,
     assert proxy.fds() <= baseline + 2, (baseline, proxy.fds())
 
 
-def test_real_pods_and_container_events_through_the_proxy(pod_node: PodNode,
+def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNode,
                                                           proxies: Callable[..., ProxyProcess]) -> None:
-    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/px-pod:1")])
-    proxy = proxies(pod_node.daemon)
+    (info,) = modern_pod_node.load_runnable([pods.runnable_recipe("example.test/px-pod:1")])
+    proxy = proxies(modern_pod_node.daemon)
     events: list[tuple[str, int]] = []
     with grpc.insecure_channel(f"unix://{proxy.path}") as channel:
         stream = channel.unary_stream(EVENTS)(b"")
         follower = threading.Thread(target=_follow, args=(stream, events), daemon=True)
         follower.start()
         time.sleep(0.5)  # subscribed before the first container
-        made = pod_node.pods()
+        made = modern_pod_node.pods()
         made.address = proxy.path
         container = made.container(info.refs[0], "running")
         assert container.id in {c.id for c in pods.list_containers(proxy.path)}
