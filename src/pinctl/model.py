@@ -34,9 +34,13 @@ ALL_NAMESPACES = "all"
 # code to name it by. The values are plain strings: JSON carries them as they are (docs/json.md).
 
 # Why the runtime keeps an image, or pinctl thinks it should (Reason.kind).
-ReasonKind = Literal["label", "sandbox", "pattern", "docker-label", "ineffective-label", "ignored"]
+ReasonKind = Literal["label", "sandbox", "containerd-config", "pattern", "docker-label", "ineffective-label",
+                     "ignored"]
 REASON_LABEL: Final = "label"  # a reference of the image carries the pin label; detail names it
 REASON_SANDBOX: Final = "sandbox"  # the CRI's sandbox image, which the runtime keeps itself
+# An entry of containerd 2.x's own pinned_images names a reference of the image: containerd labels
+# it itself (at start and on every change to it); detail names the entry and its file.
+REASON_CONTAINERD_CONFIG: Final = "containerd-config"
 REASON_PATTERN: Final = "pattern"  # a policy pattern covers the image; source says where it came from
 REASON_DOCKER_LABEL: Final = "docker-label"  # a config label docker_pinned_image_labels names
 REASON_INEFFECTIVE_LABEL: Final = "ineffective-label"  # looks like a pin, but the CRI does not count it
@@ -128,6 +132,25 @@ class Reason:
         return found
 
 
+@dataclass(frozen=True)
+class ConfigPin:
+    """One entry of containerd 2.x's ``pinned_images`` table: containerd puts the pin label on the
+    record whose name equals ``ref`` exactly, whenever its CRI starts or sees that record change."""
+
+    name: str
+    ref: str
+    path: str
+
+    @property
+    def where(self) -> str:
+        return f"pinned_images.{self.name} in {self.path}"
+
+    @property
+    def is_sandbox(self) -> bool:
+        """2.x's entry for the sandbox image (1.x's sandbox_image), named so by containerd."""
+        return self.name == "sandbox"
+
+
 @dataclass
 class ImageRow:
     """One row of `pinctl ls`: a reference in a namespace and whether the runtime will keep it.
@@ -180,6 +203,8 @@ class ItemResult:
     ref: str
     action: Action
     error: Optional[str] = None
+    # What will undo this item although it ended as asked (containerd's own pinned_images).
+    warning: Optional[str] = None
 
     @property
     def failed(self) -> bool:

@@ -6,7 +6,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from pinctl.backends import guard as writes
 from pinctl.errors import UnknownNamespace
-from pinctl.model import Descriptor, ResolvedTarget, StoredImage, WriteOutcome
+from pinctl.model import ConfigPin, Descriptor, ResolvedTarget, StoredImage, WriteOutcome
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -18,8 +18,10 @@ def digest(seed: str) -> str:
 class FakeStore:
     address = "/fake.sock"
 
-    def __init__(self, sandbox: Optional[str] = None) -> None:
+    def __init__(self, sandbox: Optional[str] = None, pins: Sequence[ConfigPin] = ()) -> None:
         self.records: dict[str, dict[str, StoredImage]] = {}
+        # containerd 2.x's own pinned_images, as ContainerdStore reads them from its config.
+        self.pins = list(pins)
         self.ids: dict[str, str] = {}
         self.writes: list[tuple[str, str, Optional[str]]] = []
         self.fail_names: set[str] = set()
@@ -84,6 +86,9 @@ class FakeStore:
 
     def sandbox_image(self) -> Optional[str]:
         return self._sandbox
+
+    def config_pins(self) -> list[ConfigPin]:
+        return list(self.pins)
 
 
 class NoEvents:

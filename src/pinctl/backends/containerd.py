@@ -8,13 +8,23 @@ from pinctl.backends import _grpc, oci
 from pinctl.backends import guard as writes
 from pinctl.config.files import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
-from pinctl.model import VERDICT_FAILED, Descriptor, LabelChange, ResolvedTarget, StoredImage, WriteOutcome
+from pinctl.model import (
+    VERDICT_FAILED,
+    ConfigPin,
+    Descriptor,
+    LabelChange,
+    ResolvedTarget,
+    StoredImage,
+    WriteOutcome,
+)
 
 if TYPE_CHECKING:
     import grpc
 
 DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
+# containerd 2.x (config version 3): the CRI's image settings, pinned_images among them.
+V3_IMAGES_PLUGIN = "io.containerd.cri.v1.images"
 NAMESPACE_HEADER = "containerd-namespace"
 # How many label updates travel at once: enough to hide socket latency, few enough
 # not to queue thousands of streams on the daemon.
@@ -286,6 +296,10 @@ class ContainerdStore:
     def sandbox_image(self) -> Optional[str]:
         return read_sandbox_image(self.config_path)
 
+    def config_pins(self) -> list[ConfigPin]:
+        """The entries of containerd 2.x's own pinned_images, from the same config."""
+        return read_config_pins(self.config_path)
+
 
 def _resolved(manifest: dict[str, Any], manifest_size: int) -> ResolvedTarget:
     image_id, size = oci.config_and_size(manifest)
@@ -357,11 +371,29 @@ def _update_error(err: Any, store: ContainerdStore) -> str:
 
 
 def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:
-    """The CRI sandbox image from containerd's config (schema 1, 2 or 3); None when unset.
+    """The CRI sandbox image from containerd's config (schema 1, 2 or 3); None when unset."""
+    read = _read_config(config_path)
+    return None if read is None else _sandbox_from_config(read[1])
+
+
+def read_config_pins(config_path: Optional[str]) -> list[ConfigPin]:
+    """Every string entry of containerd 2.x's ``[plugins.'io.containerd.cri.v1.images'.pinned_images]``
+    (``sandbox`` included: it is the sandbox image there), in the file's order; none when unset."""
+    read = _read_config(config_path)
+    if read is None:
+        return []
+    path, config = read
+    images = _table(_table(config, "plugins"), V3_IMAGES_PLUGIN)
+    return [ConfigPin(str(name), ref, path) for name, ref in _table(images, "pinned_images").items()
+            if isinstance(ref, str) and ref]
+
+
+def _read_config(config_path: Optional[str]) -> Optional[tuple[str, dict[str, Any]]]:
+    """(path, parsed TOML) of containerd's config; None when the default one is absent or unreadable.
 
     Only a regular file is read (a FIFO would block). It is not held to root's ownership as
-    pinctl's own config is: it names no pin that sync or prune act on, and containerd reads it
-    as it is.
+    pinctl's own config is: pinctl acts on no pin it names (sync and prune never read it), and
+    containerd reads it as it is.
     """
     explicit = config_path is not None
     path = config_path or DEFAULT_CONFIG
@@ -380,15 +412,21 @@ def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:
         raise ConfigError(f"containerd config {path} is not valid TOML: {err}", "fix the file") from None
     except RecursionError:
         raise ConfigError(f"containerd config {path}: {TOO_DEEP}", "fix the file") from None
-    return _sandbox_from_config(config)
+    return path, config
+
+
+def _table(parent: Any, key: str) -> dict[str, Any]:
+    # A key holding something other than a table (a hand-edited config) reads as absent.
+    found = parent.get(key) if isinstance(parent, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 def _sandbox_from_config(config: dict[str, Any]) -> Optional[str]:
-    plugins = config.get("plugins") or {}
+    plugins = _table(config, "plugins")
     candidates = [
-        (plugins.get("io.containerd.cri.v1.images") or {}).get("pinned_images", {}).get("sandbox"),
-        (plugins.get("io.containerd.grpc.v1.cri") or {}).get("sandbox_image"),
-        (plugins.get("cri") or {}).get("sandbox_image"),
+        _table(_table(plugins, V3_IMAGES_PLUGIN), "pinned_images").get("sandbox"),
+        _table(plugins, "io.containerd.grpc.v1.cri").get("sandbox_image"),
+        _table(plugins, "cri").get("sandbox_image"),
     ]
     return next((c for c in candidates if isinstance(c, str) and c), None)
 

@@ -7,6 +7,7 @@ import re
 from pinctl.model import (
     DRIFT_UNCOVERED,
     DRIFT_UNLABELLED,
+    REASON_CONTAINERD_CONFIG,
     REASON_DOCKER_LABEL,
     REASON_IGNORED,
     REASON_INEFFECTIVE_LABEL,
@@ -41,6 +42,8 @@ def _label_why(row: ImageRow) -> str:
 def _other_why(row: ImageRow, reason: Reason) -> str:
     if reason.kind == REASON_SANDBOX:
         return "sandbox"
+    if reason.kind == REASON_CONTAINERD_CONFIG:
+        return reason.detail  # pinned_images.NAME in FILE: the entry says it all
     if reason.kind == REASON_IGNORED:
         return f"but {reason.detail}"
     if reason.kind == REASON_PATTERN:
@@ -57,6 +60,7 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
 BRIEF_KINDS: dict[ReasonKind, str] = {
     REASON_LABEL: "label",
     REASON_SANDBOX: "sandbox",
+    REASON_CONTAINERD_CONFIG: "containerd config",
     REASON_PATTERN: "pattern",
     REASON_DOCKER_LABEL: "docker label",
     REASON_INEFFECTIVE_LABEL: "ineffective label",
