@@ -1,15 +1,22 @@
-"""containerd 2.x's own pinned_images, read from its config."""
+"""containerd 2.x's own pinned_images: read from its config, shown in ls as the entry that
+labels an image."""
 
 from __future__ import annotations
 
 import pathlib
+from typing import Optional
 
 import pytest
 
 from pinctl.backends.containerd import read_config_pins, read_sandbox_image
-from pinctl.model import ConfigPin
+from pinctl.model import PIN_LABEL, ConfigPin, ImageRow
+from pinctl.pins import listing
+from pinctl.pins.policy import Policy
+from pinctl.render import cells
 
+from .fakes import FakeStore
 
+PIN = {PIN_LABEL: "pinned"}
 CONFIG = "/etc/containerd/config.toml"
 APP = "example.test/app:1"
 V3 = """version = 3
@@ -19,6 +26,10 @@ V3 = """version = 3
   short = "app:1"
   odd = 3
 """
+
+
+def pin(name: str, ref: str) -> ConfigPin:
+    return ConfigPin(name, ref, CONFIG)
 
 
 def test_a_v3_config_gives_every_string_entry_and_the_sandbox(tmp_path: pathlib.Path) -> None:
@@ -44,3 +55,50 @@ def test_configs_without_the_table_pin_nothing(tmp_path: pathlib.Path, text: str
 def test_no_default_config_means_no_entries(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
     monkeypatch.setattr("pinctl.backends.containerd.DEFAULT_CONFIG", str(tmp_path / "absent.toml"))
     assert read_config_pins(None) == []
+
+
+def store_with(*pins: ConfigPin, labelled: bool = True) -> FakeStore:
+    store = FakeStore(sandbox="example.test/pause:3.10", pins=pins)
+    store.add("k8s.io", APP, "a", PIN if labelled else None)
+    store.add("k8s.io", "sha256:" + "a" * 64, "a")
+    store.add("k8s.io", "docker.io/library/app:1", "b", PIN)
+    store.add("k8s.io", "example.test/pause:3.10", "p", PIN)
+    store.add("moby", APP, "a")
+    return store
+
+
+def rows(store: FakeStore, namespace: str = "k8s.io", policy: Optional[Policy] = None) -> dict[str, ImageRow]:
+    return {row.ref: row for row in listing.list_images(store, [namespace], policy).rows}
+
+
+def test_ls_names_the_entry_on_every_ref_of_the_image_it_labels() -> None:
+    store = store_with(pin("sandbox", "example.test/pause:3.10"), pin("app", APP), pin("short", "app:1"))
+    found = rows(store)
+    for ref in (APP, "sha256:" + "a" * 64):
+        row = found[ref]
+        assert row.pinned and row.drift is None
+        assert [r.as_dict() for r in row.reasons] == [
+            {"kind": "label", "detail": APP},
+            {"kind": "containerd-config", "detail": f"pinned_images.app in {CONFIG}"},
+        ]
+    why = cells.why(found["sha256:" + "a" * 64])
+    assert why == f"label on {APP}; pinned_images.app in {CONFIG}"
+    assert cells.why_brief(found[APP]) == "label; containerd config"
+    # containerd compares as a plain string: the short entry names no record, not even app:1's.
+    assert [r.kind for r in found["docker.io/library/app:1"].reasons] == ["label"]
+    # The sandbox entry is the sandbox, said once.
+    assert [r.kind for r in found["example.test/pause:3.10"].reasons] == ["label", "sandbox"]
+    # containerd's CRI applies pinned_images in k8s.io alone.
+    assert rows(store, "moby")[APP].reasons == []
+
+
+def test_an_entry_alone_pins_nothing_until_containerd_labels_the_image() -> None:
+    from pinctl.config.loader import PatternEntry
+    from pinctl.pins.policy import compile_policy
+
+    policy = compile_policy([PatternEntry(APP, "test", "pinctl")])
+    row = rows(store_with(pin("app", APP), labelled=False), policy=policy)[APP]
+    assert row.pinned is False
+    assert [r.kind for r in row.reasons] == ["containerd-config", "pattern"]
+    # containerd will label it itself: not pinctl sync's to do, so no drift.
+    assert row.drift is None

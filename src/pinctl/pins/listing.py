@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 from pinctl import refs
 from pinctl.backends import ImageStore
@@ -13,11 +13,13 @@ from pinctl.model import (
     CRI_NAMESPACE,
     DRIFT_UNCOVERED,
     DRIFT_UNLABELLED,
+    REASON_CONTAINERD_CONFIG,
     REASON_IGNORED,
     REASON_INEFFECTIVE_LABEL,
     REASON_LABEL,
     REASON_PATTERN,
     REASON_SANDBOX,
+    ConfigPin,
     Drift,
     ImageRow,
     Reason,
@@ -34,16 +36,30 @@ class Listing:
     errors: list[dict[str, str]] = field(default_factory=list)
 
 
+@runtime_checkable
+class ConfigPinned(Protocol):
+    """A store that can say what its containerd's own config pins (containerd 2.x's pinned_images)."""
+
+    def config_pins(self) -> list[ConfigPin]: ...
+
+
+def config_pins(store: object) -> list[ConfigPin]:
+    """The pinned_images entries of the store's containerd; none for a store that cannot say."""
+    return store.config_pins() if isinstance(store, ConfigPinned) else []
+
+
 def list_namespace(
     store: ImageStore,
     namespace: str,
     sandbox: Optional[str],
     runtime_version: Optional[str] = None,
     policy: Optional[Policy] = None,
+    pins: Sequence[ConfigPin] = (),
 ) -> Listing:
     listing = build_rows(store, namespace, store.list_images(namespace))
     in_cri = namespace == CRI_NAMESPACE
-    annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None)
+    annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None,
+                  pins if in_cri else ())
     annotate_policy(listing.rows, policy or Policy())
     return listing
 
@@ -72,10 +88,12 @@ def build_rows(store: ImageStore, namespace: str, images: Sequence[StoredImage])
 
 def list_images(store: ImageStore, namespaces: Sequence[str], policy: Optional[Policy] = None) -> Listing:
     sandbox = store.sandbox_image()
-    runtime_version = store.version() if CRI_NAMESPACE in namespaces else None
+    in_cri = CRI_NAMESPACE in namespaces
+    runtime_version = store.version() if in_cri else None
+    pins = config_pins(store) if in_cri else []
     listing = Listing()
     for namespace in namespaces:
-        part = list_namespace(store, namespace, sandbox, runtime_version, policy)
+        part = list_namespace(store, namespace, sandbox, runtime_version, policy, pins)
         listing.rows.extend(part.rows)
         listing.errors.extend(part.errors)
     listing.rows.sort(key=lambda row: (row.namespace, row.ref))
@@ -89,16 +107,22 @@ def group_by_image(rows: Iterable[ImageRow]) -> dict[tuple[Optional[str], str], 
     return groups
 
 
-def annotate_pins(rows: Sequence[ImageRow], sandbox: Optional[str], runtime_version: Optional[str] = None) -> None:
+def annotate_pins(
+    rows: Sequence[ImageRow], sandbox: Optional[str], runtime_version: Optional[str] = None,
+    pins: Sequence[ConfigPin] = (),
+) -> None:
     """Mark every ref of an image pinned when any ref of it carries the label, as the CRI does.
 
     With the version of a containerd whose CRI ignores pins, nothing counts as pinned and the
-    reasons say so.
+    reasons say so. pins (containerd 2.x's own pinned_images) explain a label containerd puts
+    there itself; they pin nothing by themselves, since the CRI reads only the label.
     """
     sandbox_ref = _normalized_or_none(sandbox)
+    # The sandbox entry is said by the sandbox reason already.
+    own = [pin for pin in pins if not pin.is_sandbox]
     honoured = runtime_version is None or pin_labels.cri_honours_pins(runtime_version)
     for group in group_by_image(rows).values():
-        reasons = _group_reasons(group, sandbox_ref)
+        reasons = _group_reasons(group, sandbox_ref, own)
         pinned = any(r.kind in (REASON_LABEL, REASON_SANDBOX) for r in reasons)
         if pinned and not honoured:
             pinned = False
@@ -118,8 +142,9 @@ def annotate_policy(rows: Sequence[ImageRow], policy: Policy) -> None:
 
 
 def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
-    # The runtime keeps (and labels) its sandbox image itself: neither direction is drift.
-    if any(r.kind == REASON_SANDBOX for r in row.reasons):
+    # The runtime keeps (and labels) its sandbox image and its own pinned_images itself:
+    # neither direction is drift.
+    if any(r.kind in (REASON_SANDBOX, REASON_CONTAINERD_CONFIG) for r in row.reasons):
         return None
     labelled = any(r.kind == REASON_LABEL for r in row.reasons)
     if covered and not labelled:
@@ -129,14 +154,24 @@ def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
     return None
 
 
-def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str]) -> list[Reason]:
+def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str],
+                   pins: Sequence[ConfigPin] = ()) -> list[Reason]:
     reasons = [Reason(REASON_LABEL, row.ref) for row in group if pin_labels.carries_pin(row.labels)]
     if sandbox_ref and any(_normalized_or_none(row.ref) == sandbox_ref for row in group):
         reasons.append(Reason(REASON_SANDBOX, sandbox_ref))
+    reasons += [Reason(REASON_CONTAINERD_CONFIG, pin.where) for pin in config_pins_naming(group, pins)]
     for row in group:
         ineffective = pin_labels.ineffective_pins(row.labels)
         reasons.extend(Reason(REASON_INEFFECTIVE_LABEL, f"{row.ref}: {p}") for p in ineffective)
     return reasons
+
+
+def config_pins_naming(group: Iterable[ImageRow], pins: Sequence[ConfigPin]) -> list[ConfigPin]:
+    """The entries that name a reference of this image, in the config's order. containerd compares
+    an entry with the record's name as a plain string (no normalisation: a short or tagless entry
+    names nothing, containerd issue 13314), so this does too."""
+    names = {row.ref for row in group}
+    return [pin for pin in pins if pin.ref in names]
 
 
 def _normalized_or_none(name: Optional[str]) -> Optional[str]:
