@@ -1,22 +1,26 @@
 """containerd 2.x's own pinned_images: read from its config, shown in ls as the entry that
-labels an image."""
+labels an image, and named when unpin removes a pin containerd will put back."""
 
 from __future__ import annotations
 
+import io
+import json
 import pathlib
 from typing import Optional
 
 import pytest
 
 from pinctl.backends.containerd import read_config_pins, read_sandbox_image
-from pinctl.model import PIN_LABEL, ConfigPin, ImageRow
+from pinctl.model import PIN_LABEL, ConfigPin, ImageRow, ItemResult, OutputFormat
 from pinctl.pins import listing
+from pinctl.pins import plans as pinning
 from pinctl.pins.policy import Policy
-from pinctl.render import cells
+from pinctl.render import cells, output
 
 from .fakes import FakeStore
 
 PIN = {PIN_LABEL: "pinned"}
+FORMATS: tuple[OutputFormat, ...] = ("json", "table")
 CONFIG = "/etc/containerd/config.toml"
 APP = "example.test/app:1"
 V3 = """version = 3
@@ -102,3 +106,45 @@ def test_an_entry_alone_pins_nothing_until_containerd_labels_the_image() -> None
     assert [r.kind for r in row.reasons] == ["containerd-config", "pattern"]
     # containerd will label it itself: not pinctl sync's to do, so no drift.
     assert row.drift is None
+
+
+def unpin(store: FakeStore, *args: str, dry_run: bool = False) -> dict[str, ItemResult]:
+    plan = pinning.make_plan([pinning.NamespaceView(store, "k8s.io")], "unpin", list(args))
+    return {r.ref: r for r in pinning.apply_plan(plan, dry_run)}
+
+
+def test_unpin_still_unpins_and_says_containerd_will_pin_it_again() -> None:
+    store = store_with(pin("app", APP), pin("again", APP))
+    results = unpin(store, APP, "docker.io/library/app:1")
+    assert {ref: r.action for ref, r in results.items()} == {
+        APP: "unpinned", "sha256:" + "a" * 64: "already-unpinned", "docker.io/library/app:1": "unpinned"}
+    assert PIN_LABEL not in {img.name: img for img in store.list_images("k8s.io")}[APP].labels
+    warning = results[APP].warning or ""
+    assert warning.startswith("containerd will pin it again, at once and at its next start:")
+    assert f"pinned_images.app in {CONFIG} and pinned_images.again in {CONFIG}" in warning
+    # Only the record an entry names: containerd puts no label back on the others.
+    assert results["sha256:" + "a" * 64].warning is None and results["docker.io/library/app:1"].warning is None
+    assert unpin(store_with(pin("app", APP)), APP, dry_run=True)[APP].warning is not None
+
+
+def test_unpin_outside_k8s_io_or_without_entries_warns_of_nothing() -> None:
+    store = store_with()
+    assert unpin(store, APP)[APP].warning is None
+    moby = store_with(pin("app", APP))
+    moby.add("moby", APP, "a", PIN)
+    plan = pinning.make_plan([pinning.NamespaceView(moby, "moby")], "unpin", [APP])
+    assert [r.warning for r in pinning.apply_plan(plan, False)] == [None]
+
+
+def test_the_warning_goes_to_stderr_and_into_that_item_of_the_json(capsys: pytest.CaptureFixture[str]) -> None:
+    results = [ItemResult("k8s.io", APP, "unpinned", warning="containerd will pin it again"),
+               ItemResult("k8s.io", "example.test/other:1", "unpinned")]
+    for fmt in FORMATS:
+        buf = io.StringIO()
+        output.print_results("unpin", results, "success", False, fmt, False, out=buf)
+        err = capsys.readouterr().err
+        assert f"pinctl: unpin {APP}: containerd will pin it again" in err
+        assert "example.test/other:1: " not in err
+        if fmt == "json":
+            items = json.loads(buf.getvalue())["results"]
+            assert items[0]["warning"] == "containerd will pin it again" and "warning" not in items[1]

@@ -69,7 +69,9 @@ def test_output_is_sorted_and_stable() -> None:
 
 def render_pin() -> dict:
     buf = io.StringIO()
-    output.print_results("unpin", [ItemResult("k8s.io", "r", "unpinned")], "success", True, "json", False, out=buf)
+    results = [ItemResult("k8s.io", "r", "unpinned"),
+               ItemResult("k8s.io", "p", "unpinned", warning="containerd will pin it again")]
+    output.print_results("unpin", results, "success", True, "json", False, out=buf)
     return json.loads(buf.getvalue())
 
 

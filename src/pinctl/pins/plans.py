@@ -18,6 +18,7 @@ from pinctl.model import (
     ACTION_PINNED,
     ACTION_PRUNED,
     ACTION_UNPINNED,
+    CRI_NAMESPACE,
     MANAGED_LABEL,
     MANAGED_VALUE,
     PIN_LABEL,
@@ -29,6 +30,7 @@ from pinctl.model import (
     VERDICT_MOVED,
     VERDICT_WRITTEN,
     Action,
+    ConfigPin,
     ImageRow,
     ItemResult,
     LabelChange,
@@ -39,7 +41,7 @@ from pinctl.model import (
 )
 from pinctl.pins import labels as pin_labels
 from pinctl.pins import patterns
-from pinctl.pins.listing import build_rows, group_by_image, id_matches
+from pinctl.pins.listing import build_rows, config_pins, group_by_image, id_matches
 from pinctl.pins.policy import Policy, could_match_an_id, coverage, sync_targets
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ class Change:
     image: StoredImage
     labels: LabelChange
     action: Action
+    warning: Optional[str] = None
 
 
 @dataclass
@@ -82,6 +85,14 @@ class NamespaceView:
         self._rows: Optional[list[ImageRow]] = None
         self._images: dict[str, list[ImageRow]] = {}
         self._image_key: dict[str, str] = {}
+        self._config_pins: Optional[list[ConfigPin]] = None
+
+    @property
+    def config_pins(self) -> list[ConfigPin]:
+        """containerd 2.x's own pinned_images, which its CRI applies in k8s.io only; read when first asked."""
+        if self._config_pins is None:
+            self._config_pins = config_pins(self.store) if self.namespace == CRI_NAMESPACE else []
+        return self._config_pins
 
     def _read_manifests(self) -> list[ImageRow]:
         """Every record with its image ID, grouped by image: the manifests are read once."""
@@ -228,10 +239,11 @@ def _selected(view: NamespaceView, selector: refs.Selector) -> list[StoredImage]
 
 def _plan_image(plan: Plan, view: NamespaceView, image: StoredImage) -> None:
     if plan.command == UNPIN:
+        warning = repinned_warning(view.config_pins, image.name)
         if PIN_LABEL in image.labels or MANAGED_LABEL in image.labels:
-            plan.changes.append(Change(view.store, view.namespace, image, _removal(image), ACTION_UNPINNED))
+            plan.changes.append(Change(view.store, view.namespace, image, _removal(image), ACTION_UNPINNED, warning))
         else:
-            plan.settled.append(ItemResult(view.namespace, image.name, ACTION_ALREADY_UNPINNED))
+            plan.settled.append(ItemResult(view.namespace, image.name, ACTION_ALREADY_UNPINNED, warning=warning))
     elif pin_labels.carries_pin(image.labels) and MANAGED_LABEL in image.labels:
         # A hand pin of what sync pinned: the operator owns it now, so sync --prune must leave it.
         plan.changes.append(Change(view.store, view.namespace, image, {MANAGED_LABEL: None}, ACTION_ADOPTED))
@@ -241,6 +253,17 @@ def _plan_image(plan: Plan, view: NamespaceView, image: StoredImage) -> None:
         # The mark goes too: a hand pin over an ineffective value sync wrote is the operator's.
         change: LabelChange = {PIN_LABEL: PIN_VALUE, **({MANAGED_LABEL: None} if MANAGED_LABEL in image.labels else {})}
         plan.changes.append(Change(view.store, view.namespace, image, change, ACTION_PINNED))
+
+
+def repinned_warning(pins: Sequence[ConfigPin], name: str) -> Optional[str]:
+    """Why containerd will put back a pin unpin removes: an entry of its own pinned_images names
+    the record (compared as a plain string, as containerd does). 2.1 relabels such a record on
+    every change to it, the unpin's own write included, and at every start."""
+    naming = [pin.where for pin in pins if pin.ref == name]
+    if not naming:
+        return None
+    return (f"containerd will pin it again, at once and at its next start: {' and '.join(naming)} "
+            "names it; remove the entry there and restart containerd to unpin it")
 
 
 def _removal(image: StoredImage) -> LabelChange:
@@ -321,7 +344,9 @@ def _item_result(change: Change, outcome: WriteOutcome) -> ItemResult:
         VERDICT_ALREADY: ACTION_ALREADY_PINNED if already else ACTION_ALREADY_UNPINNED,
         VERDICT_MOVED: ACTION_CHANGED_UNDER_US,
     }
-    return ItemResult(change.namespace, change.image.name, actions.get(outcome.verdict, ACTION_FAILED), outcome.detail)
+    action = actions.get(outcome.verdict, ACTION_FAILED)
+    return ItemResult(change.namespace, change.image.name, action, outcome.detail,
+                      change.warning if action != ACTION_FAILED else None)
 
 
 def status_of(results: Sequence[ItemResult]) -> Status:

@@ -66,12 +66,16 @@ def image_dict(row: ImageRow) -> dict[str, Any]:
 
 
 def result_dict(result: ItemResult) -> dict[str, Any]:
-    return {
+    found = {
         "namespace": result.namespace,
         "ref": result.ref,
         "action": result.action,
         "error": result.error,
     }
+    # Only on the items it concerns, so every other result keeps its four keys.
+    if result.warning is not None:
+        found["warning"] = result.warning
+    return found
 
 
 def print_images(
@@ -134,6 +138,11 @@ def print_results(
     """On a terminal each failure shows once, under its row. When the table goes to a pipe or a
     file, failures are also said on stderr, where the person running the command sees them."""
     out = out or sys.stdout
+    # Said in every format: JSON carries it on the item too, but a person running the command
+    # must not miss that containerd undoes what it just did.
+    for r in results:
+        if r.warning is not None:
+            warn(f"{command} {r.ref}: {r.warning}")
     if fmt == FORMAT_JSON:
         body = [result_dict(r) for r in results]
         out.write(envelope(command=command, dry_run=dry_run, status=status, results=body) + "\n")
