@@ -42,6 +42,52 @@ def test_containerd_takes_exact_references_only() -> None:
     assert "registry.example/base/*" in note and "expanded to the 2" in note
 
 
+# Record names in k8s.io as containerd's CRI stores them (fully normalised, with a tag or digest),
+# and two that only ctr makes: a tagless one and a short one.
+CRI_NAMES = [
+    refs.normalize("rtbare"), refs.normalize("nginx:1.27"), "example.test/app:1", "example.test/app:V2",
+    "example.test/glob/a:1", "example.test/glob/b@sha256:" + "c" * 64, "example.test/other:1",
+    "example.test/keyword-thing:3",
+]
+CTR_ONLY = ["example.test/glob/tagless", "short:1"]
+
+
+def pinned_images(text: str) -> dict[str, str]:
+    table: dict[str, str] = tomllib.loads(text)["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]
+    return table
+
+
+@pytest.mark.parametrize("texts", [
+    ("rtbare", "nginx:1.27"),                   # short and tagless exact names: normalised, :latest added
+    ("example.test/glob/*",),                   # a glob: expanded, the ctr-only tagless name left out
+    ("*keyword*", "example.test/app:v2"),       # a keyword; a name pinctl matches whatever its case
+    ("rtbare", "example.test/glob/*", "*keyword*", "*short*"),
+])
+def test_containerd_table_pins_what_the_policy_wants_as_containerd_compares(texts: tuple[str, ...]) -> None:
+    """containerd 2.x labels a record whose name equals an entry as a plain string: the table
+    selects exactly the CRI's records the policy covers, and no entry is tagless (those pin
+    nothing, containerd issue 13314)."""
+    wanted = policy(*texts)
+    result = export("containerd", wanted, sorted(CRI_NAMES + CTR_ONLY), [])
+    entries = set(pinned_images(result.text).values())
+    covered = {name for name in CRI_NAMES if any(matches(p, name) for p in wanted.patterns)}
+    assert {name for name in CRI_NAMES if name in entries} == covered
+    assert entries <= set(CRI_NAMES) | {refs.normalize(t) for t in texts if "*" not in t}
+    for entry in entries:
+        assert refs.normalize(entry) == entry and ("@" in entry or ":" in entry.rsplit("/", 1)[-1]), entry
+    for name in CTR_ONLY:
+        if any(matches(p, name) for p in wanted.patterns):
+            assert name not in entries and any(name in n and "13314" in n for n in result.notes)
+
+
+def test_containerd_table_names_a_tag_and_digest_pull_by_its_digest() -> None:
+    digest = "sha256:" + "d" * 64
+    result = export("containerd", policy(f"example.test/app:1@{digest}", "rtbare"), [], [])
+    assert list(pinned_images(result.text).values()) == [f"example.test/app@{digest}", "docker.io/library/rtbare:latest"]
+    [note] = result.notes
+    assert "by its digest alone" in note
+
+
 def test_cri_dockerd_flags_keep_globs_and_expand_keywords() -> None:
     result = export("cri-dockerd", policy("registry.example/base/*", "*fedora*"), PRESENT, ["team.example/keep=true", "keep"])
     args = shlex.split(result.text)

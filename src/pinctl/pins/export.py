@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import refs as references
+from pinctl.errors import UsageError
 from pinctl.pins.patterns import PATTERN_EXACT, PATTERN_GLOB, PATTERN_KEYWORD, matches
 from pinctl.pins.policy import Policy
 
@@ -66,13 +67,19 @@ def _crio(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequenc
 
 
 def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str]) -> Export:
+    """containerd 2.x labels a record when an entry equals its name as a plain string, and its
+    CRI names records fully normalised (docker.io/library/x:1), so that is how entries are
+    written. None is ever tagless: an entry without a tag pins nothing (containerd issue 13314),
+    so a tagless exact pattern goes out with the :latest it means, and a present name that is not
+    a whole name:tag is left out with a note."""
     notes: list[str] = []
     refs: list[str] = []
     for p in policy.patterns:
         if p.kind == PATTERN_EXACT and p.dialect == "pinctl" and not p.needle.startswith("sha256:"):
-            refs.append(p.needle)
+            refs.append(_as_containerd_names_it(p, notes))
+            refs += _other_spellings(p, refs[-1], present, notes)
         else:
-            refs += _expanded(p, present, "containerd pins exact references only", notes)
+            refs += _whole_names(p, _expanded(p, present, "containerd pins exact references only", notes), notes)
     if label_rules:
         notes.append("docker_pinned_image_labels have no containerd equivalent; left out")
     lines = [
@@ -84,6 +91,48 @@ def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: S
     ]
     lines += [f"  {json.dumps(f'pinctl-{n}')} = {json.dumps(ref)}" for n, ref in enumerate(dict.fromkeys(refs), 1)]
     return Export("\n".join(lines) + "\n", notes)
+
+
+def _as_containerd_names_it(pattern: Pattern, notes: list[str]) -> str:
+    """An exact pattern's normalised name (a tag added when it had none), as the CRI stores it:
+    a pull of name:tag@digest is stored as name@digest, which is what must be written."""
+    name, _, digest = pattern.needle.partition("@")
+    if not digest:
+        return name
+    # The needle is normalised, so a colon after the last slash starts its tag (a port never does).
+    repository = name[: name.rindex(":")] if ":" in name.rsplit("/", 1)[-1] else name
+    notes.append(f"{pattern.text!r} ({pattern.source}): containerd names a pull by tag and digest by its digest "
+                 f"alone; written as {repository}@{digest}")
+    return f"{repository}@{digest}"
+
+
+def _other_spellings(pattern: Pattern, written: str, present: Optional[Sequence[str]], notes: list[str]) -> list[str]:
+    """Names present that the exact pattern covers in another case (a tag such as V2): pinctl
+    matches case-insensitively, containerd compares exactly, so they are written too."""
+    others = [name for name in present or () if name != written and matches(pattern, name)]
+    if not others:
+        return []
+    notes.append(f"{pattern.text!r} ({pattern.source}): containerd compares names case-sensitively and pinctl "
+                 f"does not; also written as {', '.join(others)}")
+    return _whole_names(pattern, others, notes)
+
+
+def _whole_names(pattern: Pattern, names: Sequence[str], notes: list[str]) -> list[str]:
+    """The names an entry can match: fully normalised, with a tag or digest. The others (records
+    named short or tagless, say by ctr) are left out, and said."""
+    whole = [name for name in names if _is_whole(name)]
+    left_out = [name for name in names if name not in whole]
+    if left_out:
+        notes.append(f"{pattern.text!r} ({pattern.source}): left out {', '.join(left_out)}: containerd matches an "
+                     "entry only as a full name:tag (a tagless entry pins nothing, containerd issue 13314)")
+    return whole
+
+
+def _is_whole(name: str) -> bool:
+    try:
+        return references.normalize(name) == name
+    except UsageError:
+        return False
 
 
 def _cri_dockerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str]) -> Export:
