@@ -89,6 +89,8 @@ class ContainerdDaemon:
         # root/state may live elsewhere (tmpfs): bolt fsyncs dominate big imports.
         self.data_dir = pathlib.Path(data_dir).resolve() if data_dir else self.base_dir
         self.sandbox_image = sandbox_image
+        # 2.x only: entries of the CRI's pinned_images beside its sandbox one (name -> reference).
+        self.pinned_images: dict[str, str] = {}
         # A detached daemon outlives this process (the sandbox); never reap it at exit.
         self.detached = detached
         self.bin_dir = debs.engine_dir(engine) / "usr" / "bin"
@@ -286,6 +288,7 @@ class ContainerdDaemon:
                 '  snapshotter = "native"',
                 f"{V3_IMAGES_TABLE[:-1]}.pinned_images]",
                 f"  sandbox = {q(self.sandbox_image)}",
+                *(f"  {q(name)} = {q(ref)}" for name, ref in self.pinned_images.items()),
                 V3_RUNTIME_TABLE,
                 # Its default reads CDI specs from /etc/cdi and /var/run/cdi; no device is needed.
                 "  enable_cdi = false",
