@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -241,3 +243,29 @@ def test_quiet_names_match_the_full_listing(ctd: ContainerdDaemon, load_images: 
     fast = pinctl(ctd, "ls", "-q").stdout.split()
     full = [img["ref"] for img in pinctl_json(ctd, "ls")["images"]]
     assert fast == full and set(APP) <= set(fast)
+
+
+def test_unpin_of_the_sandbox_image_holds_on_17_and_is_undone_by_21(ctd: ContainerdDaemon) -> None:
+    sandbox = ctd.sandbox_image
+    result = pinctl(ctd, "unpin", sandbox, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    [item] = [i for i in json.loads(result.stdout)["results"] if i["ref"] == sandbox]
+    assert item["action"] == "unpinned"
+    if ctd.config_version >= 3:
+        # 2.x's sandbox is its pinned_images.sandbox entry, which containerd relabels on every
+        # change to the record, this unpin's own included: pinctl says so, and it happens.
+        assert f"pinned_images.sandbox in {ctd.config_path}" in item["warning"]
+        assert "containerd will pin it again" in result.stderr
+        assert cri_pinned(ctd, item_image_id(ctd, sandbox), True)
+        assert ctr_labels(ctd)[sandbox].get(PIN) == "pinned"
+    else:
+        # 1.7 labels its sandbox_image when it first adopts it, not on later changes (nor at a
+        # restart): the unpin holds, and its CRI then tells the kubelet pinned=false.
+        assert "warning" not in item and "pin it again" not in result.stderr
+        assert not cri_pinned(ctd, item_image_id(ctd, sandbox), False)
+        time.sleep(1.0)
+        assert PIN not in ctr_labels(ctd)[sandbox]
+
+
+def item_image_id(daemon: ContainerdDaemon, ref: str) -> str:
+    return cri.by_tag(cri.list_images(daemon.address))[ref].id
