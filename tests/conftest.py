@@ -138,6 +138,10 @@ def containerd(request: pytest.FixtureRequest) -> ContainerdDaemon:
     return reset_k8s_io(daemon)
 
 
+# For a test of pinctl's own behaviour that only needs some containerd to talk to: 1.7 alone.
+one_containerd = pytest.mark.parametrize("modern_containerd", ["containerd17"], ids=["ctd17"], indirect=True)
+
+
 @pytest.fixture(params=list(MODERN_CONTAINERD), ids=list(MODERN_CONTAINERD.values()))
 def modern_containerd(request: pytest.FixtureRequest) -> ContainerdDaemon:
     """containerd 1.7, then 2.1 (the session's daemons), with ``k8s.io`` holding only the sandbox image."""

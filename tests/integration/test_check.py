@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import one_containerd
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl
@@ -104,16 +105,19 @@ def test_discovery_names_the_runtime_it_found(ctd: ContainerdDaemon) -> None:
     assert f"using unix://{ctd.address} (containerd {ctd.version}" in result.stderr
 
 
+@one_containerd  # no containerd is asked
 def test_unreachable_endpoint(ctd: ContainerdDaemon, tmp_path: Path) -> None:
     result = pinctl(ctd, "check", "--runtime-endpoint", f"unix://{tmp_path}/gone.sock")
     assert_one_line_error(result, 1, "gone.sock", "does not exist", "--runtime-endpoint")
 
 
+@one_containerd  # no containerd is asked
 def test_socket_that_is_not_cri(ctd: ContainerdDaemon, grpc_without_services: Path) -> None:
     result = pinctl(ctd, "check", "--runtime-endpoint", str(grpc_without_services))
     assert_one_line_error(result, 1, str(grpc_without_services), "does not speak the CRI (runtime.v1)")
 
 
+@one_containerd  # no containerd is asked
 def test_runtime_timeout(ctd: ContainerdDaemon, mute_socket: Path) -> None:
     result = pinctl(ctd, "check", "--runtime-endpoint", str(mute_socket), "--timeout", "0.5")
     assert_one_line_error(result, 1, str(mute_socket), "did not answer within 0.5s")

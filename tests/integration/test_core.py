@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pinctl import refs
+from tests.conftest import one_containerd
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl, pinctl_json
@@ -113,6 +114,7 @@ SAME_ID_PREFIX = ("amb740", "amb886")
 ID_LIKE_DIGEST = ("amb93", "amb368")
 
 
+@one_containerd  # the same images have the same IDs on every engine
 def test_ambiguous_id_prefix_fails_that_item(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     one, two = load_images(ctd, [images.recipe(f"example.test/{seed}:1", seed=seed) for seed in SAME_ID_PREFIX])
     shared = one.image_id[7:11]
@@ -124,6 +126,7 @@ def test_ambiguous_id_prefix_fails_that_item(ctd: ContainerdDaemon, load_images:
     assert not any(PIN in labels for ref, labels in ctr_labels(ctd).items() if "amb" in ref)
 
 
+@one_containerd  # the same images have the same IDs on every engine
 def test_ambiguity_through_a_manifest_digest_names_that_digest(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     by_id, by_digest = load_images(ctd, [images.recipe(f"example.test/{s}:1", seed=s) for s in ID_LIKE_DIGEST])
     shared = by_id.image_id[7:11]
@@ -134,6 +137,7 @@ def test_ambiguity_through_a_manifest_digest_names_that_digest(ctd: ContainerdDa
     assert f"by the manifest digest sha256:{by_digest.digest[7:19]} of example.test/{ID_LIKE_DIGEST[1]}:1" in result.stderr
 
 
+@one_containerd  # pinctl's normalisation
 def test_short_names_are_normalised(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     full = refs.normalize("pinctl-short")
     load_images(ctd, [images.recipe(full, seed="short")])
@@ -142,6 +146,7 @@ def test_short_names_are_normalised(ctd: ContainerdDaemon, load_images: LoadImag
     assert ctr_labels(ctd)[full][PIN] == "pinned"
 
 
+@one_containerd  # pinctl's planning
 def test_missing_ref_fails_only_that_item(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(APP[0], seed="app")])
     doc = pinctl_json(ctd, "pin", "example.test/gone:1", APP[0], expect=3)
@@ -150,6 +155,7 @@ def test_missing_ref_fails_only_that_item(ctd: ContainerdDaemon, load_images: Lo
     assert ctr_labels(ctd)[APP[0]][PIN] == "pinned"
 
 
+@one_containerd  # refused before containerd is asked
 def test_malformed_ref_changes_nothing(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(APP[0], seed="app")])
     result = pinctl(ctd, "pin", APP[0], "Example.Test/UPPER:1")
@@ -157,6 +163,7 @@ def test_malformed_ref_changes_nothing(ctd: ContainerdDaemon, load_images: LoadI
     assert PIN not in ctr_labels(ctd)[APP[0]]
 
 
+@one_containerd  # nothing reaches containerd
 def test_dry_run_changes_nothing(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(APP[0], seed="app")])
     doc = pinctl_json(ctd, "pin", "--dry-run", APP[0])
@@ -186,6 +193,7 @@ def test_sandbox_image_is_shown_as_sandbox(ctd: ContainerdDaemon) -> None:
     assert "sandbox" in pinctl(ctd, "ls", ctd.sandbox_image).stdout
 
 
+@one_containerd  # pinctl's filters
 def test_filters_and_quiet(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(*APP, seed="app"), images.recipe("example.test/other:1", seed="o")])
     ctd.label_image(APP[0], {PIN: "pinned"})
@@ -194,6 +202,7 @@ def test_filters_and_quiet(ctd: ContainerdDaemon, load_images: LoadImages) -> No
     assert pinctl(ctd, "ls", "-q", "--pinned", "registry.example/*").stdout.split() == [APP[2]]
 
 
+@one_containerd  # rendering
 def test_table_output_for_a_pipe_is_plain(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(APP[0], seed="app")])
     out = pinctl(ctd, "ls", "-o", "wide", APP[0]).stdout.splitlines()
@@ -216,6 +225,7 @@ def test_namespace_selection(ctd: ContainerdDaemon, load_images: LoadImages, fre
     assert PIN not in ctr_labels(ctd, other_ns)["example.test/elsewhere:1"]
 
 
+@one_containerd  # pinctl's message
 def test_unknown_namespace_is_one_line(ctd: ContainerdDaemon) -> None:
     result = pinctl(ctd, "ls", "-n", "no-such-ns")
     assert_one_line_error(result, 2, "namespace no-such-ns does not exist", "k8s.io")

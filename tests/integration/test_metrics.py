@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import engine_unavailable
 from tests.harness import images
 from tests.harness.containerd import ContainerdDaemon
+from tests.integration.conftest import one_engine
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl
 from tests.integration.test_watch import WatchProcess, labelled_within, load, watchers
 
@@ -136,6 +137,7 @@ def images_in(job: str, pinned: bool) -> str:
     return series("pinctl_images", job, namespace="k8s.io", pinned="true" if pinned else "false")
 
 
+@one_engine  # the watcher on 2.1, restarts included, is test_watch's; the metrics are pinctl's
 def test_prometheus_sees_pins_come_and_go_and_readiness_follow_containerd(
     daemon: ContainerdDaemon, prometheus: Prometheus, watcher: Callable[[ContainerdDaemon, str], WatchProcess],
     tmp_path: Path,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import one_containerd
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl
@@ -151,6 +152,7 @@ def test_drift_shows_both_directions(ctd: ContainerdDaemon, zoo: dict, tmp_path:
     assert "DRIFT" in table and "pinctl sync" in table
 
 
+@one_containerd  # settings and their sources: pinctl's alone
 def test_config_show_and_precedence(ctd: ContainerdDaemon, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'timeout = 5\nnamespaces = ["k8s.io"]\npinned_images = ["a.example/*"]\n')
     write(tmp_path / "config.d" / "20-b.toml", "timeout = 7\n")
@@ -162,6 +164,7 @@ def test_config_show_and_precedence(ctd: ContainerdDaemon, tmp_path: Path) -> No
     assert doc["config"]["timeout"]["value"] == 7 and doc["config"]["timeout"]["source"].startswith(f"{tmp_path}/config.d/20-b.toml")
 
 
+@one_containerd  # lint reads names only; listing them on 2.1 is tested by ls
 def test_config_lint(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", "\n".join([
         'pinned_images = [',
@@ -181,6 +184,7 @@ def test_config_lint(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     assert ok.returncode == 0 and ok.stdout == ""
 
 
+@one_containerd  # refused before containerd is asked
 def test_invalid_policy_stops_every_command_with_one_line(ctd: ContainerdDaemon, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["a.example/*/b"]\n')
     assert_one_line_error(run(ctd, main, "ls"), 2, "a.example/*/b")
@@ -188,12 +192,14 @@ def test_invalid_policy_stops_every_command_with_one_line(ctd: ContainerdDaemon,
     assert_one_line_error(run(ctd, bad_key, "ls"), 2, f"{bad_key}:2", "pinned_image")
 
 
+@one_containerd  # refused before containerd is asked
 def test_writable_config_is_refused_as_root(ctd: ContainerdDaemon, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["example.test/app:1"]\n')
     os.chmod(main, 0o666)
     assert_one_line_error(run(ctd, main, "sync"), 2, str(main), "chmod go-w")
 
 
+@one_containerd  # CRI-O's dialect: pinctl's alone
 def test_from_crio_reads_crio_patterns_in_its_dialect(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     crio = write(tmp_path / "crio.conf", '[crio.image]\npinned_images = ["registry.example/base/*"]\n')
     doc = run_json(ctd, None, "ls", f"--from-crio={crio}")
