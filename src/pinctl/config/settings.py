@@ -74,7 +74,7 @@ class Settings:
         2.0, help="Seconds to wait for each call to the engine.", example=5.0, flag="--timeout", metavar="SECONDS",
         flag_help="Deadline in seconds for each call to the engine.", bounds=(0.05, 86400.0))
     containerd_config: Optional[str] = setting(
-        None, help="containerd config to read the CRI sandbox image from.", example="/etc/containerd/config.toml",
+        None, help="containerd config to read the CRI sandbox image and (containerd 2.x) pinned_images from.", example="/etc/containerd/config.toml",
         env="PINCTL_CONTAINERD_CONFIG", flag="--containerd-config", metavar="PATH",
         default_text="`/etc/containerd/config.toml` when readable")
     docker_host: Optional[str] = setting(
