@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.model import GcSettings
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
+    from pinctl.imports.run import ImportItem, ImportReport, ImportRequest
     from pinctl.node.sources import Node
     from pinctl.pins.export import Export
     from pinctl.pins.lint import Problem
@@ -405,3 +406,34 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
     proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
     with served(proxy):
         return proxy.run()
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportCallbacks:
+    """What import says while it works: a line of progress for an archive, and each item done."""
+
+    progress: Callable[[str, str], None]
+    finished: Callable[[ImportItem], None]
+
+
+def import_(node: Node, open_runtime: OpenRuntime, cfg: Config, request: ImportRequest,
+            callbacks: ImportCallbacks) -> ImportReport:
+    """Every archive in turn, through the runtime that will use its images (containerd's own
+    services for k8s.io, Docker's load for moby), within the disk budget; with request.pin each
+    reference is pinned right after its own record is made."""
+    from pinctl.imports import run as importing
+    from pinctl.imports.targets import choose_import_target
+    from pinctl.pull.targets import NodeLabels
+
+    if not request.archives:
+        raise UsageError("import needs an archive", "give ARCHIVE... (a docker save or OCI layout tar)")
+    request.platform_filter()  # a malformed --platform imports nothing
+    settings = cfg.settings
+    target = choose_import_target(node, request.namespaces, settings.containerd_address, settings.timeout,
+                                  request.timeout, request.snapshotter, settings.containerd_config, open_runtime)
+    run = importing.ImportRun(target, NodeLabels(node), request, callbacks.progress, callbacks.finished)
+    items, interrupted = importing.run(run, list(dict.fromkeys(request.archives)))
+    return importing.ImportReport(target.name, items, request.max_usage, interrupted, run.notes)
