@@ -21,6 +21,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterator, Optional, Protocol, cast
 
+from pinctl.display import visible
 from pinctl.errors import PinctlError
 
 CHUNK = 1024 * 1024
@@ -42,6 +43,12 @@ _DOCKER_LEFTOVERS = ("/json", "/VERSION")
 # What a corrupt or truncated stream raises from tarfile, gzip, zlib and zstd.
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (tarfile.TarError, EOFError, OSError, zlib.error,
                                                     gzip.BadGzipFile, ValueError)
+# zstd's own error joins them once a zstd stream is opened (the module is imported only then).
+_ZSTD_ERRORS: list[type[BaseException]] = []
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    return (*_STREAM_ERRORS, *_ZSTD_ERRORS)
 
 
 class ArchiveRefused(PinctlError):
@@ -49,7 +56,8 @@ class ArchiveRefused(PinctlError):
 
     def __init__(self, archive: str, entry: str, why: str) -> None:
         where = f"{archive}: {entry}" if entry else archive
-        super().__init__(f"{where}: {why}")
+        # Entry names come from the archive: control characters in them are shown escaped.
+        super().__init__(visible(f"{where}: {why}"))
         self.archive = archive
         self.entry = entry
         self.why = why
@@ -103,7 +111,7 @@ class BlobStream:
         while self.read < self.size:
             try:
                 chunk = self._source.read(min(CHUNK, self.size - self.read))
-            except _STREAM_ERRORS as err:
+            except _errors() as err:
                 self.failure = ArchiveRefused(self.archive, self.entry, f"truncated or corrupt: {_reason(err)}")
                 return
             if not chunk:
@@ -192,6 +200,8 @@ def zstd_reader(source: IO[bytes], archive: str) -> IO[bytes]:
         except ImportError:
             raise ArchiveRefused(archive, "", "is zstd-compressed, and no zstd module is installed "
                                               "(pip install backports.zstd)") from None
+    if zstd.ZstdError not in _ZSTD_ERRORS:
+        _ZSTD_ERRORS.append(zstd.ZstdError)
     reader: IO[bytes] = zstd.ZstdFile(source, mode="rb")
     return reader
 
@@ -213,7 +223,7 @@ def read_archive(source: IO[bytes], archive: str, sink: BlobSink) -> Archive:
     counter = _Counting(decompressed(source, archive))
     try:
         tar = tarfile.open(fileobj=counter, mode="r|")  # noqa: SIM115 - a stream: closed below
-    except _STREAM_ERRORS as err:
+    except _errors() as err:
         raise ArchiveRefused(archive, "", f"not a tar archive, or a corrupt one: {_reason(err)}") from None
     entry = ""
     try:
@@ -222,7 +232,7 @@ def read_archive(source: IO[bytes], archive: str, sink: BlobSink) -> Archive:
             if count > MAX_ENTRIES:
                 raise ArchiveRefused(archive, entry, f"more than {MAX_ENTRIES} entries")
             _take(found, tar, member, sink)
-    except _STREAM_ERRORS as err:
+    except _errors() as err:
         raise ArchiveRefused(archive, entry or "(first entry)", f"truncated or corrupt: {_reason(err)}") from None
     finally:
         tar.close()
