@@ -53,9 +53,9 @@ def compressed(raw: bytes, compress: str) -> bytes:
         return gzip.compress(raw, mtime=0)
     if compress == "zstd":
         try:
-            from compression import zstd  # type: ignore[import-not-found]
+            from compression import zstd
         except ImportError:
-            from backports import zstd  # type: ignore[no-redef]
+            from backports import zstd
         return bytes(zstd.compress(raw))
     return raw
 
@@ -279,3 +279,71 @@ def _copy(info: tarfile.TarInfo) -> tarfile.TarInfo:
 if __name__ == "__main__":
     for name, entry in sorted(write_corpus().items()):
         print(f"{name}: {entry or '(the archive)'}")
+
+
+# -- a large archive, made as a stream ----------------------------------------------------------
+
+
+def _pattern_chunks(size: int, seed: bytes) -> "Iterable[bytes]":
+    """size bytes of a repeating, non-zero pattern (a tmpfs stores it all: nothing sparse)."""
+    block = (hashlib.sha256(seed).digest() * (1 << 15))[: 1 << 20]
+    left = size
+    while left:
+        step = min(left, len(block))
+        yield block[:step]
+        left -= step
+
+
+def _layer_chunks(size: int, seed: bytes) -> "Iterable[bytes]":
+    """An uncompressed layer tar holding one file of size bytes."""
+    info = tarfile.TarInfo("pinctl-big.bin")
+    info.size, info.mode = size, 0o644
+    yield info.tobuf(format=tarfile.USTAR_FORMAT)
+    yield from _pattern_chunks(size, seed)
+    yield b"\0" * ((512 - size % 512) % 512) + b"\0" * 1024
+
+
+def _entry(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, 0o644
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def _pad(size: int) -> bytes:
+    return b"\0" * ((512 - size % 512) % 512)
+
+
+def big_archive(path: pathlib.Path, ref: str, size: int) -> images.ImageInfo:
+    """An OCI layout whose one uncompressed layer holds a file of size bytes, written as a stream
+    (the layer is generated twice, once to hash it, so memory stays a few MiB whatever the size)."""
+    seed = ref.encode()
+    layer_hash = hashlib.sha256()
+    layer_size = 0
+    for chunk in _layer_chunks(size, seed):
+        layer_hash.update(chunk)
+        layer_size += len(chunk)
+    layer_digest = "sha256:" + layer_hash.hexdigest()
+    config = json.dumps({"architecture": images.host_platform().split("/")[1], "os": "linux",
+                         "rootfs": {"type": "layers", "diff_ids": [layer_digest]}, "config": {}},
+                        sort_keys=True, separators=(",", ":")).encode()
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": images.OCI_MANIFEST,
+                           "config": {"mediaType": images.OCI_CONFIG, "digest": config_digest, "size": len(config)},
+                           "layers": [{"mediaType": images.OCI_LAYER, "digest": layer_digest, "size": layer_size}]},
+                          sort_keys=True, separators=(",", ":")).encode()
+    manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    index = json.dumps({"schemaVersion": 2, "mediaType": images.OCI_INDEX, "manifests": [
+        {"mediaType": images.OCI_MANIFEST, "digest": manifest_digest, "size": len(manifest),
+         "annotations": {images.ANNOTATION_IMAGE_NAME: images.normalize_ref(ref)}}]}).encode()
+    with open(path, "wb") as out:
+        out.write(_entry("blobs/sha256/" + layer_digest.split(":")[1], layer_size))
+        for chunk in _layer_chunks(size, seed):
+            out.write(chunk)
+        out.write(_pad(layer_size))
+        for name, data in (("blobs/sha256/" + config_digest.split(":")[1], config),
+                           ("blobs/sha256/" + manifest_digest.split(":")[1], manifest),
+                           ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index)):
+            out.write(_entry(name, len(data)) + data + _pad(len(data)))
+        out.write(b"\0" * 1024)
+    return images.ImageInfo((images.normalize_ref(ref),), manifest_digest, images.OCI_MANIFEST, config_digest,
+                            len(manifest) + len(config) + layer_size, (images.host_platform(),), (manifest_digest,), {})

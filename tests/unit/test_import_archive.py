@@ -280,7 +280,7 @@ def test_a_large_blob_streams_in_bounded_memory() -> None:
     sink = Counting()
     tracemalloc.start()
     try:
-        found = read_archive(io.BufferedReader(source), "big.tar", sink)  # type: ignore[arg-type]
+        found = read_archive(io.BufferedReader(source), "big.tar", sink)
         _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
