@@ -134,6 +134,8 @@ class ImportRun:
     finished: Callable[[ImportItem], None] = lambda _item: None
     notes: list[str] = field(default_factory=list)
     budget: Optional[Budget] = None
+    # How an archive is opened: as given (import), or held to StrictModes (an import directory's).
+    opener: Callable[[str], IO[bytes]] = field(default=lambda path: open_archive(path))
 
     def __post_init__(self) -> None:
         self.budget = self.budget or Budget(self.target, self.request.max_usage)  # type: ignore[arg-type]
@@ -141,7 +143,7 @@ class ImportRun:
     def one(self, path: str) -> list[ImportItem]:
         namespace = self.target.namespace
         try:
-            handle = open_archive(path)
+            handle = self.opener(path)
         except ArchiveRefused as err:
             return [self._done(ImportItem(path, "", namespace, "failed", str(err)))]
         with handle:

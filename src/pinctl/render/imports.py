@@ -13,6 +13,7 @@ from pinctl.render import output
 from pinctl.render.output import envelope, print_table
 
 if TYPE_CHECKING:
+    from pinctl.commands import SyncImportReport
     from pinctl.imports.run import ImportItem, ImportReport
     from pinctl.model import OutputFormat
 
@@ -42,22 +43,42 @@ def print_import(report: ImportReport, fmt: OutputFormat, out: Optional[TextIO] 
                            status=report.status, interrupted=report.interrupted,
                            imports=[import_dict(item) for item in report.items]) + "\n")
         return
-    rows = [[item.archive, item.ref or "-", item.action + (f", {item.pin}" if item.pin else ""),
-             ",".join(item.platforms) or "-", human_size(item.size) if item.size is not None else "-",
-             item.why or ""]
-            for item in report.items]
-    # On a terminal a failure's reason gets lines of its own under its row, as pin's do.
-    notes = [[("error", item.why)] if item.why and (item.action == "failed" or item.pin == "failed") else []
-             for item in report.items]
-    print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, cut=["WHY"], notes=notes)
-    if not out.isatty():
-        for item in report.items:
-            if item.action == "failed" or item.pin == "failed":
-                output.warn(f"{item.archive}{': ' + item.ref if item.ref else ''}: {item.why}")
+    _print_items(report.items, out)
     done = {action: sum(1 for i in report.items if i.action == action) for action in ("imported", "present", "failed")}
     summary = ", ".join(f"{count} {action}" for action, count in done.items() if count)
     interrupted = "; interrupted" if report.interrupted else ""
     output.note(f"import: {summary or 'nothing to import'} (through {report.runtime}){interrupted}")
+
+
+def print_sync_imports(report: SyncImportReport, fmt: OutputFormat, quiet: bool, out: Optional[TextIO] = None) -> None:
+    """sync with import_dirs: the archives' imports, then sync's results (the archives' pins and
+    prunes among them)."""
+    out = out or sys.stdout
+    for note in report.notes:
+        output.warn(note)
+    if fmt == FORMAT_JSON:
+        out.write(envelope(command="sync", dry_run=report.sync.dry_run, status=report.status,
+                           imports=[import_dict(item) for item in report.imports],
+                           results=[output.result_dict(r) for r in report.results]) + "\n")
+        return
+    if not quiet and report.imports:
+        _print_items(report.imports, out)
+    output.print_results("sync", report.results, report.status, report.sync.dry_run, fmt, quiet, out)
+
+
+def _print_items(items: list[ImportItem], out: TextIO) -> None:
+    rows = [[item.archive, item.ref or "-", item.action + (f", {item.pin}" if item.pin else ""),
+             ",".join(item.platforms) or "-", human_size(item.size) if item.size is not None else "-",
+             item.why or ""]
+            for item in items]
+    # On a terminal a failure's reason gets lines of its own under its row, as pin's do.
+    notes = [[("error", item.why)] if item.why and (item.action == "failed" or item.pin == "failed") else []
+             for item in items]
+    print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, cut=["WHY"], notes=notes)
+    if not out.isatty():
+        for item in items:
+            if item.action == "failed" or item.pin == "failed":
+                output.warn(f"{item.archive}{': ' + item.ref if item.ref else ''}: {item.why}")
 
 
 @contextmanager
