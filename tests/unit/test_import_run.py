@@ -10,7 +10,6 @@ from typing import IO, Any, Callable, Optional
 
 import pytest
 
-from pinctl import commands
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from pinctl.gc.model import ImageFs
 from pinctl.imports import run as importing
@@ -180,8 +179,8 @@ def test_import_through_the_cli_writes_its_envelope(monkeypatch: pytest.MonkeyPa
     from .test_cli_wiring import invoke
 
     target = FakeTarget()
-    monkeypatch.setattr(commands, "choose_import_target", lambda *args, **kwargs: target)
-    monkeypatch.setattr(commands, "NodeLabels", lambda node: FakeLabels(target))
+    monkeypatch.setattr("pinctl.imports.targets.choose_import_target", lambda *args, **kwargs: target)
+    monkeypatch.setattr("pinctl.pull.targets.NodeLabels", lambda node: FakeLabels(target))
     monkeypatch.setattr("pinctl.node.sources.open_node", lambda cfg, warn: _empty_node())
     monkeypatch.setenv("PINCTL_CONFIG", str(tmp_path / "none.toml"))
     (tmp_path / "none.toml").write_text("")
