@@ -200,3 +200,40 @@ def _empty_node() -> Any:
     from pinctl.node.sources import Node
 
     return Node()
+
+
+class _Terminal:
+    """A stream that says it is a terminal, keeping what is written."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise OSError("not a real terminal")
+
+
+def test_progress_shows_on_a_terminal_and_not_on_a_pipe() -> None:
+    import io
+
+    from pinctl.render.imports import import_progress
+
+    terminal = _Terminal()
+    with import_progress(terminal) as (progress, finished):  # type: ignore[arg-type]
+        progress("/srv/images/a.tar", "reading 8.0 MiB of 1.0 GiB")
+        finished(importing.ImportItem("/srv/images/a.tar", "example.test/a:1", "k8s.io", "imported"))
+    shown = "".join(terminal.parts)
+    assert "/srv/images/a.tar: reading 8.0 MiB of 1.0 GiB" in shown and "import: 1 done" in shown
+    pipe = io.StringIO()
+    with import_progress(pipe) as (progress, finished):
+        progress("/srv/images/a.tar", "reading")
+    assert pipe.getvalue() == ""
