@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from pinctl import refs
 from pinctl.backends import oci
@@ -422,6 +422,3 @@ def unpack_manifest(image: Image, platform: Optional[Platform] = None) -> Option
             return manifest
     return None
 
-
-def labels_for(plan: Plan, digests: Sequence[str]) -> dict[str, dict[str, str]]:
-    return {digest: plan.labels[digest] for digest in digests if plan.labels.get(digest)}
