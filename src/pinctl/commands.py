@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
 from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, LogFn, Status
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.model import GcSettings
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
+    from pinctl.imports.run import ImportItem, ImportReport, ImportRequest
     from pinctl.node.sources import Node
     from pinctl.pins.export import Export
     from pinctl.pins.lint import Problem
@@ -405,3 +406,96 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
     proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
     with served(proxy):
         return proxy.run()
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportCallbacks:
+    """What import says while it works: a line of progress for an archive, and each item done."""
+
+    progress: Callable[[str, str], None]
+    finished: Callable[[ImportItem], None]
+
+
+def import_(node: Node, open_runtime: OpenRuntime, cfg: Config, request: ImportRequest,
+            callbacks: ImportCallbacks) -> ImportReport:
+    """Every archive in turn, through the runtime that will use its images (containerd's own
+    services for k8s.io, Docker's load for moby), within the disk budget; with request.pin each
+    reference is pinned right after its own record is made."""
+    from pinctl.imports import run as importing
+    from pinctl.imports.targets import choose_import_target
+    from pinctl.pull.targets import NodeLabels
+
+    if not request.archives:
+        raise UsageError("import needs an archive", "give ARCHIVE... (a docker save or OCI layout tar)")
+    request.platform_filter()  # a malformed --platform imports nothing
+    settings = cfg.settings
+    target = choose_import_target(node, request.namespaces, settings.containerd_address, settings.timeout,
+                                  request.timeout, request.snapshotter, settings.containerd_config, open_runtime)
+    run = importing.ImportRun(target, NodeLabels(node), request, callbacks.progress, callbacks.finished)
+    items, interrupted = importing.run(run, list(dict.fromkeys(request.archives)))
+    return importing.ImportReport(target.name, items, request.max_usage, interrupted, run.notes)
+
+
+@dataclass
+class SyncImportReport:
+    """sync with import_dirs: what the directories' archives gave (imports, and their pins and
+    prunes), then the policy's sync."""
+
+    imports: list[ImportItem]
+    archive_results: list[ItemResult]
+    sync: ChangeReport
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def results(self) -> list[ItemResult]:
+        return sorted([*self.archive_results, *self.sync.results], key=lambda r: (r.namespace, r.ref))
+
+    @property
+    def status(self) -> Status:
+        from pinctl.pins.plans import status_of
+
+        failed_import = any(item.action == "failed" for item in self.imports)
+        status = status_of(self.results)
+        if failed_import and status == STATUS_SUCCESS:
+            return STATUS_PARTIAL if self.results or len(self.imports) > 1 else "error"
+        return status
+
+    @property
+    def exit_code(self) -> int:
+        return {STATUS_SUCCESS: EXIT_OK, STATUS_PARTIAL: EXIT_PARTIAL}.get(self.status, EXIT_ERROR)
+
+
+def sync_with_imports(node: Node, reopen: Callable[[], Node], policy: Policy, open_runtime: OpenRuntime, cfg: Config,
+                      sync_request: SyncRequest, request: ImportRequest,
+                      callbacks: ImportCallbacks) -> SyncImportReport:
+    """sync, with import_dirs: each directory's archives imported (once) and pinned as the
+    archive's own; with --prune, the pins an archive no longer gives removed. Then the policy's
+    sync on the node as the imports left it. An empty policy prunes only archive pins unless
+    --allow-empty-policy (sync's own guard)."""
+    from dataclasses import replace
+
+    from pinctl.imports import dirs as import_dirs
+    from pinctl.imports import run as importing
+    from pinctl.imports.targets import choose_import_target
+
+    settings = cfg.settings
+    notes: list[str] = []
+    try:
+        target = choose_import_target(node, settings.namespaces, settings.containerd_address, settings.timeout,
+                                      request.timeout, request.snapshotter, settings.containerd_config, open_runtime)
+    except PinctlError as err:
+        imports = [importing.ImportItem(directory, "", "", "failed", str(err)) for directory in settings.import_dirs]
+        dirs_report = import_dirs.DirsReport(imports=imports)
+    else:
+        dirs_report = import_dirs.sync_dirs(node, target, request, settings.import_dirs, sync_request.prune,
+                                            sync_request.dry_run, callbacks.progress, callbacks.finished)
+    policy_request = sync_request
+    if sync_request.prune and not policy and not sync_request.allow_empty_policy:
+        notes.append("the policy has no pinned_images: only pins of import_dirs archives were pruned "
+                     "(--allow-empty-policy prunes sync's own too)")
+        policy_request = replace(sync_request, prune=False)
+    report = sync(reopen(), policy, policy_request)
+    return SyncImportReport(dirs_report.imports, dirs_report.results, report, notes + dirs_report.notes)

@@ -85,6 +85,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
         "docker_containerd_address": Value(None, "default"),
         "runtime_endpoint": Value(None, "default"),
         "docker_pinned_image_labels": Value((), "default"),
+        "import_dirs": Value((), "default"),
         "metrics_address": Value(None, "default"),
     }
     assert cfg.patterns == [] and cfg.files == []
@@ -110,6 +111,7 @@ docker_host = "unix:///run/example-docker.sock"
 docker_containerd_address = "/run/example-docker/containerd.sock"
 runtime_endpoint = "unix:///run/example-cri.sock"
 docker_pinned_image_labels = ["team.example/keep=true", "keep"]
+import_dirs = ["/var/lib/pinctl/images"]
 metrics_address = "127.0.0.1:9736"
 """)
     cfg = load(main)
@@ -123,6 +125,7 @@ metrics_address = "127.0.0.1:9736"
         "docker_containerd_address": "/run/example-docker/containerd.sock",
         "runtime_endpoint": "unix:///run/example-cri.sock",
         "docker_pinned_image_labels": ("team.example/keep=true", "keep"),
+        "import_dirs": ("/var/lib/pinctl/images",),
         "metrics_address": "127.0.0.1:9736",
     }
     assert isinstance(cfg.settings.timeout, float)
@@ -491,6 +494,7 @@ WRONG_TYPES = [
     ("docker_pinned_image_labels", '"keep"', 'must be a list of strings, got "keep"'),
     ("docker_pinned_image_labels", '["=true"]', 'items must be "key=value" or "key", item 1 is "=true"'),
     ("metrics_address", "9736", "must be a string, got 9736"),
+    ("import_dirs", '"/var/lib/pinctl/images"', 'must be a list of strings, got "/var/lib/pinctl/images"'),
 ]
 
 

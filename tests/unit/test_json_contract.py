@@ -145,7 +145,32 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     emitted = keys_of(render_ls()) | keys_of(render_pin()) | keys_of(render_lint()) | keys_of(render_check()) | config_keys
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
     emitted |= keys_of(render_gc_plan()) | keys_of(render_prune()) | keys_of(render_pull())
+    emitted |= keys_of(render_import())
     assert emitted == documented
+
+
+def render_import() -> dict:
+    from pinctl.imports.run import ImportItem, ImportReport
+    from pinctl.render import imports as import_output
+
+    buf = io.StringIO()
+    items = [ImportItem("/srv/images/app.tar", "example.test/app:1", "k8s.io", "imported", None, "pinned",
+                        "sha256:" + "b" * 64, ("linux/amd64",), 4096),
+             ImportItem("/srv/images/bad.tar", "", "k8s.io", "failed", "/srv/images/bad.tar: ../x: names a path "
+                        "outside the archive root", size=10240)]
+    import_output.print_import(ImportReport("containerd", items, 80.0), "json", buf)
+    return json.loads(buf.getvalue())
+
+
+def test_import_envelope() -> None:
+    found = render_import()
+    assert sorted(found) == ["command", "imports", "interrupted", "max_usage", "pinctl_result_version", "runtime",
+                             "status"]
+    assert found["command"] == "import" and found["status"] == "partial"
+    assert found["imports"][0] == {"archive": "/srv/images/app.tar", "ref": "example.test/app:1", "namespace": "k8s.io",
+                                   "action": "imported", "why": None, "pin": "pinned", "digest": "sha256:" + "b" * 64,
+                                   "platforms": ["linux/amd64"], "size": 4096}
+    assert found["imports"][1]["ref"] is None and found["imports"][1]["action"] == "failed"
 
 
 def render_pull() -> dict:

@@ -144,6 +144,29 @@ class DockerEngine:
             client.close()
         return self.image_present(ref) or ref
 
+    def load_archive(self, source: Any, timeout: float) -> list[str]:
+        """`docker load` of an open archive file, streamed (the SDK sends the file as it reads
+        it), on a connection of its own whose reads wait up to timeout. The names Docker says it
+        loaded; its error as an EngineError."""
+        import docker
+        import requests
+
+        client = docker.APIClient(base_url=self.host, timeout=timeout, version="auto")
+        names: list[str] = []
+        try:
+            for event in client.load_image(source):
+                if "error" in event or ("message" in event and "stream" not in event):
+                    why = event.get("error") or event.get("message")
+                    raise EngineError(f"Docker at {self.host} refused the archive: {why}")
+                text = str(event.get("stream", "")).strip()
+                if text.startswith("Loaded image"):
+                    names.append(text.split(":", 1)[1].strip())
+        except (docker.errors.DockerException, requests.RequestException) as err:
+            raise self._fail(err) from None
+        finally:
+            client.close()
+        return names
+
     def remove_image(self, image_id: str) -> None:
         """Delete an image with all its tags (`docker rmi -f ID`). Docker still refuses one a running
         container uses; callers check for containers in any state just before."""

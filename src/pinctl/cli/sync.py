@@ -64,7 +64,30 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
                       check_interval)
     if pull_first:
         return _sync_pull(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
+    if cfg.settings.import_dirs:
+        return _sync_imports(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
     return print_change(commands.sync(open_node(cfg), policy, request), fmt, quiet)
+
+
+def _sync_imports(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFormat, quiet: bool,
+                  options: Mapping[str, Any]) -> int:
+    """sync with import_dirs: the directories' archives imported and pinned, then the policy."""
+    from pinctl import commands
+    from pinctl.gc.kubelet import read_gc_settings
+    from pinctl.imports.run import ImportRequest
+    from pinctl.pull.run import default_max_usage
+    from pinctl.render import imports as import_output
+
+    max_usage = options["max_usage"]
+    if max_usage is None:
+        max_usage = default_max_usage(read_gc_settings(options["kubelet_config"]).settings.high_threshold_percent)
+    imports = ImportRequest((), True, max_usage=max_usage, namespaces=cfg.settings.namespaces)
+    with import_output.import_progress() as (progress, finished):
+        report = commands.sync_with_imports(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
+                                            lambda: open_runtime(cfg), cfg, request, imports,
+                                            commands.ImportCallbacks(progress, finished))
+    import_output.print_sync_imports(report, fmt, quiet)
+    return report.exit_code
 
 
 def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFormat, quiet: bool,
@@ -74,6 +97,10 @@ def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFor
 
     if request.dry_run:
         raise UsageError("--pull and --dry-run do not go together", "use sync --dry-run to see the label plan")
+    if cfg.settings.import_dirs:
+        from pinctl.render import output
+
+        output.warn("sync --pull does not read import_dirs: run pinctl sync for them")
     pulls = pull_request(cfg, (), False, options)
     with pull_output.pull_progress() as (progress, finished):
         report = commands.sync_pull(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,

@@ -175,6 +175,25 @@ def read_regular(path: str, guard: bool = False) -> bytes:
         os.close(fd)
 
 
+def open_guarded(path: str) -> int:
+    """A descriptor of the regular file at path, open for reading and held to what read_regular
+    holds a guarded file to (as root: root's alone, and so is every directory up to /), for files
+    too large to read whole (image archives). FileNotFoundError, NotRegularFile, OSError or
+    ConfigError."""
+    looked = _look(path, guard=True)
+    _require_regular(looked.st_mode)
+    fd = os.open(path, _OPEN_FILE)
+    try:
+        opened = os.fstat(fd)
+        _require_regular(opened.st_mode)
+        _check_owner(path, opened)
+        _same_file(path, looked, opened, guard=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def list_directory(path: str) -> Optional[list[str]]:
     """The names in a directory, root-guarded as the files are; None when nothing is at path."""
     try:

@@ -101,6 +101,12 @@ class Settings:
     docker_pinned_image_labels: tuple[str, ...] = setting(
         (), help='Docker labels ("key=value" or "key") that pin an image.', example=("team.example/keep=true",),
         item_check=_is_label, item_form='"key=value" or "key"')
+    import_dirs: tuple[str, ...] = setting(
+        (), help="Directories of image archives (docker save, OCI layout) that sync imports and pins, each pin "
+                 "owned by its archive: sync --prune unpins what an archive no longer gives.",
+        example=("/var/lib/pinctl/images",), env="PINCTL_IMPORT_DIRS", env_split=True, flag="--import-dir",
+        metavar="DIR", flag_help="A directory of image archives for sync to import and pin (repeatable).",
+        default_text="none")
     metrics_address: Optional[str] = setting(
         None, help="HOST:PORT where sync --watch or cri-proxy serves /metrics, /healthz and /readyz; unset: not "
                    "served.",

@@ -22,26 +22,48 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
+from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1apinctl/proto/content.proto\x12\x1e\x63ontainerd.services.content.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"V\n\x04Info\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x30\n\x0c\x63ommitted_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1d\n\x0bInfoRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\"B\n\x0cInfoResponse\x12\x32\n\x04info\x18\x01 \x01(\x0b\x32$.containerd.services.content.v1.Info\"B\n\x12ReadContentRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\"3\n\x13ReadContentResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\xdf\x01\n\x07\x43ontent\x12\x61\n\x04Info\x12+.containerd.services.content.v1.InfoRequest\x1a,.containerd.services.content.v1.InfoResponse\x12q\n\x04Read\x12\x32.containerd.services.content.v1.ReadContentRequest\x1a\x33.containerd.services.content.v1.ReadContentResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1apinctl/proto/content.proto\x12\x1e\x63ontainerd.services.content.v1\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf7\x01\n\x04Info\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x30\n\x0c\x63ommitted_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12@\n\x06labels\x18\x05 \x03(\x0b\x32\x30.containerd.services.content.v1.Info.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1d\n\x0bInfoRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\"B\n\x0cInfoResponse\x12\x32\n\x04info\x18\x01 \x01(\x0b\x32$.containerd.services.content.v1.Info\"B\n\x12ReadContentRequest\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04size\x18\x03 \x01(\x03\"3\n\x13ReadContentResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"t\n\rUpdateRequest\x12\x32\n\x04info\x18\x01 \x01(\x0b\x32$.containerd.services.content.v1.Info\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"D\n\x0eUpdateResponse\x12\x32\n\x04info\x18\x01 \x01(\x0b\x32$.containerd.services.content.v1.Info\"\x9e\x02\n\x13WriteContentRequest\x12;\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32+.containerd.services.content.v1.WriteAction\x12\x0b\n\x03ref\x18\x02 \x01(\t\x12\r\n\x05total\x18\x03 \x01(\x03\x12\x10\n\x08\x65xpected\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12O\n\x06labels\x18\x07 \x03(\x0b\x32?.containerd.services.content.v1.WriteContentRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe2\x01\n\x14WriteContentResponse\x12;\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32+.containerd.services.content.v1.WriteAction\x12.\n\nstarted_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\r\n\x05total\x18\x05 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x06 \x01(\t\"\x1b\n\x0c\x41\x62ortRequest\x12\x0b\n\x03ref\x18\x01 \x01(\t*.\n\x0bWriteAction\x12\x08\n\x04STAT\x10\x00\x12\t\n\x05WRITE\x10\x01\x12\n\n\x06\x43OMMIT\x10\x02\x32\x8f\x04\n\x07\x43ontent\x12\x61\n\x04Info\x12+.containerd.services.content.v1.InfoRequest\x1a,.containerd.services.content.v1.InfoResponse\x12q\n\x04Read\x12\x32.containerd.services.content.v1.ReadContentRequest\x1a\x33.containerd.services.content.v1.ReadContentResponse0\x01\x12g\n\x06Update\x12-.containerd.services.content.v1.UpdateRequest\x1a..containerd.services.content.v1.UpdateResponse\x12v\n\x05Write\x12\x33.containerd.services.content.v1.WriteContentRequest\x1a\x34.containerd.services.content.v1.WriteContentResponse(\x01\x30\x01\x12M\n\x05\x41\x62ort\x12,.containerd.services.content.v1.AbortRequest\x1a\x16.google.protobuf.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'pinctl.proto.content_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INFO']._serialized_start=95
-  _globals['_INFO']._serialized_end=181
-  _globals['_INFOREQUEST']._serialized_start=183
-  _globals['_INFOREQUEST']._serialized_end=212
-  _globals['_INFORESPONSE']._serialized_start=214
-  _globals['_INFORESPONSE']._serialized_end=280
-  _globals['_READCONTENTREQUEST']._serialized_start=282
-  _globals['_READCONTENTREQUEST']._serialized_end=348
-  _globals['_READCONTENTRESPONSE']._serialized_start=350
-  _globals['_READCONTENTRESPONSE']._serialized_end=401
-  _globals['_CONTENT']._serialized_start=404
-  _globals['_CONTENT']._serialized_end=627
+  _globals['_INFO_LABELSENTRY']._loaded_options = None
+  _globals['_INFO_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_WRITECONTENTREQUEST_LABELSENTRY']._loaded_options = None
+  _globals['_WRITECONTENTREQUEST_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_WRITEACTION']._serialized_start=1363
+  _globals['_WRITEACTION']._serialized_end=1409
+  _globals['_INFO']._serialized_start=159
+  _globals['_INFO']._serialized_end=406
+  _globals['_INFO_LABELSENTRY']._serialized_start=361
+  _globals['_INFO_LABELSENTRY']._serialized_end=406
+  _globals['_INFOREQUEST']._serialized_start=408
+  _globals['_INFOREQUEST']._serialized_end=437
+  _globals['_INFORESPONSE']._serialized_start=439
+  _globals['_INFORESPONSE']._serialized_end=505
+  _globals['_READCONTENTREQUEST']._serialized_start=507
+  _globals['_READCONTENTREQUEST']._serialized_end=573
+  _globals['_READCONTENTRESPONSE']._serialized_start=575
+  _globals['_READCONTENTRESPONSE']._serialized_end=626
+  _globals['_UPDATEREQUEST']._serialized_start=628
+  _globals['_UPDATEREQUEST']._serialized_end=744
+  _globals['_UPDATERESPONSE']._serialized_start=746
+  _globals['_UPDATERESPONSE']._serialized_end=814
+  _globals['_WRITECONTENTREQUEST']._serialized_start=817
+  _globals['_WRITECONTENTREQUEST']._serialized_end=1103
+  _globals['_WRITECONTENTREQUEST_LABELSENTRY']._serialized_start=361
+  _globals['_WRITECONTENTREQUEST_LABELSENTRY']._serialized_end=406
+  _globals['_WRITECONTENTRESPONSE']._serialized_start=1106
+  _globals['_WRITECONTENTRESPONSE']._serialized_end=1332
+  _globals['_ABORTREQUEST']._serialized_start=1334
+  _globals['_ABORTREQUEST']._serialized_end=1361
+  _globals['_CONTENT']._serialized_start=1412
+  _globals['_CONTENT']._serialized_end=1939
 # @@protoc_insertion_point(module_scope)

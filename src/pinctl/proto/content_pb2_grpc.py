@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from pinctl.proto import content_pb2 as pinctl_dot_proto_dot_content__pb2
 
 GRPC_GENERATED_VERSION = '1.76.0'
@@ -44,6 +45,21 @@ class ContentStub(object):
                 request_serializer=pinctl_dot_proto_dot_content__pb2.ReadContentRequest.SerializeToString,
                 response_deserializer=pinctl_dot_proto_dot_content__pb2.ReadContentResponse.FromString,
                 _registered_method=True)
+        self.Update = channel.unary_unary(
+                '/containerd.services.content.v1.Content/Update',
+                request_serializer=pinctl_dot_proto_dot_content__pb2.UpdateRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_content__pb2.UpdateResponse.FromString,
+                _registered_method=True)
+        self.Write = channel.stream_stream(
+                '/containerd.services.content.v1.Content/Write',
+                request_serializer=pinctl_dot_proto_dot_content__pb2.WriteContentRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_content__pb2.WriteContentResponse.FromString,
+                _registered_method=True)
+        self.Abort = channel.unary_unary(
+                '/containerd.services.content.v1.Content/Abort',
+                request_serializer=pinctl_dot_proto_dot_content__pb2.AbortRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class ContentServicer(object):
@@ -61,6 +77,24 @@ class ContentServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Update(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Write(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Abort(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +107,21 @@ def add_ContentServicer_to_server(servicer, server):
                     servicer.Read,
                     request_deserializer=pinctl_dot_proto_dot_content__pb2.ReadContentRequest.FromString,
                     response_serializer=pinctl_dot_proto_dot_content__pb2.ReadContentResponse.SerializeToString,
+            ),
+            'Update': grpc.unary_unary_rpc_method_handler(
+                    servicer.Update,
+                    request_deserializer=pinctl_dot_proto_dot_content__pb2.UpdateRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_content__pb2.UpdateResponse.SerializeToString,
+            ),
+            'Write': grpc.stream_stream_rpc_method_handler(
+                    servicer.Write,
+                    request_deserializer=pinctl_dot_proto_dot_content__pb2.WriteContentRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_content__pb2.WriteContentResponse.SerializeToString,
+            ),
+            'Abort': grpc.unary_unary_rpc_method_handler(
+                    servicer.Abort,
+                    request_deserializer=pinctl_dot_proto_dot_content__pb2.AbortRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +178,87 @@ class Content(object):
             '/containerd.services.content.v1.Content/Read',
             pinctl_dot_proto_dot_content__pb2.ReadContentRequest.SerializeToString,
             pinctl_dot_proto_dot_content__pb2.ReadContentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Update(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/containerd.services.content.v1.Content/Update',
+            pinctl_dot_proto_dot_content__pb2.UpdateRequest.SerializeToString,
+            pinctl_dot_proto_dot_content__pb2.UpdateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Write(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/containerd.services.content.v1.Content/Write',
+            pinctl_dot_proto_dot_content__pb2.WriteContentRequest.SerializeToString,
+            pinctl_dot_proto_dot_content__pb2.WriteContentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Abort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/containerd.services.content.v1.Content/Abort',
+            pinctl_dot_proto_dot_content__pb2.AbortRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

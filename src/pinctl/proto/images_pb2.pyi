@@ -69,3 +69,15 @@ class UpdateImageResponse(_message.Message):
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     image: Image
     def __init__(self, image: _Optional[_Union[Image, _Mapping]] = ...) -> None: ...
+
+class CreateImageRequest(_message.Message):
+    __slots__ = ("image",)
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    image: Image
+    def __init__(self, image: _Optional[_Union[Image, _Mapping]] = ...) -> None: ...
+
+class CreateImageResponse(_message.Message):
+    __slots__ = ("image",)
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    image: Image
+    def __init__(self, image: _Optional[_Union[Image, _Mapping]] = ...) -> None: ...

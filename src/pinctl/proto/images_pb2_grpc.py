@@ -49,6 +49,11 @@ class ImagesStub(object):
                 request_serializer=pinctl_dot_proto_dot_images__pb2.UpdateImageRequest.SerializeToString,
                 response_deserializer=pinctl_dot_proto_dot_images__pb2.UpdateImageResponse.FromString,
                 _registered_method=True)
+        self.Create = channel.unary_unary(
+                '/containerd.services.images.v1.Images/Create',
+                request_serializer=pinctl_dot_proto_dot_images__pb2.CreateImageRequest.SerializeToString,
+                response_deserializer=pinctl_dot_proto_dot_images__pb2.CreateImageResponse.FromString,
+                _registered_method=True)
 
 
 class ImagesServicer(object):
@@ -72,6 +77,13 @@ class ImagesServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Create(self, request, context):
+        """pinctl import: a record for each name an archive gives.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ImagesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +101,11 @@ def add_ImagesServicer_to_server(servicer, server):
                     servicer.Update,
                     request_deserializer=pinctl_dot_proto_dot_images__pb2.UpdateImageRequest.FromString,
                     response_serializer=pinctl_dot_proto_dot_images__pb2.UpdateImageResponse.SerializeToString,
+            ),
+            'Create': grpc.unary_unary_rpc_method_handler(
+                    servicer.Create,
+                    request_deserializer=pinctl_dot_proto_dot_images__pb2.CreateImageRequest.FromString,
+                    response_serializer=pinctl_dot_proto_dot_images__pb2.CreateImageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +189,33 @@ class Images(object):
             '/containerd.services.images.v1.Images/Update',
             pinctl_dot_proto_dot_images__pb2.UpdateImageRequest.SerializeToString,
             pinctl_dot_proto_dot_images__pb2.UpdateImageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Create(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/containerd.services.images.v1.Images/Create',
+            pinctl_dot_proto_dot_images__pb2.CreateImageRequest.SerializeToString,
+            pinctl_dot_proto_dot_images__pb2.CreateImageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,124 @@
+"""Rendering import: a table or the JSON envelope on stdout, and a live line on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
+
+from pinctl.display import human_size, visible
+from pinctl.model import FORMAT_JSON
+from pinctl.render import output
+from pinctl.render.output import envelope, print_table
+
+if TYPE_CHECKING:
+    from pinctl.commands import SyncImportReport
+    from pinctl.imports.run import ImportItem, ImportReport
+    from pinctl.model import OutputFormat
+
+Progress = tuple[Callable[[str, str], None], Callable[["ImportItem"], None]]
+
+
+def import_dict(item: ImportItem) -> dict[str, Any]:
+    return {
+        "archive": item.archive,
+        "ref": item.ref or None,
+        "namespace": item.namespace,
+        "action": item.action,
+        "why": item.why,
+        "pin": item.pin,
+        "digest": item.digest,
+        "platforms": list(item.platforms),
+        "size": item.size,
+    }
+
+
+def print_import(report: ImportReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    for note in report.notes:
+        output.warn(note)
+    if fmt == FORMAT_JSON:
+        out.write(envelope(command="import", runtime=report.runtime, max_usage=report.max_usage,
+                           status=report.status, interrupted=report.interrupted,
+                           imports=[import_dict(item) for item in report.items]) + "\n")
+        return
+    _print_items(report.items, out)
+    done = {action: sum(1 for i in report.items if i.action == action) for action in ("imported", "present", "failed")}
+    summary = ", ".join(f"{count} {action}" for action, count in done.items() if count)
+    interrupted = "; interrupted" if report.interrupted else ""
+    output.note(f"import: {summary or 'nothing to import'} (through {report.runtime}){interrupted}")
+
+
+def print_sync_imports(report: SyncImportReport, fmt: OutputFormat, quiet: bool, out: Optional[TextIO] = None) -> None:
+    """sync with import_dirs: the archives' imports, then sync's results (the archives' pins and
+    prunes among them)."""
+    out = out or sys.stdout
+    for note in report.notes:
+        output.warn(note)
+    if fmt == FORMAT_JSON:
+        out.write(envelope(command="sync", dry_run=report.sync.dry_run, status=report.status,
+                           imports=[import_dict(item) for item in report.imports],
+                           results=[output.result_dict(r) for r in report.results]) + "\n")
+        return
+    if not quiet and report.imports:
+        _print_items(report.imports, out)
+    output.print_results("sync", report.results, report.status, report.sync.dry_run, fmt, quiet, out)
+
+
+def _print_items(items: list[ImportItem], out: TextIO) -> None:
+    rows = [[item.archive, item.ref or "-", item.action + (f", {item.pin}" if item.pin else ""),
+             ",".join(item.platforms) or "-", human_size(item.size) if item.size is not None else "-",
+             item.why or ""]
+            for item in items]
+    # On a terminal a failure's reason gets lines of its own under its row, as pin's do.
+    notes = [[("error", item.why)] if item.why and (item.action == "failed" or item.pin == "failed") else []
+             for item in items]
+    print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, cut=["WHY"], notes=notes)
+    if not out.isatty():
+        for item in items:
+            if item.action == "failed" or item.pin == "failed":
+                output.warn(f"{item.archive}{': ' + item.ref if item.ref else ''}: {item.why}")
+
+
+@contextmanager
+def import_progress(stream: Optional[TextIO] = None) -> Iterator[Progress]:
+    """One spinner line for the archive being imported and the count done, on a terminal only;
+    erased at the end. Nothing of it reaches a pipe or a file."""
+    err = stream or sys.stderr
+    if not err.isatty():
+        yield (lambda _archive, _state: None), (lambda _item: None)
+        return
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.spinner import Spinner
+    from rich.text import Text
+
+    lock = threading.Lock()
+    state = {"archive": "", "text": ""}
+    done = {"count": 0}
+    live = Live(Text(""), console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
+                refresh_per_second=8)
+
+    def redraw() -> None:
+        spinner = Spinner("dots", text=f"{visible(state['archive'])}: {state['text']}")
+        live.update(Group(spinner, Text(f"import: {done['count']} done")))
+
+    def heard(archive: str, text: str) -> None:
+        with lock:
+            if not live.is_started:
+                live.start()
+            state.update(archive=archive, text=text)
+            redraw()
+
+    def finished(_item: ImportItem) -> None:
+        with lock:
+            done["count"] += 1
+            if live.is_started:
+                redraw()
+
+    try:
+        yield heard, finished
+    finally:
+        if live.is_started:
+            live.stop()
