@@ -241,7 +241,7 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
     if not job.dry_run and any(plan.delete for plan in plans):
         confirm(plans)
     items = gc.apply_prune(plans, gc.wanted_now(node, policy), job.dry_run, progress)
-    return gc.PruneReport(items, job.dry_run)
+    return gc.PruneReport(items, job.dry_run, plans)
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: 
     with gc_output.prune_progress() as progress:
         report = commands.prune(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), job,
                                 lambda plans: _confirm_prune(plans, yes), progress)
-    gc_output.print_prune(report.items, dry_run, fmt)
+    gc_output.print_prune(report.items, dry_run, fmt, plans=report.plans)
     return report.exit_code
 
 
