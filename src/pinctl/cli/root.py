@@ -169,6 +169,8 @@ def print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
     from pinctl.render import output
 
     output.print_results(report.command, report.results, report.status, report.dry_run, fmt, quiet)
+    for warning in report.warnings:
+        output.warn(warning)
     return report.exit_code
 
 
