@@ -309,7 +309,7 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
         if could:
             names = ", ".join(_name(image.refs, image.id) for image in could[:3])
             more = f" and {len(could) - 3} more" if len(could) > 3 else ""
-            warn(f"{len(could)} image(s) nothing protects could go with --all-unused: {names}{more}")
+            warn(f"{len(could)} image(s) could go with --all-unused: {names}{more}")
 
 
 def nothing_goes_because(plan: PrunePlan) -> str:
