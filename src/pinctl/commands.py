@@ -14,7 +14,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
-from pinctl.model import STATUS_PARTIAL, STATUS_SUCCESS, ImageRow, ItemResult, LogFn, Status
+from pinctl.model import (
+    ACTION_ALREADY_UNPINNED,
+    ACTION_UNPINNED,
+    REASON_DOCKER_LABEL,
+    REASON_PATTERN,
+    REASON_SANDBOX,
+    STATUS_PARTIAL,
+    STATUS_SUCCESS,
+    ImageRow,
+    ItemResult,
+    LogFn,
+    Reason,
+    Status,
+)
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -75,11 +88,13 @@ def ls_names(node: Node) -> list[str]:
 
 @dataclass
 class ChangeReport:
-    """The outcome of pin, unpin or sync: every item, and what that means for the exit code."""
+    """The outcome of pin, unpin or sync: every item, and what that means for the exit code.
+    warnings: one line each, said after the items (unpin_warnings)."""
 
     command: str
     results: list[ItemResult]
     dry_run: bool
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -92,13 +107,55 @@ class ChangeReport:
         return {STATUS_SUCCESS: EXIT_OK, STATUS_PARTIAL: EXIT_PARTIAL}.get(self.status, EXIT_ERROR)
 
 
-def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run: bool) -> ChangeReport:
-    """pin or unpin: every argument parsed first (UsageError changes nothing), then applied."""
+def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run: bool,
+           policy: Optional[Policy] = None) -> ChangeReport:
+    """pin or unpin: every argument parsed first (UsageError changes nothing), then applied.
+    unpin with the policy also says what will keep or pin again an image it unpinned."""
 
     from pinctl.pins import plans as pinning
 
     plan = pinning.make_plan(node.views(), command, args, dialect, node.refusal)
-    return ChangeReport(command, pinning.apply_plan(plan, dry_run), dry_run)
+    report = ChangeReport(command, pinning.apply_plan(plan, dry_run), dry_run)
+    if command == pinning.UNPIN and policy is not None and any(r.action in UNPINNED for r in report.results):
+        report.warnings = unpin_warnings(node.rows(policy).rows, report.results)
+    return report
+
+
+UNPINNED = (ACTION_UNPINNED, ACTION_ALREADY_UNPINNED)
+
+
+def unpin_warnings(rows: Sequence[ImageRow], results: Sequence[ItemResult]) -> list[str]:
+    """What will keep, or pin again, an image that unpin left without the pin label.
+
+    rows: the node's rows as ls has them with the policy (their reasons); results: unpin's items.
+    One line per image and cause, naming the image by a tag: a policy pattern (the next sync
+    labels it again), the CRI sandbox image (the runtime keeps it whatever its labels), a Docker
+    config label that cri-dockerd's --pinned-image-labels selects. A cause found elsewhere (a
+    runtime's own pinned_images) adds its line to ChangeReport.warnings beside these.
+    """
+    unpinned = {(r.namespace, r.ref) for r in results if r.action in UNPINNED}
+    images: dict[tuple[Optional[str], str], list[ImageRow]] = {}
+    for row in rows:
+        if (row.namespace, row.ref) in unpinned:
+            images.setdefault((row.namespace, row.group_key), []).append(row)
+    warnings: list[str] = []
+    for group in images.values():
+        name = min((row.ref for row in group), key=lambda ref: (ref.startswith("sha256:"), "@" in ref, ref))
+        for reason in dict.fromkeys(group[0].reasons):
+            line = _keeps_it(name, reason)
+            if line and line not in warnings:
+                warnings.append(line)
+    return warnings
+
+
+def _keeps_it(name: str, reason: Reason) -> Optional[str]:
+    if reason.kind == REASON_PATTERN:
+        return f"{name}: pattern {reason.detail} ({reason.source}) pins it again at the next sync"
+    if reason.kind == REASON_SANDBOX:
+        return f"{name}: the runtime keeps it anyway: it is the CRI sandbox image"
+    if reason.kind == REASON_DOCKER_LABEL:
+        return f"{name}: cri-dockerd keeps it anyway: its config label matches {reason.detail}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -246,7 +303,7 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
     if not job.dry_run and any(plan.delete for plan in plans):
         confirm(plans)
     items = gc.apply_prune(plans, gc.wanted_now(node, policy), job.dry_run, progress)
-    return gc.PruneReport(items, job.dry_run)
+    return gc.PruneReport(items, job.dry_run, plans)
 
 
 @dataclass(frozen=True)

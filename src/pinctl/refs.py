@@ -110,6 +110,15 @@ def parse_selector(text: str) -> Selector:
     return Selector(text, ref=ref, id_prefix=id_prefix)
 
 
+def not_found_hint(text: str) -> Optional[str]:
+    """What to say when an argument named no image and may have meant an ID prefix too short to
+    be read as one (e14: three hex digits are read as the name docker.io/library/e14:latest)."""
+    bare = text[len("sha256:"):] if text.startswith("sha256:") else text
+    if _HEX.fullmatch(bare) and len(bare) < ID_PREFIX_MIN:
+        return f"for an image ID, give {ID_PREFIX_MIN} or more hex digits"
+    return None
+
+
 def short_id(image_id: Optional[str]) -> str:
     if not image_id:
         return "<none>"

@@ -3,8 +3,10 @@
 Run ``python -m tests.harness.sandbox`` (as root, from the repo root; or use
 ``scripts/sandbox``). The daemon is detached, so it keeps running after this
 exits. A later run re-uses it and leaves its images, labels and policy as the
-user left them; ``--reset`` starts over with the samples. ``--stop`` ends it and
-removes its directory, unmounting anything containerd left mounted below it.
+user left them; one whose containerd has stopped (killed, or a stop of its own)
+starts it again on the same directory, which keeps them too. ``--reset`` starts
+over with the samples. ``--stop`` ends it and removes its directory, unmounting
+anything containerd left mounted below it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 PINNED_BY_LABEL = "example.test/gamma:1.0"
 LABELLED_TRUE = "example.test/delta:1.0"
 KEEPING = "sandbox already running, keeping your images and labels; --reset to start over"
+RESTARTED = "sandbox containerd had stopped: started it again, keeping your images and labels; --reset to start over"
 MNT_DETACH = 2
 
 
@@ -66,8 +69,9 @@ def _read_state(base: pathlib.Path) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_state(base: pathlib.Path, daemon: ContainerdDaemon) -> None:
-    state = {"pid": daemon.pid, "engine": daemon.engine, "address": daemon.address}
+def _write_state(base: pathlib.Path, daemon: ContainerdDaemon, populated: bool) -> None:
+    # populated: the samples were loaded once; from then on what is in k8s.io is the user's.
+    state = {"pid": daemon.pid, "engine": daemon.engine, "address": daemon.address, "populated": populated}
     tmp = _state_path(base).with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     tmp.replace(_state_path(base))
@@ -110,6 +114,7 @@ def _running_daemon(base: pathlib.Path, engine: str) -> ContainerdDaemon | None:
 
 def start(base: pathlib.Path, engine: str) -> tuple[ContainerdDaemon, bool]:
     """The sandbox daemon, and whether it was already running (its state is then the user's)."""
+    populated = _was_populated(base, engine)
     daemon = _running_daemon(base, engine)
     running = daemon is not None
     if daemon is None:
@@ -117,8 +122,18 @@ def start(base: pathlib.Path, engine: str) -> tuple[ContainerdDaemon, bool]:
         print(f"started {engine} {daemon.version} (pid {daemon.pid})")
     else:
         print(f"re-using {engine} {daemon.version} (pid {daemon.pid})")
-    _write_state(base, daemon)
+    _write_state(base, daemon, populated)
     return daemon, running
+
+
+def _was_populated(base: pathlib.Path, engine: str) -> bool:
+    """Whether base holds a sandbox of this engine that got its samples once: containerd keeps its
+    images and labels in its root, so starting it again there finds them as the user left them."""
+    state = _read_state(base)
+    if state.get("engine") != engine:
+        return False  # another engine's root is not this one's to read: start over
+    # Sandboxes made before the state said so: containerd's metadata is there.
+    return bool(state.get("populated")) or (base / "root" / "io.containerd.metadata.v1.bolt" / "meta.db").is_file()
 
 
 def populate(daemon: ContainerdDaemon) -> list[images.ImageInfo]:
@@ -161,8 +176,11 @@ def print_instructions(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
         f"export CONTAINERD_ADDRESS={daemon.address}\n"
         f"export PINCTL_CONFIG={policy}\n"
         f"export PINCTL_CONTAINERD_CONFIG={daemon.config_path}\n"
+        # The same socket serves the CRI: without it, every CRI command says which one it picked.
+        f"export CONTAINER_RUNTIME_ENDPOINT=unix://{daemon.address}\n"
         f"export PATH={REPO}/.venv/bin:$PATH\n"
         f"# ctr for comparison: {daemon.bin_dir}/ctr -a {daemon.address} -n k8s.io images ls\n"
+        f"# After a reboot or a containerd stop, {_script(daemon.base_dir)} starts it again as you left it\n"
         f"# Start over with: {_script(daemon.base_dir, '--reset')}\n"
         f"# Stop it and remove {daemon.base_dir} with: {_script(daemon.base_dir, '--stop')}"
     )
@@ -263,11 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(base: pathlib.Path, engine: str) -> int:
     base.mkdir(parents=True, exist_ok=True)
+    populated = _was_populated(base, engine)
     daemon, running = start(base, engine)
     if running:
         print(KEEPING)
+    elif populated:
+        print(RESTARTED)
     else:
         populate(daemon)
+        _write_state(base, daemon, populated=True)
     policy = write_policy(base)
     run_pinctl_ls(daemon, policy)
     print_instructions(daemon, policy)

@@ -39,13 +39,19 @@ def test_not_a_socket(tmp_path: Path) -> None:
     assert_one_line_error(run("ls", "--address", str(plain)), 1, str(plain), "is not a socket")
 
 
-def test_stopped_daemon_leaves_a_dead_socket(tmp_path: Path) -> None:
+@pytest.mark.parametrize("args", [["ls", "--address"], ["check", "--runtime-endpoint"]])
+def test_a_killed_daemon_is_said_as_briefly_as_a_stopped_one(tmp_path: Path, args: list[str]) -> None:
     path = tmp_path / "dead.sock"
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
-    listener.close()  # the file stays, nobody listens: what a crashed daemon leaves
-    result = run("ls", "--address", str(path))
-    assert_one_line_error(result, 1, str(path), "not answering", "is it running")
+    listener.close()  # the file stays, nobody listens: what a killed daemon leaves
+    killed = run(*args, str(path))
+    assert_one_line_error(killed, 1, f"nothing listens on {path}", "running?", args[-1])
+    assert "gRPC" not in killed.stderr and "FAILED_PRECONDITION" not in killed.stderr
+    path.unlink()  # what a daemon that stopped cleanly leaves: nothing
+    stopped = run(*args, str(path))
+    assert_one_line_error(stopped, 1, str(path), "does not exist")
+    assert len(killed.stderr) <= len(stopped.stderr), (killed.stderr, stopped.stderr)
 
 
 def test_daemon_not_answering_times_out(mute_socket: Path) -> None:
@@ -77,7 +83,10 @@ def test_permission_denied_tells_to_run_as_root(containerd17: ContainerdDaemon) 
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["lss"], "No such command 'lss'"),
+        (["lss"], "no such command 'lss'; did you mean ls?"),
+        (["pinn"], "no such command 'pinn'; did you mean pin?"),
+        (["upin", "x"], "did you mean pin or unpin?"),
+        (["ls", "--unpined"], "no such option '--unpined'; did you mean --unpinned?"),
         (["ls", "-o", "yaml"], "'yaml' is not one of"),
         (["ls", "--timeout", "-1"], "--timeout"),
         (["pin"], "Missing argument"),
@@ -87,6 +96,7 @@ def test_permission_denied_tells_to_run_as_root(containerd17: ContainerdDaemon) 
 def test_usage_errors_exit_2_with_one_line(args: list[str], needle: str) -> None:
     result = run(*args, env={"CONTAINERD_ADDRESS": "/nonexistent.sock"})
     assert_one_line_error(result, 2, needle, "--help")
+    assert "?)" not in result.stderr and "--quiet" not in result.stderr  # one clause; no far-fetched guess
 
 
 def test_unknown_namespace_on_pin(containerd17: ContainerdDaemon) -> None:

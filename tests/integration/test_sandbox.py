@@ -137,3 +137,24 @@ def test_stop_leaves_a_directory_it_did_not_make(tmp_path: Path) -> None:
 
 def test_mount_table_names_are_unescaped() -> None:
     assert sandbox._unescape(r"/tmp/a\040b\011c\134d") == "/tmp/a b\tc\\d"
+
+
+def test_a_stopped_sandbox_starts_again_as_the_user_left_it(base: Path) -> None:
+    first = run_script(base)
+    address = sandbox._read_state(base)["address"]
+    assert f"export CONTAINER_RUNTIME_ENDPOINT=unix://{address}" in first.stdout.splitlines()
+    ctr_label(base, OTHER, "pinned")  # the user's pin
+    for stop_signal in ("KILL", "TERM"):  # killed (its socket left behind), then stopped cleanly
+        pid = daemon_pid(base)
+        subprocess.run(["kill", f"-{stop_signal}", str(pid)], check=True)
+        for _ in range(100):
+            if not alive(pid):
+                break
+            subprocess.run(["sleep", "0.1"], check=True)
+        again = run_script(base)
+        assert sandbox.RESTARTED in again.stdout and "started" in again.stdout, again.stdout
+        assert daemon_pid(base) != pid and alive(daemon_pid(base))
+        labels = pin_labels(base)
+        assert labels.get(OTHER) == "pinned" and labels[PINNED] == "pinned", labels
+    assert sandbox.RESTARTED not in run_script(base, "--reset").stdout
+    assert OTHER not in pin_labels(base)

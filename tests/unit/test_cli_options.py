@@ -18,6 +18,7 @@ import pytest
 
 from pinctl import completion
 from pinctl.cli import COMMON_OPTIONS_HEADING, CommonOption, cli
+from pinctl.cli.root import COMMON_OPTIONS_POINTER
 from pinctl.config.settings import KEYS, KeySpec
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OUTPUT_FORMATS
 
@@ -72,24 +73,56 @@ def test_own_options_come_before_the_common_ones(ctx: click.Context) -> None:
     assert kinds == sorted(kinds), [p.name for p in options]  # the order man pages and completions use
     help_text = ctx.command.get_help(ctx)
     own = [p for p in options if not isinstance(p, CommonOption)]
-    if any(kinds):
-        common_at = help_text.index(COMMON_OPTIONS_HEADING)
-        assert all(help_text.index(p.opts[-1]) < common_at for p in own), help_text
-        assert help_text.index("--address") > common_at
-    else:
-        assert COMMON_OPTIONS_HEADING not in help_text
+    assert all(p.opts[-1] in help_text for p in own), help_text
+    if completion.tree.command_path(ctx) == ("pinctl", "options"):
+        return
+    # The common options are listed once, by pinctl options; each command points there.
+    assert COMMON_OPTIONS_HEADING not in help_text and "--containerd-config" not in help_text
+    assert (COMMON_OPTIONS_POINTER in help_text) == any(kinds), help_text
+
+
+def help_at(ctx: click.Context, width: int = 80) -> list[str]:
+    sized = click.Context(ctx.command, info_name=ctx.info_name, parent=ctx.parent, terminal_width=width,
+                          **ctx.command.context_settings)
+    return ctx.command.get_help(sized).splitlines()
+
+
+@pytest.mark.parametrize("ctx", commands(), ids=lambda ctx: " ".join(completion.tree.command_path(ctx)))
+def test_every_help_fits_a_screen_and_names_exit_141(ctx: click.Context) -> None:
+    lines = help_at(ctx)
+    if completion.tree.command_path(ctx) != ("pinctl", "options"):
+        assert len(lines) <= 40, "\n".join(lines)
+    assert all(len(line) <= 80 for line in lines)
+    text = " ".join(" ".join(lines).split())
+    if isinstance(ctx.command, click.Group):
+        return
+    assert "141 the output's reader went away" in text, text
+
+
+def test_pinctl_options_lists_every_common_option_once() -> None:
+    ctx = next(c for c in commands() if completion.tree.command_path(c) == ("pinctl", "options"))
+    text = "\n".join(help_at(ctx))
+    common = [p for p in cli.params if isinstance(p, CommonOption)]
+    assert common and all(text.count(f"{p.opts[-1]} ") == 1 for p in common), text
+    result = run("options", config=Path("/nonexistent"))
+    assert result.returncode == 0 and "--containerd-config" in result.stdout
 
 
 def test_pin_help_shows_its_options_first() -> None:
     ctx = next(c for c in commands() if completion.tree.command_path(c) == ("pinctl", "pin"))
-    lines = ctx.command.get_help(ctx).splitlines()
+    lines = help_at(ctx)
     first = lines.index("Options:")
-    assert [line.split()[0] for line in lines[first + 1 : first + 5]] == ["-o,", "-q,", "--dry-run", "-h,"]
+    names = [line.split()[0] for line in lines[first + 1:] if line.startswith("  -")]
+    assert names[:4] == ["--dry-run", "-o,", "-q,", "-h,"] or names[:4] == ["-o,", "-q,", "--dry-run", "-h,"]
 
 
-def test_root_help_lists_commands_before_common_options() -> None:
-    text = cli.get_help(commands()[0])
-    assert text.index("Commands:") < text.index(COMMON_OPTIONS_HEADING)
+def test_root_help_shows_its_commands_in_the_first_24_lines() -> None:
+    lines = help_at(commands()[0])
+    first = lines.index("Commands:")
+    listed = [line.split()[0] for line in lines[first + 1:first + 1 + len(cli.commands)]]
+    assert sorted(listed) == sorted(cli.commands) and first + len(cli.commands) < 24, "\n".join(lines)
+    assert COMMON_OPTIONS_POINTER in "\n".join(lines) and "--containerd-config" not in "\n".join(lines)
+    assert "141 the output's reader went away (| head)" in " ".join(" ".join(lines).split())
 
 
 def test_no_range_noise_in_help() -> None:
@@ -126,7 +159,7 @@ def test_every_key_with_a_flag_is_the_common_option_it_declares(spec: KeySpec) -
     if spec.type == "choice":
         assert isinstance(option.type, click.Choice) and tuple(option.type.choices) == spec.choices
     for ctx in commands()[1:]:
-        if ctx.command.name not in ("completion", "config", "gc"):
+        if ctx.command.name not in ("completion", "config", "gc", "options"):
             assert common_option(ctx.command, str(spec.flag)).help == help_text, ctx.command.name
 
 
@@ -156,7 +189,7 @@ def test_every_output_option_is_the_same_option_with_the_formats_its_command_wri
 
 def test_every_command_takes_a_and_r_and_no_name_is_used_twice() -> None:
     for ctx in commands()[1:]:
-        if ctx.command.name in ("completion", "config", "gc"):
+        if ctx.command.name in ("completion", "config", "gc", "options"):  # none read a setting
             continue
         names = [n for p in ctx.command.get_params(ctx) if isinstance(p, click.Option) for n in p.opts + p.secondary_opts]
         assert len(names) == len(set(names)), sorted(names)

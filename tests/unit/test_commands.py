@@ -135,3 +135,44 @@ def test_namespaces_marks_the_defaults_and_the_node_closes_its_stores() -> None:
     assert commands.namespaces(node) == [("k8s.io", True), ("other", False)]
     node.close()
     assert store.closed == 1
+
+
+# -- what unpin cannot undo --------------------------------------------------------------------
+
+
+def test_unpin_warns_that_a_pattern_pins_the_image_again() -> None:
+    store = store_with_images()
+    report = commands.change(node_of(store), "unpin", ["example.test/app:1"], "pinctl", False,
+                             policy_of("*app*"))
+    assert [r.action for r in report.results] == ["unpinned"]
+    assert report.warnings == ["example.test/app:1: pattern *app* (test) pins it again at the next sync"]
+    assert all(len(line) <= 100 for line in report.warnings)
+
+
+def test_unpin_warns_that_the_runtime_keeps_its_sandbox_image() -> None:
+    store = FakeStore(sandbox="example.test/pause:3.9")
+    store.add("k8s.io", "example.test/pause:3.9", "p", PIN)
+    store.add("k8s.io", "sha256:" + "p" * 64, "p", PIN)
+    report = commands.change(node_of(store), "unpin", ["example.test/pause:3.9"], "pinctl", True, Policy())
+    assert report.warnings == ["example.test/pause:3.9: the runtime keeps it anyway: it is the CRI sandbox image"]
+
+
+def test_unpin_says_nothing_when_nothing_keeps_the_image() -> None:
+    store = store_with_images()
+    assert commands.change(node_of(store), "unpin", ["example.test/app:1"], "pinctl", False,
+                           policy_of("*bee*")).warnings == []
+    # pin never warns, and neither does an unpin that found no image.
+    assert commands.change(node_of(store), "pin", ["example.test/app:1"], "pinctl", False,
+                           policy_of("*app*")).warnings == []
+    assert commands.change(node_of(store), "unpin", ["example.test/none:1"], "pinctl", False,
+                           policy_of("*none*")).warnings == []
+
+
+def test_a_short_hex_argument_hints_at_the_id_prefix_rule() -> None:
+    store = store_with_images()
+    [result] = commands.change(node_of(store), "pin", ["e14"], "pinctl", False).results
+    assert result.action == "failed" and result.error is not None
+    assert "no image e14 (docker.io/library/e14:latest)" in result.error
+    assert "for an image ID, give 4 or more hex digits" in result.error and len(result.error) <= 100
+    [named] = commands.change(node_of(store), "pin", ["example.test/nothing:1"], "pinctl", False).results
+    assert "ID prefix" not in (named.error or "")

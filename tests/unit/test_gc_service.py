@@ -205,3 +205,46 @@ def test_wanted_joins_rows_by_image_id_manifest_digest_or_name() -> None:
         "sha256:bb": "pattern example.test/b*",
         "sha256:other": "pattern *c*",
     }
+
+
+# -- prune --dry-run says why nothing goes, and lists in the plan's order ----------------------
+
+
+def test_a_dry_run_lists_what_goes_then_what_stays_in_the_kubelets_order() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    items = gc.apply_prune([plan], lambda _image: None, dry_run=True)
+    actions = [item.action for item in items]
+    assert actions == sorted(actions, key=lambda action: action != "would-remove")  # what goes first
+    kept = [item.image_id for item in items if item.action == "kept"]
+    by_id = {p.image.id: p for p in plan.plan.protected}
+    keys = [gc.gcmodel.eviction_key(by_id[k].image) for k in kept]
+    assert keys == sorted(keys) and len(kept) == 3
+
+
+def prune_summary(capsys: pytest.CaptureFixture[str], used_percent: int, request: gc.PruneRequest,
+                  images: Optional[list[ObservedImage]] = None) -> str:
+    found, containers = node_images()
+    domain = FakeDomain(images if images is not None else found, containers, used_percent=used_percent)
+    plan = gc.plan_prune(domain, [], GcSettings(), request, NOW)
+    items = gc.apply_prune([plan], lambda _image: None, dry_run=True)
+    gc_output.print_prune(items, True, "table", io.StringIO(), plans=[plan])
+    return capsys.readouterr().err
+
+
+def test_a_dry_run_below_the_target_says_so_and_names_what_could_go(capsys: pytest.CaptureFixture[str]) -> None:
+    said = prune_summary(capsys, 71, gc.PruneRequest())
+    lines = said.splitlines()
+    assert lines[0] == "pinctl: prune (dry run): nothing would go (3 kept): usage is 71%, at or below the target of 80%"
+    assert lines[1].startswith("pinctl: 3 image(s) could go with --all-unused: example.test/")
+    assert len(lines[0]) <= 100 and len(lines) == 2
+
+
+def test_a_dry_run_where_everything_is_protected_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    pinned = [image("p", MiB, pinned=True), image("q", MiB, pinned=True)]
+    said = prune_summary(capsys, 95, gc.PruneRequest(), pinned)
+    assert said == "pinctl: prune (dry run): nothing would go (2 kept): every image is protected (see WHY)\n"
+    young = [image("y", MiB, NOW)]
+    said = prune_summary(capsys, 95, gc.PruneRequest(), young)
+    assert "what nothing protects is younger than the minimum age (2m)" in said

@@ -6,6 +6,7 @@ import io
 import json
 import re
 import time
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -190,20 +191,25 @@ def test_ls_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     out = Terminal()
     output.print_images(ls_rows(), [], "table", False, out)
     lines = assert_fits(out.getvalue())
-    assert len(lines) == 4  # a header and one line per row
-    assert "example.test/base/app:1" in lines[1]
-    assert "sha256:3a3a3a3a3a3a…" in lines[2] and "3a" * 32 not in out.getvalue()
-    # Too narrow for the patterns themselves: WHY names the kinds of reason (details: -o wide).
-    assert lines[1].endswith("  pattern") and lines[1].split()[-1] != "-"
-    assert lines[3].endswith(" -")
+    # One namespace: a heading, not a column that says k8s.io on every row.
+    assert lines[0] == "NAMESPACE: k8s.io" and lines[1].split()[:2] == ["REF", "IMAGE"]
+    assert lines[2].startswith("example.test/base/app:1  ")
+    assert "sha256:3a3a3a3a3a3a…" in out.getvalue() and "3a" * 32 not in out.getvalue()
+    # WHY whole, on indented lines under its row, never cut to a stub.
+    assert "…" not in strip_ansi(out.getvalue()).replace("sha256:3a3a3a3a3a3a…", "")
+    below = [line.strip() for line in lines[3:] if line.startswith("    ")]
+    assert " ".join(below).count("50-platform-team.toml:12") == 2
+    assert lines[-1].startswith("example.test/other:1 ") and lines[-1].endswith(" -")
 
 
-def test_ls_cuts_the_brief_why_when_even_that_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "72")
+def test_ls_in_two_namespaces_keeps_its_namespace_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = ls_rows()
+    rows[2].namespace = "moby"
     out = Terminal()
-    output.print_images(ls_rows(), [], "table", False, out)
-    lines = assert_fits(out.getvalue(), 72)
-    assert lines[1].endswith("  patt…")
+    output.print_images(rows, [], "table", False, out)
+    lines = assert_fits(out.getvalue())
+    assert lines[0].split()[:2] == ["NAMESPACE", "REF"] and lines[-1].startswith("moby ")
 
 
 def test_ls_on_a_wide_terminal_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +218,7 @@ def test_ls_on_a_wide_terminal_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> No
     output.print_images(ls_rows(), [], "table", False, out)
     text = strip_ansi(out.getvalue())
     assert "…" not in text.replace("sha256:3a3a3a3a3a3a…", "")
-    assert cells.why(ls_rows()[0]) in text
+    assert cells.why(ls_rows()[0]) in text and text.startswith("NAMESPACE ")  # room for it: no fold
 
 
 def test_ls_wide_on_a_terminal_shows_everything_unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,6 +239,34 @@ def test_ls_in_a_pipe_keeps_full_values() -> None:
     assert "…" not in out.getvalue()
 
 
+LONG_REF = "registry.example.test/team-platform/very-long-component-name/ingress-controller:v1.2.3-rc.1"
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_a_long_reference_is_shortened_in_its_middle(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    monkeypatch.setenv("COLUMNS", str(width))
+    out = Terminal()
+    output.print_images([image_row(LONG_REF), image_row("example.test/other:1")], [], "table", False, out)
+    lines = assert_fits(out.getvalue(), width)
+    shown = lines[2].split()[0]
+    assert shown.endswith("/ingress-controller:v1.2.3-rc.1") and "…" in shown and shown.startswith("regist")
+    assert lines[3].split()[0] == "example.test/other:1"
+
+
+@pytest.mark.parametrize("switches", [{}, {"show_drift": True}, {"show_cri": True},
+                                      {"show_drift": True, "show_cri": True}])
+@pytest.mark.parametrize("width", [80, 120])
+def test_every_ls_switch_fits(monkeypatch: pytest.MonkeyPatch, width: int, switches: dict[str, bool]) -> None:
+    monkeypatch.setenv("COLUMNS", str(width))
+    rows = [*ls_rows(), image_row(LONG_REF, LONG_WHY)]
+    rows[0].drift, rows[0].cri_pinned = "unlabelled", False
+    out = Terminal()
+    output.print_images(rows, [], "table", False, out, **switches)
+    lines = assert_fits(out.getvalue(), width)
+    if switches.get("show_drift"):
+        assert "DRIFT" in lines[1] and "no label" in out.getvalue()
+
+
 def test_ellipsis_is_ascii_where_the_terminal_is(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     raw = io.BytesIO()
@@ -242,17 +276,28 @@ def test_ellipsis_is_ascii_where_the_terminal_is(monkeypatch: pytest.MonkeyPatch
             return True
 
     out = AsciiTerminal(raw, encoding="ascii")
-    output.print_images(ls_rows(), [], "table", False, out)
+    output.print_images([*ls_rows(), image_row(LONG_REF)], [], "table", False, out)
     out.flush()
     text = raw.getvalue().decode("ascii")
-    assert "sha256:3a3a3a3a3a3a..." in text
+    assert "sha256:3a3a3a3a3a3a..." in text and ".../ingress-controller:v1.2.3-rc.1" in text
     assert_fits(text)
 
 
-def test_fit_widths_shrinks_only_what_may_be_cut() -> None:
-    assert output.fit_widths([10, 40, 30], [10, 40, 8], 70, 2) == [10, 40, 16]
-    assert output.fit_widths([10, 40, 30], [10, 40, 30], 70, 2) == [10, 40, 30]  # nothing to cut: it overflows
-    assert output.fit_widths([10, 20], [10, 8], 80, 2) == [10, 20]
+def test_config_show_fits_without_breaking_a_word(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pinctl.config import loader
+
+    monkeypatch.setenv("COLUMNS", "80")
+    (tmp_path / "config.toml").write_text('pinned_images = ["example.test/alpha:*"]\n')
+    env = {"CONTAINERD_ADDRESS": "/tmp/pinctl-sandbox/s/containerd.sock",
+           "PINCTL_CONTAINERD_CONFIG": "/tmp/pinctl-sandbox/containerd.toml",
+           "CONTAINER_RUNTIME_ENDPOINT": "unix:///tmp/pinctl-sandbox/s/containerd.sock"}
+    cfg = loader.load({}, env, config_path=str(tmp_path / "config.toml"))
+    out = Terminal()
+    output.print_config(cfg, "table", out)
+    lines = assert_fits(out.getvalue())
+    text = " ".join(strip_ansi(out.getvalue()).split())
+    for word in ("CONTAINERD_ADDRESS", "PINCTL_CONTAINERD_CONFIG", "CONTAINER_RUNTIME_ENDPOINT"):
+        assert f"env {word}" in text, lines
 
 
 def check_result(bad: int = 1) -> CheckResult:
@@ -372,8 +417,7 @@ def test_json_action_values_are_unchanged() -> None:
 def test_every_value_of_a_vocabulary_has_its_words() -> None:
     """A new action, reason kind or drift needs its place in the summary, WHY or DRIFT column."""
     assert sorted(output.ACTION_ORDER) == sorted(get_args(model.Action))
-    assert sorted(cells.BRIEF_KINDS) == sorted(get_args(model.ReasonKind))
-    assert sorted(cells.DRIFT_TEXT) == sorted(get_args(model.Drift))
+    assert sorted(cells.DRIFT_TEXT) == sorted(cells.DRIFT_BRIEF) == sorted(get_args(model.Drift))
 
 
 def test_wide_keeps_full_references_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,3 +62,11 @@ def test_selector_rejects(bad: str) -> None:
 def test_short_id() -> None:
     assert refs.short_id("sha256:" + "0123456789ab" + "f" * 52) == "0123456789ab"
     assert refs.short_id(None) == "<none>"
+
+
+@pytest.mark.parametrize(("text", "hinted"), [("e14", True), ("e", True), ("sha256:e1", True), ("abc", True),
+                                              ("e141", False), ("app", False), ("example.test/e14:1", False)])
+def test_one_to_three_hex_digits_hint_at_the_id_prefix_rule(text: str, hinted: bool) -> None:
+    hint = refs.not_found_hint(text)
+    assert (hint is not None) == hinted
+    assert hint is None or f"{refs.ID_PREFIX_MIN} or more hex digits" in hint

@@ -26,7 +26,11 @@ def open_channel(path: str) -> grpc.Channel:
     return grpc.insecure_channel(f"unix://{os.path.abspath(path)}", options=options)
 
 
-def translate(err: Exception, what: str, address: str, timeout: float, api: str = "") -> EngineError:
+# What an engine's socket is set by, for the hint that points there.
+FLAGS = {"containerd": "--address or CONTAINERD_ADDRESS"}
+
+
+def translate(err: Exception, what: str, address: str, timeout: float, api: str = "", flag: str = "") -> EngineError:
     """Turn a grpc.RpcError into the project's one-line error."""
     api = api or f"{what}'s API"
     import grpc
@@ -40,9 +44,13 @@ def translate(err: Exception, what: str, address: str, timeout: float, api: str 
             f"{what} at {address} did not answer within {timeout:g}s",
             "is it running and healthy? raise --timeout if it is slow",
         )
+    if code == grpc.StatusCode.UNAVAILABLE and "connection refused" in details.lower():
+        # A daemon that was killed leaves its socket behind: as short as the missing-socket error.
+        return EngineUnreachable(f"nothing listens on {address.removeprefix('unix://')}",
+                                 f"is {what} running? point {flag or FLAGS.get(what, 'pinctl')} at its socket")
     if code == grpc.StatusCode.UNAVAILABLE:
         return EngineUnreachable(
-            f"{what} at {address} is not answering ({details.splitlines()[0] if details else 'unavailable'})",
+            f"{what} at {address} is not answering ({_last_error(details) or 'unavailable'})",
             "is it running? check the socket path",
         )
     if code == grpc.StatusCode.UNIMPLEMENTED:
@@ -53,3 +61,9 @@ def translate(err: Exception, what: str, address: str, timeout: float, api: str 
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return EngineError(f"{what} at {address} refused: {details}", "run pinctl as root (sudo)")
     return EngineError(f"{what} at {address}: {code.name.lower()}: {details}")
+
+
+def _last_error(details: str) -> str:
+    """gRPC's own error, without the resolver's words around it."""
+    line = details.splitlines()[0] if details else ""
+    return line.rpartition("last error: ")[2]

@@ -98,7 +98,7 @@ class CriRuntime:
         try:
             return getattr(stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as err:
-            raise _grpc.translate(err, WHAT, self.endpoint, self.timeout, api="the CRI (runtime.v1)") from None
+            raise _grpc.translate(err, WHAT, self.endpoint, self.timeout, api="the CRI (runtime.v1)", flag=FLAG) from None
 
     def version(self) -> RuntimeVersion:
         from pinctl.proto import cri_pb2

@@ -70,8 +70,58 @@ def _run(argv: Optional[Sequence[str]]) -> int:
 
 def _usage_error(err: click.UsageError, ctx: Optional[click.Context]) -> int:
     where = ctx.command_path if ctx else "pinctl"
-    click.echo(f"pinctl: {_visible(err.format_message())} (see '{where} --help')", err=True)
+    click.echo(f"pinctl: {_visible(_usage_message(err))} (see '{where} --help')", err=True)
     return EXIT_USAGE
+
+
+def _usage_message(err: click.UsageError) -> str:
+    """click's message, with a typo's suggestions in one clause of pinctl's own (click's come in
+    parentheses of their own, and from difflib, which offers --quiet for --unpined)."""
+    no_such_command: Any = getattr(click.exceptions, "NoSuchCommand", ())  # click 8.4+
+    if isinstance(err, click.NoSuchOption):
+        what, name = "option", err.option_name
+    elif isinstance(err, no_such_command):
+        what, name = "command", err.command_name
+    else:
+        return err.format_message()
+    close = closest(name, _candidates(err.ctx, what) or err.possibilities or ())
+    return f"no such {what} '{name}'" + (f"; did you mean {' or '.join(close)}?" if close else "")
+
+
+def _candidates(ctx: Optional[click.Context], what: str) -> list[str]:
+    """Every name the typo could have meant: the group's commands, or the command's options."""
+    if ctx is None:
+        return []
+    if what == "command":
+        return list(ctx.command.list_commands(ctx)) if isinstance(ctx.command, click.Group) else []
+    return [name for param in ctx.command.get_params(ctx) if isinstance(param, click.Option)
+            for name in (*param.opts, *param.secondary_opts)]
+
+
+def closest(typed: str, candidates: Sequence[str]) -> list[str]:
+    """The candidates fewest edits away from typed, when that is few enough to be a typo."""
+    distances = {candidate: _edits(typed, candidate) for candidate in candidates}
+    if not distances:
+        return []
+    best = min(distances.values())
+    if best > max(2, len(typed.lstrip("-")) // 3):
+        return []
+    return sorted(candidate for candidate, distance in distances.items() if distance == best)
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance, with a swap of two neighbours counted as one edit."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, previous2[j - 2] + 1)
+            current.append(cost)
+        previous2, previous = previous, current
+    return previous[-1]
 
 
 def _visible(message: str) -> str:

@@ -7,12 +7,12 @@ from typing import Any, Optional, Sequence
 import click
 
 from pinctl.cli.options import Seconds, common_options, output_options, textfile_option
-from pinctl.cli.root import cli, load_config, load_policy, open_node, open_runtime, textfile_target
+from pinctl.cli.root import cli, exit_codes, load_config, load_policy, open_node, open_runtime, textfile_target
 from pinctl.model import OutputFormat
 
 
-@cli.command("check", epilog="Exit codes: 0 pinctl and the runtime agree, 1 they differ (or an error), "
-                               "2 usage or config error.")
+@cli.command("check", short_help="Compare pinctl's pins with what the CRI runtime reports.", epilog=exit_codes("0 pinctl and the runtime agree", "1 they differ (or an error)",
+                                          "2 usage or config error"))
 @click.argument("refs", nargs=-1, metavar="[REF]...")
 @click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")

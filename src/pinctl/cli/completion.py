@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from pinctl.cli.root import cli
+from pinctl.cli.root import cli, exit_codes
 from pinctl.errors import EXIT_OK
 
 
-@cli.command("completion", epilog="Exit codes: 0 ok, 2 unknown shell.")
+@cli.command("completion", epilog=exit_codes("0 ok", "2 unknown shell"))
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), metavar="SHELL")
 def completion_command(shell: str) -> int:
     """Print the completion script for SHELL.

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from pinctl.cli.options import common_options, output_options
-from pinctl.cli.root import CONTEXT_SETTINGS, EXIT_CODES_HELP, cli, load_config, load_policy, open_node
+from pinctl.cli.root import CONTEXT_SETTINGS, EXIT_CODES_HELP, cli, exit_codes, load_config, load_policy, open_node
 from pinctl.errors import EXIT_OK
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OutputFormat
 
@@ -33,7 +33,7 @@ def config_show(ctx: click.Context, fmt: OutputFormat, **_: Any) -> int:
     return EXIT_OK
 
 
-@config_group.command("lint", epilog="Exit codes: 0 no problems, 1 problems found, 2 the config cannot be read.")
+@config_group.command("lint", epilog=exit_codes("0 no problems", "1 problems found", "2 the config cannot be read"))
 @click.option("--offline", is_flag=True, help="Only check the patterns themselves; do not ask containerd.")
 @output_options([FORMAT_TABLE, FORMAT_JSON], quiet=False)
 @common_options

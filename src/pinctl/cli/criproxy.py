@@ -7,11 +7,11 @@ from typing import Any
 import click
 
 from pinctl.cli.options import common_options
-from pinctl.cli.root import cli, load_config
+from pinctl.cli.root import cli, exit_codes, load_config
 
 
-@cli.command("cri-proxy", epilog="Exit codes: 0 stopped by SIGTERM or SIGINT, 1 error, 2 usage or config error "
-                                   "(no --runtime-endpoint, --listen or --metrics-address in use).")
+@cli.command("cri-proxy", short_help="Serve the CRI to the kubelet, reporting pinctl's pins.", epilog=exit_codes("0 stopped by SIGTERM or SIGINT", "1 error", "2 usage or config error "
+                                              "(no --runtime-endpoint, --listen or --metrics-address in use)"))
 @click.option("--listen", metavar="SOCKET", required=True, type=click.Path(dir_okay=False),
               help="Serve the CRI on this unix socket (mode 0660), e.g. /run/pinctl/cri-proxy.sock; point the "
                    "kubelet's --container-runtime-endpoint at it. A stale socket there is replaced.")

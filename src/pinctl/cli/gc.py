@@ -12,6 +12,7 @@ from pinctl.cli.root import (
     CONTEXT_SETTINGS,
     PinctlGroup,
     cli,
+    exit_codes,
     load_config,
     load_policy,
     open_node,
@@ -32,13 +33,14 @@ def _gc_settings(kubelet_config: Optional[str], high: Optional[int], low: Option
     return read_gc_settings(kubelet_config, GcOverrides(high, low, min_age, max_age))
 
 
-@cli.group("gc", cls=PinctlGroup, context_settings=CONTEXT_SETTINGS)
+@cli.group("gc", cls=PinctlGroup, context_settings=CONTEXT_SETTINGS,
+           short_help="What the kubelet's image GC will delete next (gc plan).")
 def gc_group() -> None:
     """What the kubelet's image garbage collector will do on this node."""
 
 
-@gc_group.command("plan", epilog="Exit codes: 0 nothing pinctl wants kept would be deleted, 1 something would "
-                                 "(or an error), 2 usage or config error.")
+@gc_group.command("plan", epilog=exit_codes("0 nothing pinctl wants kept would be deleted",
+                                            "1 something would (or an error)", "2 usage or config error"))
 @click.option("--usage", type=Percent(), metavar="PERCENT",
               help="Simulate a disk this full instead of reading the image filesystem's usage.")
 @kubelet_options
@@ -76,8 +78,9 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
     return report.exit_code
 
 
-@cli.command("prune", epilog="Exit codes: 0 done, 1 error or the plan not confirmed, 2 usage or config error "
-                             "(or no --yes without a terminal), 3 some deletions failed.")
+@cli.command("prune", short_help="Delete unused images as the kubelet's GC would, keeping pins.", epilog=exit_codes("0 done", "1 error or the plan not confirmed",
+                                        "2 usage or config error (or no --yes without a terminal)",
+                                        "3 some deletions failed"))
 @click.option("--until-usage", type=Percent(), metavar="PERCENT",
               help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
 @click.option("--all-unused", is_flag=True, help="Delete every image nothing protects, whatever the usage.")
@@ -92,13 +95,12 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: bool, older_than: Any, dry_run: bool,
                   yes: bool, kubelet_config: Optional[str], high_threshold: Optional[int],
                   low_threshold: Optional[int], min_age: Any, max_age: Any, fmt: OutputFormat, **_: Any) -> int:
-    """Delete unused images the way the kubelet's GC would, but never one that must stay.
+    """Delete unused images as the kubelet's GC would, never one that must stay.
 
-    Never deleted: an image any container uses (any state) or names, one the runtime pins, one
-    pinctl's labels or policy pin (also where the runtime ignores them), the sandbox image, one
-    younger than the minimum age. The plan is shown first and confirmed on a terminal; scripts
-    pass --yes. Each image is checked again just before its deletion. Images go through the
-    runtime that owns them: the CRI's RemoveImage, or Docker's API for Docker's images.
+    Never deleted: an image a container (in any state) uses or names, one the runtime or
+    pinctl's labels or policy pin, the sandbox image, one younger than the minimum age. The plan
+    is shown and confirmed first (scripts pass --yes); each image is checked again just before
+    it goes, through the runtime that owns it.
     """
     from pinctl import commands
     from pinctl.gc.plan import PruneRequest
@@ -111,7 +113,7 @@ def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: 
     with gc_output.prune_progress() as progress:
         report = commands.prune(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), job,
                                 lambda plans: _confirm_prune(plans, yes), progress)
-    gc_output.print_prune(report.items, dry_run, fmt)
+    gc_output.print_prune(report.items, dry_run, fmt, plans=report.plans)
     return report.exit_code
 
 

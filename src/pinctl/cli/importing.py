@@ -8,12 +8,13 @@ import click
 
 from pinctl.cli.options import Percent, Seconds, common_options, output_options
 from pinctl.cli.pull import any_namespaces
-from pinctl.cli.root import cli, load_config, open_node, open_runtime
+from pinctl.cli.root import cli, exit_codes, load_config, open_node, open_runtime
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OutputFormat
 
 
-@cli.command("import", epilog="Exit codes: 0 every image imported or present (and pinned), 1 error or every "
-                              "archive failed, 2 usage or config error, 3 partial (some failed), 130 interrupted.")
+@cli.command("import", short_help="Import image archives through their runtime, and pin them.",
+             epilog=exit_codes("0 every image imported or present (and pinned)", "1 error or every archive failed",
+                               "2 usage or config error", "3 partial (some failed)", "130 interrupted"))
 @click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...", type=click.Path(dir_okay=False))
 @click.option("--pin", is_flag=True, help="Pin each reference right after its own import succeeds (and only then).")
 @click.option("--platform", "platforms", multiple=True, metavar="OS/ARCH[/VARIANT]",
@@ -39,15 +40,11 @@ def import_command(ctx: click.Context, archives: Sequence[str], pin: bool, platf
                    kubelet_config: Optional[str], import_timeout: float, fmt: OutputFormat, **_: Any) -> int:
     """Import image archives (docker save, OCI layout; tar, gzip or zstd) through the runtime.
 
-    Kubernetes' images (namespace k8s.io, the default) go through containerd's own content,
-    snapshot and image services, as ctr images import does: streamed, every digest checked,
-    unpacked for the CRI's snapshotter. -n moby (or a node where only Docker answers) loads
-    them through Docker's API, after pinctl has read the whole archive and found it sound. An
-    archive is untrusted input: one with an entry outside its root, a link that escapes it, a
-    blob that does not match its digest, a manifest naming a blob it lacks, or a truncated or
-    corrupt stream is refused whole, in one line naming the archive and the entry, and none of
-    its images is named or labelled. Before each archive the image filesystem is read: one that
-    would take it past --max-usage is refused (as pull's budget).
+    k8s.io (the default) through containerd's content, snapshot and image services, as ctr
+    images import does: streamed, digests checked, unpacked for the CRI's snapshotter; -n moby
+    through Docker's API. An archive is untrusted input: an unsound one is refused whole, in one
+    line naming the archive and the entry, none of its images named or labelled. --max-usage is
+    pull's disk budget.
     """
     from pinctl import commands
     from pinctl.gc.kubelet import read_gc_settings

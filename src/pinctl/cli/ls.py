@@ -47,7 +47,7 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     return EXIT_OK
 
 
-@cli.command("namespaces", epilog=EXIT_CODES_HELP)
+@cli.command("namespaces", short_help="List containerd's namespaces, marking the default ones.", epilog=EXIT_CODES_HELP)
 @click.option("-q", "--quiet", is_flag=True, help="Names only (what shell completion reads).")
 @common_options
 @click.pass_context

@@ -110,6 +110,15 @@ class CommonOption(click.Option):
         self.default_text = default_text
 
 
+class BorrowedOption(click.Option):
+    """An option a command takes as another command does (sync --pull takes pull's): its --help
+    names it and points to that command's --help; man pages and completions list it in full."""
+
+    def __init__(self, param_decls: Optional[Sequence[str]] = None, lender: str = "", **attrs: Any) -> None:
+        super().__init__(param_decls, **attrs)
+        self.lender = lender
+
+
 def _common(*names: str, **attrs: Any) -> Callable[[F], F]:
     return click.option(*names, cls=CommonOption, **attrs)
 
@@ -174,9 +183,8 @@ def output_options(
 def textfile_option(what: str) -> Callable[[F], F]:
     return click.option(
         "--textfile", metavar="PATH", type=click.Path(dir_okay=False),
-        help=f"Also write {what} as Prometheus metrics to PATH, for node_exporter's textfile collector (a "
-             "*.prom file in its --collector.textfile.directory). Written to a temporary file beside it, then "
-             "renamed over it.")
+        help=f"Also write {what} to PATH as Prometheus metrics for node_exporter's textfile collector (a *.prom "
+             "file in its directory), written beside it and renamed over it.")
 
 
 def kubelet_options(func: F) -> F:
@@ -184,8 +192,8 @@ def kubelet_options(func: F) -> F:
     percent = Percent(whole=True)
     options = [
         click.option("--kubelet-config", metavar="PATH",
-                     help="The kubelet's config file (YAML) to read the GC settings from. "
-                          "Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults."),
+                     help="The kubelet's config file, for its GC settings. Default: /var/lib/kubelet/config.yaml "
+                          "when it exists."),
         click.option("--high-threshold", type=percent, metavar="PERCENT",
                      help="imageGCHighThresholdPercent: usage at which the GC starts (kubelet default 85)."),
         click.option("--low-threshold", type=percent, metavar="PERCENT",
@@ -193,8 +201,7 @@ def kubelet_options(func: F) -> F:
         click.option("--min-age", type=Duration(), metavar="DURATION",
                      help="imageMinimumGCAge: younger images are never deleted (kubelet default 2m)."),
         click.option("--max-age", type=Duration(), metavar="DURATION",
-                     help="imageMaximumGCAge: images unused this long are deleted at any usage (kubelet default "
-                          "0, off)."),
+                     help="imageMaximumGCAge: images unused this long go at any usage (kubelet default 0: off)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -207,30 +214,36 @@ def pull_options(func: F) -> F:
 
 
 def _pull_option_list(func: F, kubelet: bool) -> F:
+    # sync --pull borrows them: its --help points to pull's for what they do.
+    borrowed = {} if kubelet else {"cls": BorrowedOption, "lender": "pull"}
     options = [
-        click.option("--registry-config", metavar="PATH", type=click.Path(dir_okay=False),
-                     help="Docker's config.json to take registry credentials from (its auths entries); they are "
-                          "passed to the runtime with each pull. The runtime's own credentials apply too."),
-        click.option("--max-usage", type=Percent(), metavar="PERCENT",
+        _option("--registry-config", borrowed=borrowed, metavar="PATH", type=click.Path(dir_okay=False),
+                     help="Docker's config.json whose auths are passed with each pull, beside the runtime's own "
+                          "credentials."),
+        _option("--max-usage", borrowed=borrowed, type=Percent(), metavar="PERCENT",
                      help="Pull nothing that would take the image filesystem past this usage. Default: the "
                           "kubelet's high threshold minus 5."),
         click.option("--kubelet-config", metavar="PATH",
-                     help="The kubelet's config file to read the image GC high threshold from. Default: "
-                          "/var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
+                     help="The kubelet's config file, for its GC high threshold. Default: "
+                          "/var/lib/kubelet/config.yaml when it exists.")
         if kubelet else None,
-        click.option("--parallel", type=Count(1, 32), default=3, metavar="N",
+        _option("--parallel", borrowed=borrowed, type=Count(1, 32), default=3, metavar="N",
                      help="Pulls at a time (1 to 32). Default: 3."),
-        click.option("--pull-timeout", type=Seconds(1, 86400), default=600.0, metavar="SECONDS",
+        _option("--pull-timeout", borrowed=borrowed, type=Seconds(1, 86400), default=600.0, metavar="SECONDS",
                      help="Give up on one pull after this long. Default: 600."),
-        click.option("--retries", type=Count(0, 10), default=3, metavar="N",
-                     help="Tries again after a transient registry error (HTTP 429 or 5xx, unavailable), waiting "
-                          "1, 2, 4... seconds (0 to 10). Default: 3."),
-        click.option("--always", is_flag=True, help="Pull again even when the image is present (its pin labels "
+        _option("--retries", borrowed=borrowed, type=Count(0, 10), default=3, metavar="N",
+                     help="Tries again after HTTP 429, 5xx or unavailable, waiting 1, 2, 4... s (0 to 10). "
+                          "Default: 3."),
+        _option("--always", borrowed=borrowed, is_flag=True, help="Pull again even when the image is present (its pin labels "
                                                      "are kept)."),
     ]
     for option in reversed(options):
         func = option(func) if option is not None else func
     return func
+
+
+def _option(*names: str, borrowed: Mapping[str, Any], **attrs: Any) -> Callable[[F], F]:
+    return click.option(*names, **borrowed, **attrs)
 
 
 def sync_pull_options(func: F) -> F:

@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 import click
 
 from pinctl.cli.options import F, common_options, output_options
-from pinctl.cli.root import EXIT_CODES_HELP, cli, load_config, open_node, print_change
+from pinctl.cli.root import EXIT_CODES_HELP, cli, load_config, load_policy, open_node, print_change
 from pinctl.model import OutputFormat
 
 
@@ -52,5 +52,7 @@ def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: 
     from pinctl import commands
 
     cfg = load_config(ctx)
-    report = commands.change(open_node(cfg), command, args, cfg.settings.pattern_dialect, dry_run)
+    # unpin reads the policy too: to say which pattern would pin an image again.
+    policy = load_policy(cfg) if command == "unpin" else None
+    report = commands.change(open_node(cfg), command, args, cfg.settings.pattern_dialect, dry_run, policy)
     return print_change(report, fmt, quiet)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import click
 
 from pinctl.cli.options import common_options, output_options, pull_options
-from pinctl.cli.root import cli, load_config, open_node, open_runtime
+from pinctl.cli.root import cli, exit_codes, load_config, open_node, open_runtime
 from pinctl.model import OutputFormat
 
 if TYPE_CHECKING:
@@ -35,9 +35,9 @@ def any_namespaces(cfg: Config) -> Config:
     return dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, namespaces=()))
 
 
-@cli.command("pull", epilog="Exit codes: 0 every image pulled or present (and pinned), 1 error or every pull "
-                            "failed, 2 usage or config error, 3 partial (some failed or skipped for lack of "
-                            "room), 130 interrupted.")
+@cli.command("pull", short_help="Pull images through their runtime, within a disk budget.", epilog=exit_codes("0 every image pulled or present (and pinned)", "1 error or every pull failed",
+                                       "2 usage or config error",
+                                       "3 partial (some failed or skipped for lack of room)", "130 interrupted"))
 @click.argument("refs", nargs=-1, required=True, metavar="REF...")
 @click.option("--pin", is_flag=True, help="Pin each image right after its pull succeeds (and only then).")
 @pull_options

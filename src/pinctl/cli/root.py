@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import click
 
 from pinctl import __version__
-from pinctl.cli.options import COMMON_OPTIONS_HEADING, CommonOption, common_options
+from pinctl.cli.options import COMMON_OPTIONS_HEADING, BorrowedOption, CommonOption, common_options
 from pinctl.config.settings import KEYS
 from pinctl.errors import UsageError
 from pinctl.model import OutputFormat
@@ -22,7 +22,21 @@ if TYPE_CHECKING:
     from pinctl.pins.policy import Policy
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-EXIT_CODES_HELP = "Exit codes: 0 ok, 1 error, 2 usage or config error, 3 partial (some items failed)."
+# 141: what a shell reports for a writer killed by SIGPIPE; pinctl ends the same way, quietly.
+PIPE_EXIT_HELP = "141 the output's reader went away (| head)"
+EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 error, 2 usage or config error, 3 partial (some items failed), "
+                   f"{PIPE_EXIT_HELP}.")
+# Every command's --help ends its own options with this line instead of the common ones.
+COMMON_OPTIONS_POINTER = "Common options (-n, -a, -r, --config, ...): see 'pinctl options'."
+
+
+# Option names longer than this put their help on the next line.
+HELP_NAME_COLUMN = 24
+
+
+def exit_codes(*codes: str) -> str:
+    """A command's own exit codes, and 141 as every command has it."""
+    return "Exit codes: " + ", ".join([*codes, PIPE_EXIT_HELP]) + "."
 
 
 def _own_first(params: list[click.Parameter]) -> list[click.Parameter]:
@@ -30,32 +44,53 @@ def _own_first(params: list[click.Parameter]) -> list[click.Parameter]:
     return sorted(params, key=lambda param: isinstance(param, CommonOption))
 
 
-def _write_options(command: click.Command, ctx: click.Context, formatter: click.HelpFormatter, common: bool) -> None:
-    """The command's own options (and --help), or the common ones, as one section of --help."""
-    records = [
-        record
-        for param in command.get_params(ctx)
-        if isinstance(param, click.Option) and isinstance(param, CommonOption) == common
-        if (record := param.get_help_record(ctx)) is not None
-    ]
+def _write_options(command: click.Command, ctx: click.Context, formatter: click.HelpFormatter, common: bool) -> bool:
+    """The command's own options (and --help), or the common ones, as one section of --help;
+    False when it has none of them."""
+    params = [param for param in command.get_params(ctx)
+              if isinstance(param, click.Option) and isinstance(param, CommonOption) == common]
+    records = [record for param in params if not isinstance(param, BorrowedOption)
+               if (record := param.get_help_record(ctx)) is not None]
     if records:
         with formatter.section(COMMON_OPTIONS_HEADING if common else "Options"):
-            formatter.write_dl(records)
+            # A narrower name column leaves the help more room: fewer lines in a window.
+            formatter.write_dl(records, col_max=HELP_NAME_COLUMN)
+    lenders: dict[str, list[str]] = {}
+    for param in params:
+        if isinstance(param, BorrowedOption):
+            lenders.setdefault(param.lender, []).append(param.opts[-1])
+    for lender, names in lenders.items():
+        formatter.write_paragraph()
+        formatter.write_text(f"Also {', '.join(names)}, as for pinctl {lender} (see pinctl {lender} --help).")
+    return bool(records)
+
+
+def write_common_options(command: click.Command, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    """The common options command takes, with their help: what pinctl options lists."""
+    _write_options(command, ctx, formatter, common=True)
+
+
+def _write_pointer(command: click.Command, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    if any(isinstance(param, CommonOption) for param in command.get_params(ctx)):
+        formatter.write_paragraph()
+        formatter.write_text(COMMON_OPTIONS_POINTER)
 
 
 class PinctlCommand(click.Command):
-    """A command whose --help, man page and completions list its own options before the common ones."""
+    """A command whose --help lists its own options and points to the common ones; its man page
+    and completions list its own options before the common ones."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         return _own_first(super().get_params(ctx))
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         _write_options(self, ctx, formatter, common=False)
-        _write_options(self, ctx, formatter, common=True)
+        _write_pointer(self, ctx, formatter)
 
 
 class PinctlGroup(click.Group):
-    """A group like PinctlCommand; its commands and subgroups are made the same way."""
+    """A group like PinctlCommand; its commands and subgroups are made the same way. Its --help
+    puts the commands right after its first paragraph: they are what a newcomer looks for."""
 
     command_class = PinctlCommand
     group_class = type  # click: subgroups are of this group's own class
@@ -63,11 +98,30 @@ class PinctlGroup(click.Group):
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         return _own_first(super().get_params(ctx))
 
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # The commands are what a newcomer looks for here: before the long common options.
-        _write_options(self, ctx, formatter, common=False)
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        first, rest = _split_help(self.help or "")
+        _write_help(formatter, first)
         self.format_commands(ctx, formatter)
-        _write_options(self, ctx, formatter, common=True)
+        _write_help(formatter, rest)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _write_options(self, ctx, formatter, common=False)
+        _write_pointer(self, ctx, formatter)
+
+
+def _split_help(text: str) -> tuple[str, str]:
+    """A help text's first paragraph, and the rest."""
+    import inspect
+
+    first, _, rest = inspect.cleandoc(text).partition("\n\n")
+    return first, rest
+
+
+def _write_help(formatter: click.HelpFormatter, text: str) -> None:
+    if text.strip():
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(text)
 
 
 def _param_chain(ctx: click.Context) -> list[dict[str, Any]]:
@@ -115,6 +169,8 @@ def print_change(report: ChangeReport, fmt: OutputFormat, quiet: bool) -> int:
     from pinctl.render import output
 
     output.print_results(report.command, report.results, report.status, report.dry_run, fmt, quiet)
+    for warning in report.warnings:
+        output.warn(warning)
     return report.exit_code
 
 
@@ -146,4 +202,29 @@ def cli(**_: Any) -> None:
     io.cri-containerd.pinned=pinned. pinctl lists those pins, adds and removes them, and
     keeps them in line with a policy of CRI-O-style patterns (see pinctl config show). It
     shows what the GC will delete next (gc plan) and prunes without touching what must stay.
+    Run pinctl COMMAND --help for a command's own options.
     """
+
+
+class OptionsCommand(PinctlCommand):
+    """pinctl options: its help is the list of the common options, once for every command."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        write_common_options(self, ctx, formatter)
+        _write_options(self, ctx, formatter, common=False)
+
+
+# It takes the common options itself, so that its man page and completions list them too.
+@cli.command("options", cls=OptionsCommand, short_help="List the options every command takes.",
+             epilog=exit_codes("0 ok"))
+@common_options
+@click.pass_context
+def options_command(ctx: click.Context, **_: Any) -> int:
+    """List the options every command takes (as kubectl options does).
+
+    Each goes before or after the command name (pinctl -n k8s.io pin X, pinctl pin -n k8s.io X);
+    the one nearer the command wins. Each setting can also come from its environment variable or
+    config key (pinctl config show says which did).
+    """
+    click.echo(ctx.get_help())
+    return 0

@@ -24,19 +24,18 @@ if TYPE_CHECKING:
               help="Let --prune run with no patterns at all (it then removes every pin sync added).")
 @click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")
 @click.option("--watch", is_flag=True,
-              help="Keep running: sync at start and after every reconnect, then each image as it is created or "
-                   "changed. SIGHUP reloads the config; SIGTERM or SIGINT stop it.")
+              help="Keep running: sync at start and after every reconnect, then each image as it changes. "
+                   "SIGHUP reloads the config; SIGTERM stops it.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="With --watch: one log line per action on stderr, as text or JSON.")
 @click.option("--check-interval", type=Seconds(0, 86400), default=60.0, metavar="SECONDS",
-              help="With --watch and --metrics-address: read the images, the CRI runtime's pins and the GC model "
-                   "this often for the metrics; 0 turns that off. Default: 60.")
+              help="With --watch --metrics-address: read the images, the CRI and the GC model for the metrics "
+                   "this often; 0: never. Default: 60.")
 @click.option("--kubelet-config", metavar="PATH",
-              help="With --metrics-address or --pull: the kubelet's config file to read the image GC thresholds "
-                   "from. Default: /var/lib/kubelet/config.yaml when it exists, else the kubelet's defaults.")
+              help="With --metrics-address or --pull: the kubelet's config file, for its GC thresholds. Default: "
+                   "/var/lib/kubelet/config.yaml when it exists.")
 @click.option("--pull", "pull_first", is_flag=True,
-              help="First pull every exact reference of the policy the node lacks (as pinctl pull does; globs and "
-                   "keywords are reported as skipped), then sync.")
+              help="First pull the policy's exact references the node lacks (as pinctl pull), then sync.")
 @sync_pull_options
 @output_options()
 @common_options

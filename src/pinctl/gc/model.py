@@ -370,10 +370,11 @@ def eviction_order(images: Iterable[GcImage], users: Mapping[str, Sequence[GcCon
     both have no defined order in the kubelet; here the image id decides, for stable output.
     """
     eligible = [image for image in images if image.id not in users and not image.pinned]
-    return sorted(eligible, key=_order_key)
+    return sorted(eligible, key=eviction_key)
 
 
-def _order_key(image: GcImage) -> tuple[bool, datetime, datetime, str]:
+def eviction_key(image: GcImage) -> tuple[bool, datetime, datetime, str]:
+    """Where an image comes in the kubelet's order; prune lists the images it keeps by it too."""
     # (False, ...) sorts before (True, ...): the zero time is older than any real time.
     return (image.last_used is not None, image.last_used or image.first_detected, image.first_detected, image.id)
 
@@ -517,9 +518,9 @@ def _deletion_turns(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs
 
 
 def _tied(candidates: Sequence[GcImage], index: int) -> bool:
-    key = _order_key(candidates[index])[:3]
+    key = eviction_key(candidates[index])[:3]
     neighbours = [candidates[i] for i in (index - 1, index + 1) if 0 <= i < len(candidates)]
-    return any(_order_key(other)[:3] == key for other in neighbours)
+    return any(eviction_key(other)[:3] == key for other in neighbours)
 
 
 def _protections(

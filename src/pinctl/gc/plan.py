@@ -336,7 +336,9 @@ def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings,
     plan = gcmodel.plan_gc(images, [c.as_gc_container() for c in seen.containers], prune_settings, seen.fs, now,
                            mode="all_unused" if request.all_unused else "threshold")
     delete = [entry.image for entry in plan.deletions]
-    kept = [(p.image, _kept_why(p, wanted, named, seen.images)) for p in plan.protected]
+    # In the order the kubelet would reach them, were they not protected.
+    protected = sorted(plan.protected, key=lambda p: gcmodel.eviction_key(p.image))
+    kept = [(p.image, _kept_why(p, wanted, named, seen.images)) for p in protected]
     return PrunePlan(domain, plan, target, delete, kept, seen.fs_path)
 
 
@@ -389,13 +391,14 @@ def apply_prune(plans: Sequence[PrunePlan], still_wanted: Callable[[GcImage], Op
     """Delete each planned image after checking it once more, and report every image."""
     items: list[PruneItem] = []
     for plan in plans:
-        for image, why in plan.kept:
-            items.append(PruneItem(plan.domain.name, image.id, image.refs, PRUNE_KEPT, image.size, why))
+        # What goes, in the order it goes; then what stays, in the order the kubelet would reach it.
         for image in plan.delete:
             item = (PruneItem(plan.domain.name, image.id, image.refs, PRUNE_WOULD_REMOVE, image.size) if dry_run
                     else _remove_one(plan, image, still_wanted))
             items.append(item)
             progress(item)
+        for image, why in plan.kept:
+            items.append(PruneItem(plan.domain.name, image.id, image.refs, PRUNE_KEPT, image.size, why))
     return items
 
 
@@ -461,6 +464,7 @@ def wanted_now(node: Node, policy: Policy) -> Callable[[GcImage], Optional[str]]
 class PruneReport:
     items: list[PruneItem]
     dry_run: bool
+    plans: Sequence[PrunePlan] = ()  # what the items came from: why nothing goes, when nothing does
 
     @property
     def freed(self) -> int:

@@ -209,10 +209,11 @@ def _plan_argument(
 
 def _not_found(arg: str, what: Wanted, views: Sequence[NamespaceView]) -> ImageNotFound:
     where = ", ".join(v.namespace for v in views) or "no namespace"
+    hint = refs.not_found_hint(arg) or "check the name with pinctl ls, or pick the namespace with -n"
     if isinstance(what, refs.Selector) and what.ref not in (None, arg):
         arg = f"{arg} ({what.ref})"
     kind = "image" if isinstance(what, refs.Selector) else "image matches"
-    return ImageNotFound(f"no {kind} {arg} in {where}", "check the name with pinctl ls, or pick the namespace with -n")
+    return ImageNotFound(f"no {kind} {arg} in {where}", hint)
 
 
 def _targets(view: NamespaceView, what: Wanted, command: str) -> list[StoredImage]:

@@ -17,7 +17,6 @@ from pinctl.model import (
     Drift,
     ImageRow,
     Reason,
-    ReasonKind,
 )
 
 FULL_DIGEST_REF = re.compile(r"sha256:[0-9a-f]{64}")
@@ -57,26 +56,14 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
     return f"{reason.kind} {reason.detail}"
 
 
-BRIEF_KINDS: dict[ReasonKind, str] = {
-    REASON_LABEL: "label",
-    REASON_SANDBOX: "sandbox",
-    REASON_CONTAINERD_CONFIG: "containerd config",
-    REASON_PATTERN: "pattern",
-    REASON_DOCKER_LABEL: "docker label",
-    REASON_INEFFECTIVE_LABEL: "ineffective label",
-    REASON_IGNORED: "ignored by the runtime",
-}
-
-
-def why_brief(row: ImageRow) -> str:
-    """WHY as reason kinds only, for a terminal too narrow for the details (-o wide has them)."""
-    kinds = dict.fromkeys(BRIEF_KINDS.get(r.kind, r.kind) for r in row.reasons)
-    return "; ".join(kinds) or "-"
-
-
 DRIFT_TEXT: dict[Drift, str] = {
     DRIFT_UNLABELLED: "covered by a pattern, not labelled (pinctl sync)",
     DRIFT_UNCOVERED: "labelled, no pattern covers it",
+}
+# On a terminal too narrow for the sentences: what is missing.
+DRIFT_BRIEF: dict[Drift, str] = {
+    DRIFT_UNLABELLED: "no label",
+    DRIFT_UNCOVERED: "no pattern",
 }
 
 

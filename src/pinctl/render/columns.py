@@ -10,7 +10,8 @@ from typing import Any, Callable, Literal, Optional
 from pinctl import refs
 from pinctl.display import human_size
 from pinctl.model import ImageRow
-from pinctl.render.cells import DRIFT_TEXT, abbreviate, why, why_brief
+from pinctl.render.cells import DRIFT_BRIEF, DRIFT_TEXT, abbreviate, why
+from pinctl.render.table import give_way
 
 # table: the default view; wide: -o wide; a column may show in both, one, or neither (JSON only).
 View = Literal["table", "wide"]
@@ -34,8 +35,7 @@ class Column:
     text: Callable[[ImageRow, Cell], str] = lambda row, cell: ""  # the table cell
     views: frozenset[View] = frozenset(("table", "wide"))
     switch: Optional[Switch] = None
-    cut: bool = False  # a terminal may shorten it with an ellipsis
-    brief: Optional[Callable[[ImageRow], str]] = None  # a shorter cell for a narrow terminal
+    brief: Optional[Callable[[ImageRow], str]] = None  # a shorter cell for a narrow terminal (LS_FIT says when)
     highlight: Optional[dict[str, str]] = None  # cell text -> rich style
 
     def shown(self, wide: bool, switches: frozenset[Switch]) -> bool:
@@ -61,12 +61,12 @@ def _why(row: ImageRow, cell: Cell) -> str:
     return why(row)
 
 
-def _why_brief(row: ImageRow) -> str:
-    return why_brief(row)
-
-
 def _drift(row: ImageRow, cell: Cell) -> str:
     return DRIFT_TEXT[row.drift] if row.drift else "-"
+
+
+def _drift_brief(row: ImageRow) -> str:
+    return DRIFT_BRIEF[row.drift] if row.drift else "-"
 
 
 GREEN_YES = {"yes": "green"}
@@ -86,12 +86,17 @@ LS_COLUMNS: tuple[Column, ...] = (
     Column("pinned", "PINNED", lambda r: r.pinned, lambda r, c: _yes(r.pinned), highlight=GREEN_YES),
     Column("cri_pinned", "CRI PINNED", lambda r: r.cri_pinned, lambda r, c: _yes(r.cri_pinned), switch="cri",
            highlight=GREEN_YES),
-    Column("drift", "DRIFT", lambda r: r.drift, _drift, switch="drift", cut=True),
-    Column("reasons", "WHY", lambda r: [reason.as_dict() for reason in r.reasons], _why, cut=True, brief=_why_brief),
+    Column("drift", "DRIFT", lambda r: r.drift, _drift, switch="drift", brief=_drift_brief),
+    Column("reasons", "WHY", lambda r: [reason.as_dict() for reason in r.reasons], _why),
     Column("labels", "LABELS", lambda r: dict(r.labels), _labels, views=WIDE_ONLY),
     Column("source", None, lambda r: r.source),
     Column("config_labels", None, lambda r: r.config_labels),
 )
+
+
+# How the table gives way on a terminal narrower than it (render/table.py, give_way): NAMESPACE
+# folds into a heading, DRIFT takes its brief form, WHY wraps, REF is shortened in its middle.
+LS_FIT = give_way("REF", "WHY", fold=["NAMESPACE"], brief=["DRIFT"])
 
 
 def _human(size: int) -> str:

@@ -12,7 +12,8 @@ from pinctl import refs
 from pinctl.display import human_size
 from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
-from pinctl.render.output import envelope, print_table, warn
+from pinctl.render.output import envelope, folded, print_table, warn
+from pinctl.render.table import NO_FIT, Fit, give_way
 
 if TYPE_CHECKING:
     from pinctl.gc.model import AtRisk, OrderEntry, ProtectedImage
@@ -55,47 +56,43 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
         return
     wide = fmt == FORMAT_WIDE
     for line in _summary_lines(report):
-        out.write(_folded(line, out) + "\n")
+        out.write(folded(line, out, SUMMARY_INDENT) + "\n")
     plan = report.plan
     wanted = {risk.image.id: risk for risk in plan.at_risk}
     shown = plan.order if wide else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
     if shown:
         out.write("\nDELETION ORDER" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
         headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
-        _table(headers, [_order_cells(entry, wanted.get(entry.image.id)) for entry in shown], wide, out, ())
+        _table(headers, [_order_cells(entry, wanted.get(entry.image.id)) for entry in shown], wide, out, ORDER_FIT)
     if plan.protected:
         out.write("\nPROTECTED\n")
         _table(["IMAGE", "IMAGE ID", "SIZE", "WHY"], [_protected_cells(p) for p in plan.protected], wide, out,
-               ("WHY",))
+               WHY_FIT)
     if plan.at_risk:
         out.write("\nWANTED BUT NOT PROTECTED BY THE RUNTIME\n")
         _table(["IMAGE", "IMAGE ID", "POSITION", "THIS RUN", "WANTED BECAUSE"],
-               [_risk_cells(risk) for risk in plan.at_risk], wide, out, ("WANTED BECAUSE",))
+               [_risk_cells(risk) for risk in plan.at_risk], wide, out, RISK_FIT)
     if plan.wanted_deleted:
         warn(f"gc plan: {len(plan.wanted_deleted)} image(s) pinctl wants kept would be deleted at "
              f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%")
 
 
-def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, cut: Sequence[str]) -> None:
+# How each table gives way on a terminal (render/table.py): the last column wraps, then the image's
+# reference is shortened in its middle; FATE and THIS RUN wrap under themselves.
+ORDER_FIT = give_way("IMAGE", wrap=["FATE"])
+WHY_FIT = give_way("IMAGE", "WHY")
+RISK_FIT = give_way("IMAGE", "WANTED BECAUSE", wrap=["THIS RUN"])
+PRUNE_FIT = give_way("IMAGE", "WHY")
+
+
+def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, fit: Fit) -> None:
     """IMAGE ID only with -o wide (the name says which image, JSON has the ID); on a terminal the
-    long text columns are cut to fit, -o wide and pipes keep them whole."""
+    table gives way as fit says, -o wide and pipes keep every value whole."""
     if not wide:
         at = headers.index("IMAGE ID")
         headers = headers[:at] + headers[at + 1:]
         rows = [row[:at] + row[at + 1:] for row in rows]
-    print_table(headers, rows, out, cut=() if wide else cut)
-
-
-def _folded(line: str, out: TextIO) -> str:
-    """A summary line folded to the terminal, continuing under its value; whole into a pipe."""
-    if not out.isatty():
-        return line
-    import shutil
-    import textwrap
-
-    width = shutil.get_terminal_size().columns
-    return "\n".join(textwrap.wrap(line, width, subsequent_indent=" " * SUMMARY_INDENT,
-                                    break_on_hyphens=False)) or line
+    print_table(headers, rows, out, fit=NO_FIT if wide else fit)
 
 
 SUMMARY_INDENT = 13
@@ -281,7 +278,10 @@ def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -
     out.flush()
 
 
-def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
+def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, out: Optional[TextIO] = None,
+                plans: Sequence[PrunePlan] = ()) -> None:
+    """Every image: what goes (in the order it goes), then what stays and why. plans: what the
+    items came from, to say why nothing goes when nothing does."""
     out = out or sys.stdout
     failed = any(item.action == "failed" for item in items)
     if fmt == FORMAT_JSON:
@@ -293,8 +293,37 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
         return
     cells = [[i.action.replace("-", " "), _name(i.refs, i.image_id), refs.short_id(i.image_id), human_size(i.size),
               i.why or "-"] for i in items]
-    _table(["ACTION", "IMAGE", "IMAGE ID", "SIZE", "WHY"], cells, fmt == FORMAT_WIDE, out, ("WHY",))
+    _table(["ACTION", "IMAGE", "IMAGE ID", "SIZE", "WHY"], cells, fmt == FORMAT_WIDE, out, PRUNE_FIT)
     removed = [i for i in items if i.action in ("removed", "would-remove")]
-    verb = "would free" if dry_run else "freed"
-    warn(f"prune{' (dry run)' if dry_run else ''}: {len(removed)} image(s) {verb} {human_size(sum(i.size for i in removed))}, "
-         f"{sum(i.action == 'kept' for i in items)} kept, {sum(i.action == 'failed' for i in items)} failed")
+    kept, failures = sum(i.action == "kept" for i in items), sum(i.action == "failed" for i in items)
+    command = f"prune{' (dry run)' if dry_run else ''}"
+    if removed or failures:
+        verb = "would free" if dry_run else "freed"
+        warn(f"{command}: {len(removed)} image(s) {verb} {human_size(sum(i.size for i in removed))}, "
+             f"{kept} kept, {failures} failed")
+        return
+    for plan in plans:
+        where = f"{plan.domain.name}: " if len(plans) > 1 else ""
+        warn(f"{command}: {where}nothing would go ({kept} kept): {nothing_goes_because(plan)}")
+        could = could_go(plan)
+        if could:
+            names = ", ".join(_name(image.refs, image.id) for image in could[:3])
+            more = f" and {len(could) - 3} more" if len(could) > 3 else ""
+            warn(f"{len(could)} image(s) could go with --all-unused: {names}{more}")
+
+
+def nothing_goes_because(plan: PrunePlan) -> str:
+    """Why a prune plan deletes nothing: the disk is at its target already, or every image stays."""
+    usage, target = plan.plan.usage_percent, plan.target_usage
+    if target is not None and usage <= target:
+        return f"usage is {usage}%, at or below the target of {target}%"
+    if not plan.plan.order:
+        return "every image is protected (see WHY)"
+    if all(entry.fate.value == "too_young" for entry in plan.plan.order):
+        return f"what nothing protects is younger than the minimum age ({_duration(plan.plan.settings.min_age)})"
+    return "every image is protected (see WHY)"
+
+
+def could_go(plan: PrunePlan) -> list[Any]:
+    """The images a lower target would delete: in the kubelet's order, old enough, not reached."""
+    return [entry.image for entry in plan.plan.order if entry.fate.value == "not_reached"]

@@ -11,6 +11,7 @@ from pinctl.display import human_size, visible
 from pinctl.model import FORMAT_JSON
 from pinctl.render import output
 from pinctl.render.output import envelope, print_table
+from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
     from pinctl.commands import SyncImportReport
@@ -66,6 +67,10 @@ def print_sync_imports(report: SyncImportReport, fmt: OutputFormat, quiet: bool,
     output.print_results("sync", report.results, report.status, report.sync.dry_run, fmt, quiet, out)
 
 
+# On a terminal WHY wraps, then REF and ARCHIVE are shortened in their middle (render/table.py).
+IMPORT_FIT = give_way("REF", "WHY", wrap=["RESULT"])
+
+
 def _print_items(items: list[ImportItem], out: TextIO) -> None:
     rows = [[item.archive, item.ref or "-", item.action + (f", {item.pin}" if item.pin else ""),
              ",".join(item.platforms) or "-", human_size(item.size) if item.size is not None else "-",
@@ -74,7 +79,7 @@ def _print_items(items: list[ImportItem], out: TextIO) -> None:
     # On a terminal a failure's reason gets lines of its own under its row, as pin's do.
     notes = [[("error", item.why)] if item.why and (item.action == "failed" or item.pin == "failed") else []
              for item in items]
-    print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, cut=["WHY"], notes=notes)
+    print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, fit=IMPORT_FIT, notes=notes)
     if not out.isatty():
         for item in items:
             if item.action == "failed" or item.pin == "failed":

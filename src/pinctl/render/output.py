@@ -3,9 +3,9 @@
 Data goes to stdout, diagnostics to stderr. Colour only on a terminal and never with NO_COLOR
 (rich honours both); rich itself is imported only when a table is drawn on a terminal.
 
-On a terminal a table fits the window, as kubectl's and crictl's do: sha256: references
-abbreviated, long explanations cut with an ellipsis or set on their own indented lines, and
-no line padded past its last cell. Pipes and files get plain columns with every value in full:
+On a terminal a table fits the window: its columns give way in the order each table states
+(render/table.py), sha256: references are abbreviated, explanations wrap onto indented lines,
+and no line is padded past its last cell. Pipes and files get plain columns with every value in full:
 scripts read them. Every name is shown through display.visible, so control characters in
 image names (containerd accepts any string) cannot forge rows or reach the terminal.
 """
@@ -13,8 +13,8 @@ image names (containerd accepts any string) cannot forge rows or reach the termi
 from __future__ import annotations
 
 import json
+import os
 import sys
-import textwrap
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
@@ -39,22 +39,17 @@ from pinctl.model import (
     Status,
 )
 from pinctl.render import columns as ls_columns
+from pinctl.render import shape, table
 from pinctl.render.cells import abbreviate
+from pinctl.render.table import NO_FIT, Fit, Notes
 
 if TYPE_CHECKING:
-    from rich.text import Text
-
     from pinctl.check.compare import CheckItem, CheckResult
     from pinctl.config.loader import Config
     from pinctl.pins.lint import Problem
 
 # 2: ls "id" is Docker's image ID for Docker's images (id_kind says which; config_digest added).
 RESULT_VERSION = 2
-# Room between columns on a terminal; pipes keep their three spaces (scripts split on them).
-TERMINAL_GAP = 2
-# A column cut to fit keeps at least this many cells: a shorter stub tells nothing.
-CUT_MIN = 8
-Notes = Sequence[tuple[str, str]]
 
 
 def envelope(**fields: Any) -> str:
@@ -127,8 +122,7 @@ def _print_image_table(
     table_rows = [[column.text(row, cell) for column in columns] for row in rows]
     brief = {str(c.header): [c.brief(row) for row in rows] for c in columns if c.brief} if fit else {}
     highlight = {str(c.header): c.highlight for c in columns if c.highlight}
-    print_table(headers, table_rows, out, highlight=highlight,
-                cut=[str(c.header) for c in columns if c.cut] if fit else (), brief=brief)
+    print_table(headers, table_rows, out, highlight=highlight, fit=ls_columns.LS_FIT if fit else NO_FIT, brief=brief)
 
 
 def print_results(
@@ -175,7 +169,11 @@ def _print_results_fitted(results: Sequence[ItemResult], dry_run: bool, out: Tex
     cells = [[action_text(r.action, dry_run), r.namespace or "-", abbreviate(r.ref, ellipsis) if ellipsis else r.ref]
              for r in results]
     notes = [[("error", r.error or "")] if not r.done else [] for r in results]
-    print_table(["ACTION", "NAMESPACE", "REF"], cells, out, highlight={"ACTION": {ACTION_FAILED: "red"}}, notes=notes)
+    print_table(["ACTION", "NAMESPACE", "REF"], cells, out, highlight={"ACTION": {ACTION_FAILED: "red"}}, notes=notes,
+                fit=RESULTS_FIT if ellipsis else NO_FIT)
+
+
+RESULTS_FIT = table.give_way("REF", fold=["NAMESPACE"])
 
 
 CHANGED: tuple[Action, ...] = (ACTION_PINNED, ACTION_UNPINNED, ACTION_PRUNED, ACTION_ADOPTED)
@@ -212,106 +210,46 @@ def _order(action: Action) -> tuple[int, str]:
 
 def print_table(
     headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO,
-    highlight: Optional[dict[str, dict[str, str]]] = None, *, cut: Sequence[str] = (),
+    highlight: Optional[dict[str, dict[str, str]]] = None, *, fit: Fit = NO_FIT,
     notes: Optional[Sequence[Notes]] = None, brief: Optional[Mapping[str, Sequence[str]]] = None,
 ) -> None:
-    """cut: columns a terminal may shorten with an ellipsis. brief: shorter cells for a column,
-    used on a terminal too narrow for the table. notes: per row, (label, text) lines shown
-    indented under it, folded to the window; on a terminal only: pipes get columns."""
+    """fit: how the columns give way on a terminal narrower than the table (render/table.py);
+    brief: shorter cells for a column, taken when fit says so. notes: per row, (label, text)
+    lines shown indented under it, folded to the window; on a terminal only: pipes get columns."""
     encoding = getattr(out, "encoding", None)
     shown = [[visible(cell, encoding) for cell in row] for row in rows]
     notes = [[(label, visible(text, encoding)) for label, text in row_notes] for row_notes in notes or []]
     if not out.isatty():
         _plain_table(headers, shown, out)
         return
-    _terminal_table(headers, shown, out, highlight or {}, cut, notes, brief or {})
+    briefs = {h: [visible(c, encoding) for c in cells] for h, cells in (brief or {}).items()}
+    table.draw(headers, shown, out, fit, styles=highlight or {}, notes=notes, brief=briefs, ellipsis=_ellipsis(out))
 
 
-def _terminal_table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, styles: dict[str, dict[str, str]],
-    cut: Sequence[str], notes: Sequence[Notes], brief: Mapping[str, Sequence[str]],
-) -> None:
-    from rich.console import Console
-    from rich.text import Text
-
-    console = Console(file=out, highlight=False, soft_wrap=True)
-    rows, widths = _fitted(headers, rows, out, cut, brief, console.width)
-    ellipsis = _ellipsis(out)
-    text = Text()
-    text.append_text(_line(headers, widths, ellipsis, lambda _h, _c: "bold"))
-    for index, cells in enumerate(rows):
-        text.append_text(_line(cells, widths, ellipsis, lambda h, c: styles.get(headers[h], {}).get(c, "")))
-        row_notes = notes[index] if index < len(notes) else ()
-        label_width = max((len(label) for label, _ in row_notes), default=0)
-        for label, note in row_notes:
-            text.append(_note(f"{label}:".ljust(label_width + 1), note, console.width))
-    console.print(text, end="")
+def folded(line: str, out: TextIO, indent: int = 4) -> str:
+    """line folded to the terminal's width, its continuation indented; whole into a pipe or file,
+    where a script reads it as one line."""
+    if not out.isatty():
+        return line
+    width = terminal_width(out)
+    if shape.cells(line) <= width:
+        return line
+    # A label padded to the indent ("Image fs:    ") stays as it is; the text after it wraps.
+    lead = line[:indent] if line[:indent].endswith(" ") and line[:indent].strip() else ""
+    lines = shape.wrap(line[len(lead):], width - len(lead), width - indent)
+    return lead + ("\n" + " " * indent).join(lines)
 
 
-def _fitted(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, cut: Sequence[str],
-    brief: Mapping[str, Sequence[str]], width: int,
-) -> tuple[Sequence[Sequence[str]], list[int]]:
-    """The rows to show and their column widths: whole when they fit; else brief cells; then
-    cut columns shortened, to CUT_MIN first and to their header's width at the very least."""
-    from rich.cells import cell_len
-
-    def natural_of(table: Sequence[Sequence[str]]) -> list[int]:
-        return [max([cell_len(h), *(cell_len(r[i]) for r in table)]) for i, h in enumerate(headers)]
-
-    natural = natural_of(rows)
-    if sum(natural) + TERMINAL_GAP * (len(natural) - 1) > width and brief:
-        encoding = getattr(out, "encoding", None)
-        columns = {headers.index(h): [visible(c, encoding) for c in cells] for h, cells in brief.items()}
-        rows = [[columns[i][n] if i in columns else cell for i, cell in enumerate(row)] for n, row in enumerate(rows)]
-        natural = natural_of(rows)
-    for floor in (CUT_MIN, 0):
-        minimum = [min(n, max(cell_len(h), floor)) if h in cut else n for n, h in zip(natural, headers)]
-        widths = fit_widths(natural, minimum, width, TERMINAL_GAP)
-        if sum(widths) + TERMINAL_GAP * (len(widths) - 1) <= width:
-            break
-    return rows, widths
-
-
-def fit_widths(natural: Sequence[int], minimum: Sequence[int], width: int, gap: int) -> list[int]:
-    """Column widths within width: the widest shrinkable column gives a cell at a time, down to
-    its minimum. What cannot shrink stays whole, and the line is then longer than width."""
-    widths = list(natural)
-    excess = sum(widths) + gap * (len(widths) - 1) - width
-    while excess > 0:
-        shrinkable = [i for i, w in enumerate(widths) if w > minimum[i]]
-        if not shrinkable:
-            break
-        widest = max(shrinkable, key=lambda i: widths[i])
-        widths[widest] -= 1
-        excess -= 1
-    return widths
-
-
-def _line(cells: Sequence[str], widths: Sequence[int], ellipsis: str, style: Callable[[int, str], str]) -> Text:
-    from rich.cells import cell_len, set_cell_size
-    from rich.text import Text
-
-    line = Text()
-    for index, (cell, width) in enumerate(zip(cells, widths)):
-        if cell_len(cell) > width:
-            cell = set_cell_size(cell, max(width - cell_len(ellipsis), 0)) + ellipsis
-        line.append(cell, style=style(index, cell) or None)
-        if index < len(cells) - 1:
-            line.append(" " * (width - cell_len(cell) + TERMINAL_GAP))
-    line.rstrip()
-    line.append("\n")
-    return line
-
-
-def _note(label: str, note: str, width: int) -> str:
-    """  label: text, folded to width with the continuation under the text."""
-    lead = f"  {label} "
-    room = width - len(lead)
-    if room < 20:
-        return f"{lead}{note}\n"  # too narrow to fold usefully: let the terminal wrap it
-    folded = textwrap.wrap(note, room, break_long_words=False, break_on_hyphens=False) or [""]
-    return lead + ("\n" + " " * len(lead)).join(folded) + "\n"
+def terminal_width(out: TextIO) -> int:
+    """The width of the terminal out writes to; COLUMNS first, as rich and click read it."""
+    try:
+        return max(int(os.environ["COLUMNS"]), 20)
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 80
 
 
 def _ellipsis(out: TextIO) -> str:
@@ -342,7 +280,12 @@ def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -
     rows += [["pinned_images", f"{p['pattern']} ({p['dialect']})", p["source"]] for p in patterns]
     if not patterns:
         rows.append(["pinned_images", "(none)", "default"])
-    print_table(["KEY", "VALUE", "SOURCE"], rows, out)
+    print_table(["KEY", "VALUE", "SOURCE"], rows, out, fit=CONFIG_FIT)
+
+
+# Values (paths, lists) wrap at their separators under themselves; SOURCE wraps, then runs on
+# indented lines under its row.
+CONFIG_FIT = table.give_way(last="SOURCE", wrap=["VALUE"])
 
 
 def _config_text(value: Any) -> str:
@@ -362,7 +305,7 @@ def print_problems(problems: Sequence[Problem], fmt: OutputFormat, out: Optional
         where = f"{p.source}: " if p.source else ""
         # An invalid pattern's error names its place itself; say it once, before the kind.
         message = p.message[len(where):] if where and p.message.startswith(where) else p.message
-        out.write(f"{where}{p.kind}: {message}\n")
+        out.write(folded(f"{where}{p.kind}: {message}", out, indent=4) + "\n")
     count = len(problems)
     warn(f"config lint: {count} problem{'s' if count != 1 else ''}" if count else "config lint: no problems")
 
@@ -395,7 +338,11 @@ def _print_check_fitted(shown: Sequence[CheckItem], out: TextIO, ellipsis: str) 
     cells = [[abbreviate(i.refs[0], ellipsis) if ellipsis else i.refs[0], refs.short_id(i.image_id), _yes(i.desired),
               _yes(i.cri_pinned)] for i in shown]
     notes = [[("cause", i.cause), ("fix", i.fix or "-")] if i.cause else [] for i in shown]
-    print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED"], cells, out, notes=notes)
+    print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED"], cells, out, notes=notes,
+                fit=CHECK_FIT if ellipsis else NO_FIT)
+
+
+CHECK_FIT = table.give_way("IMAGE")
 
 
 def _yes(value: bool) -> str:
@@ -451,5 +398,5 @@ def note(message: str) -> None:
     """One diagnostic line on stderr, whatever names the message carries. Data written before it
     goes out first: the two stay in order on a shared terminal, and a failing stdout is said alone."""
     sys.stdout.flush()
-    sys.stderr.write(f"{visible(message)}\n")
+    sys.stderr.write(folded(visible(message), sys.stderr) + "\n")
     sys.stderr.flush()

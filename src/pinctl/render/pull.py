@@ -13,6 +13,7 @@ from pinctl.model import FORMAT_JSON, STATUS_ERROR, STATUS_PARTIAL, STATUS_SUCCE
 from pinctl.pins.plans import status_of
 from pinctl.render import output
 from pinctl.render.output import envelope, print_table
+from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
     from pinctl.commands import SyncPullReport
@@ -35,6 +36,10 @@ def pull_dict(item: PullItem) -> dict[str, Any]:
     }
 
 
+# On a terminal WHY wraps, then REF is shortened in its middle (render/table.py).
+PULL_FIT = give_way("REF", "WHY", wrap=["RESULT"])
+
+
 def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
     if fmt == FORMAT_JSON:
@@ -45,7 +50,7 @@ def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = No
     rows = [[item.ref, item.action + (f", {item.pin}" if item.pin else ""),
              human_size(item.size) if item.size is not None else "-", item.why or ""]
             for item in report.items]
-    print_table(["REF", "RESULT", "SIZE", "WHY"], rows, out, cut=["WHY"])
+    print_table(["REF", "RESULT", "SIZE", "WHY"], rows, out, fit=PULL_FIT)
     done = {action: sum(1 for i in report.items if i.action == action) for action in ("pulled", "present", "skipped",
                                                                                         "failed")}
     summary = ", ".join(f"{count} {action}" for action, count in done.items() if count)

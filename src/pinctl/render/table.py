@@ -1,0 +1,269 @@
+"""Terminal tables that fit the window, drawn with rich.
+
+Each table states the order in which its columns give way when it is wider than the window
+(Fit.steps): a column that says the same on every row folds into a heading line above the
+table; a column takes its brief form; a column narrows to a floor, shortening its cells by
+its shape (a reference in its middle, a sentence wrapped onto more lines, other text cut with
+an ellipsis). Steps run in order until the table fits, and each takes only what is missing. A
+wrapped last column then gets whatever width is left; with less than ALIGN_MIN cells, or when
+it would take half as many lines again or break inside a word, it continues on full-width lines
+indented by HANG under its row. Pipes and files never come here:
+they get plain columns with every value whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Mapping, Optional, Sequence, TextIO
+
+from pinctl.render import shape
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+Shape = Literal["wrap", "ref", "cut", "fixed"]
+GAP = 2  # cells between columns on a terminal; pipes keep three spaces (scripts split on them)
+HANG = 4  # indent of a narrow last column's continuation lines
+ALIGN_MIN = 24  # a last column at least this wide continues under itself
+TOKEN_CAP = 32  # a wrapped column need not be wider than this to keep its words whole
+SQUEEZE_MIN = 8  # past every step, shaped columns narrow to this before a line may overflow
+Notes = Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Give:
+    """One step of a table's give-way order."""
+
+    column: str
+    floor: int = 0  # the narrowest this step takes the column (never below its header)
+    fold: bool = False  # leave the table for a heading line when every row says the same
+    brief: bool = False  # take the column's brief cells
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a table gives way: each column's shape (fixed when not named) and the steps, in order."""
+
+    shapes: Mapping[str, Shape] = field(default_factory=dict)
+    steps: tuple[Give, ...] = ()
+
+
+NO_FIT = Fit()
+
+
+@dataclass
+class Layout:
+    """What a terminal shows of a table: the columns kept, their widths, the folded headings."""
+
+    columns: list[int]
+    widths: dict[int, int]
+    rows: list[list[str]]
+    headings: list[str]
+    hang: bool = False  # the last column goes on at HANG under its row, not under itself
+
+    @property
+    def last(self) -> int:
+        return self.columns[-1]
+
+
+def lay_out(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, fit: Fit,
+            brief: Optional[Mapping[str, Sequence[str]]] = None, ellipsis: str = "…") -> Layout:
+    """Columns and widths within width, by fit's steps; see the module's docstring."""
+    table = [list(row) for row in rows]
+    natural = {i: max([shape.cells(h), *(shape.cells(r[i]) for r in table)]) for i, h in enumerate(headers)}
+    layout = Layout(list(range(len(headers))), dict(natural), table, [])
+
+    def excess() -> int:
+        return sum(layout.widths[i] for i in layout.columns) + GAP * (len(layout.columns) - 1) - width
+
+    for step in fit.steps:
+        if excess() <= 0:
+            break
+        if step.column not in headers or headers.index(step.column) not in layout.columns:
+            continue
+        index = headers.index(step.column)
+        if step.fold:
+            _fold(layout, headers, index)
+        elif step.brief:
+            _take_brief(layout, headers, index, (brief or {}).get(step.column))
+        else:
+            floor = _floor(layout, headers, index, fit, step.floor)
+            layout.widths[index] = min(layout.widths[index], max(floor, layout.widths[index] - excess()))
+    _squeeze(layout, headers, fit, excess())
+    # A shortened reference may need fewer cells than its column got: the rest goes to the last.
+    for i in layout.columns:
+        if fit.shapes.get(headers[i]) == "ref" and i != layout.last:
+            shortened = (shape.cells(shape.shorten_ref(row[i], layout.widths[i], ellipsis)) for row in layout.rows)
+            layout.widths[i] = max([shape.cells(headers[i]), *shortened])
+    # The last column gets what is left, up to its natural width.
+    last = layout.last
+    spare = -excess()
+    if spare > 0:
+        full = max([shape.cells(headers[last]), *(shape.cells(r[last]) for r in layout.rows)])
+        layout.widths[last] = min(full, layout.widths[last] + spare)
+    layout.hang = fit.shapes.get(headers[last]) == "wrap" and _hangs(layout, width)
+    return layout
+
+
+def _hangs(layout: Layout, width: int) -> bool:
+    """Whether the last column is better read on full-width lines under its row: when it is
+    narrow, or when under itself it would take half as many lines again."""
+    w = layout.widths[layout.last]
+    texts = [row[layout.last] for row in layout.rows if shape.cells(row[layout.last]) > w]
+    if w < ALIGN_MIN or shape.widest_token(texts) > w:  # under itself it would break inside words
+        return True
+    under = sum(len(shape.wrap(text, w, w)) for text in texts)
+    hanging = sum(len(shape.wrap(text, w, width - HANG)) for text in texts)
+    return under * 2 > hanging * 3
+
+
+def _fold(layout: Layout, headers: Sequence[str], index: int) -> None:
+    values = {row[index] for row in layout.rows}
+    if len(values) == 1 and len(layout.columns) > 1:
+        layout.columns.remove(index)
+        layout.headings.append(f"{headers[index]}: {values.pop()}")
+
+
+def _take_brief(layout: Layout, headers: Sequence[str], index: int, cells: Optional[Sequence[str]]) -> None:
+    if cells is None or len(cells) != len(layout.rows):
+        return
+    for row, cell in zip(layout.rows, cells):
+        row[index] = cell
+    layout.widths[index] = max([shape.cells(headers[index]), *(shape.cells(c) for c in cells)])
+
+
+def _floor(layout: Layout, headers: Sequence[str], index: int, fit: Fit, floor: int) -> int:
+    header = shape.cells(headers[index])
+    how = fit.shapes.get(headers[index], "fixed")
+    if how == "fixed":
+        return layout.widths[index]
+    if how == "wrap" and not (floor == 0 and index == layout.last):
+        # Narrower than its longest word, a wrapped column would break inside words.
+        words = min(TOKEN_CAP, shape.widest_token([row[index] for row in layout.rows]))
+        return max(floor, header, words)
+    return max(floor, header)
+
+
+def _squeeze(layout: Layout, headers: Sequence[str], fit: Fit, excess: int) -> None:
+    """Past every step: the widest shaped column gives a cell at a time, down to SQUEEZE_MIN."""
+    while excess > 0:
+        shaped = [i for i in layout.columns if fit.shapes.get(headers[i], "fixed") != "fixed"
+                  and layout.widths[i] > max(SQUEEZE_MIN, shape.cells(headers[i]))]
+        if not shaped:
+            return  # what cannot shrink stays whole: the terminal wraps the line
+        widest = max(shaped, key=lambda i: layout.widths[i])
+        layout.widths[widest] -= 1
+        excess -= 1
+
+
+def draw(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, fit: Fit = NO_FIT, *,
+         styles: Optional[Mapping[str, Mapping[str, str]]] = None, notes: Sequence[Notes] = (),
+         brief: Optional[Mapping[str, Sequence[str]]] = None, ellipsis: str = "…") -> None:
+    """The table on a terminal: laid out to its width, coloured unless NO_COLOR."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    width = console.width
+    layout = lay_out(headers, rows, width, fit, brief, ellipsis)
+    text = Text()
+    for heading in layout.headings:
+        label, _, value = heading.partition(": ")
+        text.append(f"{label}:", style="bold")
+        text.append(f" {value}\n")
+    text.append_text(_block([str(h) for h in headers], layout, headers, fit, width, ellipsis, bold=True))
+    styles = styles or {}
+    for index, cells in enumerate(layout.rows):
+        colour = {i: styles.get(headers[i], {}).get(rows[index][i], "") for i in layout.columns}
+        text.append_text(_block(cells, layout, headers, fit, width, ellipsis, colour=colour))
+        row_notes = notes[index] if index < len(notes) else ()
+        label_width = max((len(label) for label, _ in row_notes), default=0)
+        for label, note in row_notes:
+            text.append(_note(f"{label}:".ljust(label_width + 1), note, width))
+    console.print(text, end="")
+
+
+def _block(cells: Sequence[str], layout: Layout, headers: Sequence[str], fit: Fit, width: int, ellipsis: str,
+           bold: bool = False, colour: Optional[Mapping[int, str]] = None) -> Text:
+    """One row: its line, the lines its wrapped cells continue on, and a narrow last column's
+    continuation at HANG."""
+    from rich.text import Text
+
+    shown: dict[int, list[str]] = {}
+    hanging: list[str] = []
+    for i in layout.columns:
+        w = layout.widths[i]
+        how = fit.shapes.get(headers[i], "fixed")
+        cell = cells[i]
+        if shape.cells(cell) <= w or bold:
+            shown[i] = [cell]
+        elif how == "ref":
+            shown[i] = [shape.shorten_ref(cell, w, ellipsis)]
+        elif how == "wrap" and i == layout.last and layout.hang:
+            first, *hanging = shape.wrap(cell, w, width - HANG)
+            shown[i] = [first]
+        elif how == "wrap":
+            shown[i] = shape.wrap(cell, w, w)
+        else:
+            shown[i] = [shape.cut_end(cell, w, ellipsis)]
+    text = Text()
+    for n in range(max(len(lines) for lines in shown.values())):
+        line = Text()
+        for position, i in enumerate(layout.columns):
+            part = shown[i][n] if n < len(shown[i]) else ""
+            style = "bold" if bold else ((colour or {}).get(i) if n == 0 else "")
+            line.append(part, style=style or None)
+            if position < len(layout.columns) - 1:
+                line.append(" " * (layout.widths[i] - shape.cells(part) + GAP))
+        line.rstrip()
+        text.append_text(line)
+        text.append("\n")
+    for more in hanging:
+        text.append(" " * HANG + more + "\n")
+    return text
+
+
+def _note(label: str, note: str, width: int) -> str:
+    """  label: text, folded to width with the continuation under the text."""
+    lead = f"  {label} "
+    room = width - len(lead)
+    if room < 20:
+        return f"{lead}{note}\n"  # too narrow to fold usefully: let the terminal wrap it
+    folded = [line for line in shape.wrap(note, room, room) if line] or [""]
+    return lead + ("\n" + " " * len(lead)).join(folded) + "\n"
+
+
+# The order pinctl's tables give way in, with the widths it stops at.
+REF_SOFT = 40  # a reference keeps this many cells until the last column runs on its own lines
+REF_FLOOR = 20  # and at least this many after that
+LAST_COMFORT = 30  # a wrapped last column keeps this many cells before a reference is shortened
+
+
+def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Sequence[str] = (),
+             brief: Sequence[str] = (), wrap: Sequence[str] = ()) -> Fit:
+    """The one give-way order of pinctl's tables, first to last:
+
+    1. fold: a column saying the same on every row (NAMESPACE) becomes a heading line;
+    2. brief: a column takes its short form (DRIFT);
+    3. last (WHY and the like) wraps within its column, down to LAST_COMFORT cells;
+    4. wrap: a column in the middle wraps, down to its widest word;
+    5. ref is shortened in its middle, down to REF_SOFT cells;
+    6. last starts on the row and goes on in indented full-width lines under it;
+    7. ref is shortened further, down to REF_FLOOR cells.
+    """
+    shapes: dict[str, Shape] = {}
+    steps = [Give(column, fold=True) for column in fold] + [Give(column, brief=True) for column in brief]
+    if last:
+        shapes[last] = "wrap"
+        steps.append(Give(last, LAST_COMFORT))
+    for column in wrap:
+        shapes[column] = "wrap"
+        steps.append(Give(column))
+    if ref:
+        shapes[ref] = "ref"
+        steps.append(Give(ref, REF_SOFT))
+    if last:
+        steps.append(Give(last))
+    if ref:
+        steps.append(Give(ref, REF_FLOOR))
+    return Fit(shapes, tuple(steps))

@@ -1,0 +1,120 @@
+"""Every command as an operator sees it in a real terminal, 80 and 120 columns wide: tmux runs it
+and capture-pane -J reads back each line whole (a line the terminal had to wrap comes back as
+one), so a line wider than the window is seen as such. Against a real containerd 1.7 and its CRI,
+with a long reference, a policy from a file with a long path and an ineffective label, so that
+every table has something that does not fit."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+
+from tests.harness import images
+from tests.harness.containerd import ContainerdDaemon
+from tests.integration.test_terminal import VENV_BIN, LoadImages, Tmux, pinctl_env
+
+LONG_REF = "registry.example.test/team-platform/very-long-component-name/ingress-controller:v1.2.3-rc.1"
+INEFFECTIVE = "example.test/fit/labelled:1"
+# Each command and switch with a table, and what must be on its screen.
+COMMANDS: list[tuple[str, str]] = [
+    ("ls", "NAMESPACE"),
+    ("ls --drift", "DRIFT"),
+    ("ls --cri", "CRI PINNED"),
+    ("ls --unpinned", "WHY"),
+    ("ls --cri --drift", "CRI PINNED"),
+    ("ls -n all", "WHY"),
+    ("check", "CRI PINNED"),
+    ("gc plan", "Verdict:"),
+    ("gc plan --usage 99 --min-age 0", "DELETION ORDER"),
+    ("prune --dry-run --until-usage 100", "nothing would go"),
+    ("prune --dry-run --all-unused --min-age 0", "would remove"),
+    (f"pull {LONG_REF}", "present"),
+    ("config show", "SOURCE"),
+    ("config lint", "config lint:"),
+    ("namespaces", "k8s.io"),
+    ("pin --dry-run 'registry.example.test/*'", "would be pinned"),
+    ("unpin --dry-run example.test/fit/app:1", "pins it again at the next sync"),
+    ("--help", "Commands:"),
+    ("options", "--namespace"),
+    ("ls --help", "pinctl options"),
+]
+
+
+@pytest.fixture
+def fit_node(containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+             load_images: LoadImages, tmp_path: Path) -> Iterator[tuple[ContainerdDaemon, Path]]:
+    daemon = clean_k8s_io(containerd17)
+    load_images(daemon, [images.recipe("example.test/fit/app:1", "example.test/fit/app:latest", seed="fit-app"),
+                         images.recipe(LONG_REF, seed="fit-long"), images.recipe(INEFFECTIVE, seed="fit-label"),
+                         images.recipe("example.test/loose:1", seed="fit-loose")])  # what a prune may take
+    daemon.label_image(INEFFECTIVE, {"io.cri-containerd.pinned": "true"})  # not 'pinned': a long WHY
+    # A policy in a file whose path alone is long, as a drop-in of one team would be.
+    policy = tmp_path / "etc" / "pinctl-config-of-the-platform-team" / "config.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text('pinned_images = ["example.test/fit/*", "*ingress*", "*nothing-matches-this*"]\n')
+    yield daemon, policy
+    clean_k8s_io(daemon)
+
+
+def terminal_at(daemon: ContainerdDaemon, policy: Path, tmp_path: Path, width: int) -> Tmux:
+    env = pinctl_env(daemon, {
+        "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "TERM": "xterm-256color", "LANG": "C.UTF-8",
+        "CONTAINER_RUNTIME_ENDPOINT": f"unix://{daemon.address}", "HOME": str(tmp_path),
+        "PINCTL_CONFIG": str(policy),
+    })
+    env.pop("COLUMNS", None)
+    env.pop("LINES", None)
+    # Tall enough that no command's output scrolls off the screen capture-pane reads.
+    return Tmux(tmp_path, env, width=width, height=400)
+
+
+def assert_lines_fit(command: str, lines: list[str], width: int) -> None:
+    shown = "\n".join(lines)
+    too_wide = [line for line in lines if cell_len(line) > width]
+    assert not too_wide, f"pinctl {command} at {width} columns:\n{shown}"
+    assert all(line == line.rstrip() for line in lines), f"padded lines in pinctl {command}:\n{shown}"
+    assert "internal error" not in shown and "Traceback" not in shown, shown
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_every_command_fits_the_terminal(fit_node: tuple[ContainerdDaemon, Path], tmp_path: Path,
+                                         width: int) -> None:
+    daemon, policy = fit_node
+    terminal = terminal_at(daemon, policy, tmp_path, width)
+    try:
+        screens = {}
+        for command, needle in COMMANDS:
+            lines = terminal.output_of(f"pinctl {command}")
+            assert re.fullmatch(r"EXIT=[0-3]", lines.pop()), (command, lines)
+            assert_lines_fit(command, lines, width)
+            assert needle in " ".join(" ".join(lines).split()), (command, "\n".join(lines))
+            screens[command] = lines
+    finally:
+        terminal.close()
+    ls = screens["ls"]
+    # One namespace folds into a heading; the long reference keeps its registry and last part.
+    assert ls[0] == "NAMESPACE: k8s.io", ls
+    long_row = next(line for line in ls if "ingress-controller:v1.2.3-rc.1" in line)
+    assert long_row.startswith("regist") and "…" in long_row.split()[0]
+    # WHY is never a stub: the ineffective label's explanation is there in full, on its lines.
+    words = " ".join(" ".join(ls).split())
+    assert "ineffective label io.cri-containerd.pinned=true: the value must be 'pinned'" in words
+    assert "pinctl-config-of-the-platform-team/config.toml:1" in words.replace("/ ", "/")
+    help_lines = screens["--help"]
+    assert help_lines.index("Commands:") < 24 - 13, help_lines  # the commands in the first 24 lines
+
+
+def test_a_pipe_still_gets_whole_values(fit_node: tuple[ContainerdDaemon, Path], tmp_path: Path) -> None:
+    daemon, policy = fit_node
+    terminal = terminal_at(daemon, policy, tmp_path, 80)
+    try:
+        lines = terminal.output_of("pinctl ls | cat")
+    finally:
+        terminal.close()
+    assert lines.pop() == "EXIT=0"
+    assert lines[0].split()[:2] == ["NAMESPACE", "REF"] and any(LONG_REF in line for line in lines)
+    assert any(len(line) > 80 for line in lines)  # the terminal wraps them; capture-pane -J joins them again
