@@ -32,8 +32,10 @@ check:
 
 install: install-completions install-man
 
-# cri-proxy's compiled relay (Go): needs golang-go and golang-google-grpc-dev. Kept out of
-# `install`, which needs no compiler; `pinctl cri-proxy` finds the relay on PATH.
+# cri-proxy's compiled relay (cri-relay/, a Go module): needs Go 1.26 or newer (the newest go
+# scripts/build-relay finds, /usr/local/go first) and, on a machine's first build, the Go module
+# proxy for grpc-go (cached per machine after that). Kept out of `install`, which needs no
+# compiler; `pinctl cri-proxy` finds the relay on PATH.
 bindir ?= $(PREFIX)/bin
 relay:
 	scripts/build-relay build/pinctl-cri-relay

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -22,20 +23,37 @@ const (
 	imageStatus = "/runtime.v1.ImageService/ImageStatus"
 )
 
-// frame is one message as bytes; rawCodec leaves it so on both sides.
-type frame struct{ payload []byte }
+// frame is one message as grpc-go received it: its own buffers, not copied. They come from
+// grpc-go's buffer pool, which takes a buffer back and hands it to the next message as soon as
+// no reference to it is left; a frame holds a reference of its own from Unmarshal to release.
+type frame struct{ data mem.BufferSlice }
 
+func (f *frame) release() {
+	f.data.Free()
+	f.data = nil
+}
+
+// rawCodec passes a frame's buffers through on both sides (grpc-go's CodecV2).
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v interface{}) ([]byte, error) { return v.(*frame).payload, nil }
-func (rawCodec) Unmarshal(data []byte, v interface{}) error {
-	// Kept, not copied: the grpc-go this builds with (Debian's 1.33) reads each message into
-	// a buffer of its own.
-	v.(*frame).payload = data
+// Marshal gives grpc-go a reference of its own, which it frees once the message is written
+// (or dropped); the frame keeps its own until release.
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	f := v.(*frame)
+	f.data.Ref()
+	return f.data, nil
+}
+
+// Unmarshal keeps data: grpc-go frees its reference as soon as Unmarshal returns, so the frame
+// takes one first, or the buffers would go back to the pool while the message is still to be
+// sent (and another message would be read into them).
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	data.Ref()
+	v.(*frame).data = data
 	return nil
 }
-func (rawCodec) Name() string   { return "proto" }
-func (rawCodec) String() string { return "proto" }
+
+func (rawCodec) Name() string { return "proto" }
 
 var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
@@ -46,7 +64,7 @@ type forwarder struct {
 	ctl      *control
 }
 
-func (fw *forwarder) handle(_ interface{}, in grpc.ServerStream) error {
+func (fw *forwarder) handle(_ any, in grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(in)
 	err := fw.forward(method, in)
 	code := status.Code(err)
@@ -85,9 +103,11 @@ func (fw *forwarder) forward(method string, in grpc.ServerStream) error {
 			return err // the upstream's own status code and message
 		}
 		if rewrite {
-			answer.payload = fw.withPins(method, answer.payload)
+			fw.withPins(method, answer)
 		}
-		if err := in.SendMsg(answer); err != nil {
+		err = in.SendMsg(answer)
+		answer.release()
+		if err != nil {
 			return err
 		}
 	}
@@ -101,27 +121,39 @@ func relayRequests(in grpc.ServerStream, out grpc.ClientStream) {
 			_ = out.CloseSend()
 			return
 		}
-		if err := out.SendMsg(request); err != nil {
+		err := out.SendMsg(request)
+		request.release()
+		if err != nil {
 			return // the upstream call ended: its status reaches the caller through RecvMsg
 		}
 	}
 }
 
-func (fw *forwarder) withPins(method string, answer []byte) []byte {
+// withPins replaces the answer's buffers with the answer with pins added. The rewrite reads
+// one contiguous message: grpc-go hands a large one over in pieces (one per HTTP/2 frame),
+// which are copied into one buffer from its pool; one piece is read where it is.
+func (fw *forwarder) withPins(method string, answer *frame) {
 	keys := fw.pins.current()
 	if keys == nil {
 		atomic.AddUint64(&fw.stats.passed, 1)
-		return answer
+		return
 	}
-	rewritten, marked, err := markPinned(answer, keys)
+	whole := answer.data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer whole.Free()
+	rewritten, marked, err := markPinned(whole.ReadOnlyData(), keys)
 	if err != nil {
 		atomic.AddUint64(&fw.stats.badAnswers, 1)
 		fw.ctl.log("error", "cannot read the runtime's answer; passed through unchanged",
 			map[string]string{"method": method, "error": err.Error()})
-		return answer
+		return
+	}
+	if marked == 0 {
+		return // rewritten is whole's bytes: the answer goes as it came
 	}
 	atomic.AddUint64(&fw.stats.marked, uint64(marked))
-	return rewritten
+	// markPinned copied every byte it kept into rewritten, a slice of its own (not pooled).
+	answer.release()
+	answer.data = mem.BufferSlice{mem.SliceBuffer(rewritten)}
 }
 
 // callersMetadata is the caller's metadata without what gRPC sets itself on every call.

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 const (
@@ -45,22 +46,14 @@ func main() {
 }
 
 func run(listen, upstream string, refresh, askTimeout time.Duration) error {
-	conn, err := grpc.Dial("unix://"+upstream, grpc.WithInsecure(),
-		// Reconnect to a restarted runtime within a second, not gRPC's default of up to two minutes.
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
-			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}),
-			grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
+	ctl := newControl(os.Stdout)
+	stats := newCounters()
+	pins := newPinCache(ctl, refresh, askTimeout)
+	server, conn, err := newRelay(upstream, pins, stats, ctl)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ctl := newControl(os.Stdout)
-	stats := newCounters()
-	pins := newPinCache(ctl, refresh, askTimeout)
-	fw := &forwarder{upstream: conn, pins: pins, stats: stats, ctl: ctl}
-	server := grpc.NewServer(grpc.CustomCodec(rawCodec{}), grpc.UnknownServiceHandler(fw.handle),
-		grpc.MaxRecvMsgSize(messageBytes), grpc.MaxSendMsgSize(messageBytes))
 
 	listener, identity, err := listenSocket(listen)
 	if err != nil {
@@ -81,6 +74,24 @@ func run(listen, upstream string, refresh, askTimeout time.Duration) error {
 	err = server.Serve(listener)
 	removeSocket(listen, identity)
 	return err
+}
+
+// newRelay makes the relay's server, forwarding to the runtime's socket over conn.
+func newRelay(upstream string, pins *pinCache, stats *counters, ctl *control) (*grpc.Server, *grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("unix://"+upstream, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Reconnect to a restarted runtime within a second, not gRPC's default of up to two minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}),
+			grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
+	if err != nil {
+		return nil, nil, err
+	}
+	conn.Connect() // now, as the first call would: not on the kubelet's first call
+	fw := &forwarder{upstream: conn, pins: pins, stats: stats, ctl: ctl}
+	server := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(fw.handle),
+		grpc.MaxRecvMsgSize(messageBytes), grpc.MaxSendMsgSize(messageBytes))
+	return server, conn, nil
 }
 
 // listenSocket creates the socket with mode 0660 from the start (no moment of a wider mode)

@@ -79,7 +79,7 @@ class ProxyProcess:
 def built_relay() -> str:
     found = find_relay("auto")
     if found is None:
-        engine_unavailable(f"{RELAY_NAME} is not built: run scripts/build-relay (needs golang-go, golang-google-grpc-dev)")
+        engine_unavailable(f"{RELAY_NAME} is not built: run scripts/build-relay (needs Go 1.26+, /usr/local/go)")
     return found
 
 
