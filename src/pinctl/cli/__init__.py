@@ -53,7 +53,7 @@ def _run(argv: Optional[Sequence[str]]) -> int:
     except (OutputClosed, OutputError):
         raise
     except PinctlError as err:
-        click.echo(f"pinctl: {_visible(str(err))}", err=True)
+        _say(f"pinctl: {_visible(str(err))}")
         return err.exit_code
     except KeyboardInterrupt:
         return 130
@@ -70,8 +70,15 @@ def _run(argv: Optional[Sequence[str]]) -> int:
 
 def _usage_error(err: click.UsageError, ctx: Optional[click.Context]) -> int:
     where = ctx.command_path if ctx else "pinctl"
-    click.echo(f"pinctl: {_visible(_usage_message(err))} (see '{where} --help')", err=True)
+    _say(f"pinctl: {_visible(_usage_message(err))} (see '{where} --help')")
     return EXIT_USAGE
+
+
+def _say(line: str) -> None:
+    """The one line a failure ends with, folded to a terminal's width (whole into a pipe or log)."""
+    from pinctl.render.output import folded
+
+    click.echo(folded(line, sys.stderr), err=True)
 
 
 def _usage_message(err: click.UsageError) -> str:
