@@ -404,7 +404,8 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
           served: Callable[[Watcher], ContextManager[None]]) -> int:
     """Keep the policy's pins true until SIGTERM or SIGINT; read_config is called again on
     SIGHUP, and served(watcher) runs the metrics endpoint beside it. warn says what opening
-    the node notices (as every command does), log what the watcher does."""
+    the node notices (as every command does), log what the watcher does. A namespace that does
+    not exist yet is followed as empty (a fresh node)."""
 
     from pinctl.gc.kubelet import read_gc_settings
     from pinctl.node.sources import open_node, open_runtime
@@ -420,7 +421,7 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
     def load() -> WatchSetup:
         cfg = read_config()
         return WatchSetup(
-            lambda: open_node(cfg, warn), compile_policy(cfg.patterns),
+            lambda: open_node(cfg, warn, absent_ok=True), compile_policy(cfg.patterns),
             cfg.settings.containerd_address, lambda: open_runtime(cfg, lambda note: log("info", note)),
             lambda: read_gc_settings(request.kubelet_config))
 
@@ -441,7 +442,8 @@ class ProxyRequest:
 def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: LogFn, warn: Callable[[str], None],
               served: Callable[[Proxy], ContextManager[None]]) -> int:
     """Serve the CRI on request.listen until SIGTERM or SIGINT, forwarding to the runtime the
-    config names; read_config is called again on SIGHUP."""
+    config names; read_config is called again on SIGHUP. A namespace that does not exist yet is
+    read as empty (a fresh node)."""
 
     from pinctl.backends.cri import socket_path
     from pinctl.criproxy.pins import ProxySetup
@@ -458,7 +460,7 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
 
     def load() -> ProxySetup:
         cfg = read_config()
-        return ProxySetup(lambda: open_node(cfg, warn), compile_policy(cfg.patterns))
+        return ProxySetup(lambda: open_node(cfg, warn, absent_ok=True), compile_policy(cfg.patterns))
 
     proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
     with served(proxy):

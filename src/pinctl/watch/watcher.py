@@ -3,6 +3,9 @@
 A full sync at start and after every reconnect catches up on whatever happened unseen; in
 between, every image create or update event is synced on its own, within the second. The
 watcher's own label writes come back as update events and are then no-ops, so it never loops.
+
+A namespace that does not exist yet (a fresh node: containerd creates k8s.io with its first
+image) is synced as empty, and its first image arrives as an event like any other.
 """
 
 from __future__ import annotations
@@ -169,7 +172,9 @@ class Watcher:
         self.state.synced([view.namespace for view in views])
         changed = sum(r.action in CHANGES for r in results)
         namespaces = ",".join(dict.fromkeys(view.namespace for view in views)) or "-"
-        self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results))
+        # Synced as empty; their first image comes as an event (a fresh node, a fresh root).
+        absent = {"not_created_yet": ",".join(node.absent_namespaces())} if node.absent_namespaces() else {}
+        self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results), **absent)
 
     def _sync_batch(self, followed: list[Followed], batch: list[SourcedEvent]) -> None:
         latest: dict[tuple[int, str], dict[str, dict[str, str]]] = {}

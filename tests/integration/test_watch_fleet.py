@@ -1,0 +1,171 @@
+"""sync --watch and cri-proxy as a fleet runs them: on a fresh node (containerd's root empty, no
+namespace yet), and after containerd comes back with a fresh root."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import cri, images
+from tests.harness.containerd import ContainerdDaemon
+from tests.integration.pinctl_runner import pinctl
+from tests.integration.test_criproxy import ProxyProcess, proxy_factory
+from tests.integration.test_metrics import free_port, http_get
+from tests.integration.test_watch import DEADLINE, PIN, WatchProcess, labelled_within, load
+
+pytestmark = pytest.mark.integration
+
+POLICY = 'pinned_images = ["example.test/fleet/*"]\n'
+
+
+@pytest.fixture
+def empty_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """containerd 1.7 on a root nothing was ever put in: a node that has just joined."""
+    daemon = ContainerdDaemon("containerd-1.7", tmp_path_factory.mktemp("fresh-node")).start()
+    assert not daemon.ctr("namespaces", "ls", "-q").stdout.split(), "a fresh root has no namespace"
+    yield daemon
+    daemon.stop()
+
+
+class Watched:
+    """A watcher with its metrics endpoint, started on a config directory of the test's."""
+
+    def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.process = WatchProcess(daemon, config, "--metrics-address", f"127.0.0.1:{self.port}", *extra)
+
+    def get(self, path: str) -> tuple[int, str]:
+        return http_get(f"http://127.0.0.1:{self.port}{path}")
+
+    def wait_ready(self, timeout: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            code, body = self.get("/readyz")
+            if code == 200:
+                return body
+            assert self.process.proc.poll() is None, self.process.log_path.read_text()
+            assert time.monotonic() < deadline, f"{code} {body}\n{self.process.log_path.read_text()}"
+            time.sleep(0.05)
+
+    def metric(self, line: str) -> bool:
+        return any(found == line for found in self.get("/metrics")[1].splitlines())
+
+    def messages(self) -> list[str]:
+        return [line["msg"] for line in self.process.lines()]
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[Callable[..., Watched]]:
+    started: list[Watched] = []
+
+    def start(daemon: ContainerdDaemon, config: Path, *extra: str) -> Watched:
+        found = Watched(daemon, config, *extra)
+        started.append(found)
+        return found
+
+    yield start
+    for found in started:
+        if found.process.proc.poll() is None:
+            found.process.proc.kill()
+            found.process.proc.wait()
+
+
+def config_dir(tmp_path: Path, text: str = POLICY) -> Path:
+    root = tmp_path / "etc-pinctl"
+    root.mkdir(mode=0o755)
+    (root / "config.toml").write_text(text)
+    return root / "config.toml"
+
+
+def first_image_pinned_from_the_stream(daemon: ContainerdDaemon, watcher: Watched, tmp_path: Path, ref: str) -> None:
+    """The first image of the node creates k8s.io; the watcher pins it from the event stream: no
+    second full sync, no retry."""
+    load(daemon, tmp_path, images.recipe(ref, seed=ref))
+    assert "k8s.io" in daemon.ctr("namespaces", "ls", "-q").stdout.split()
+    took = labelled_within(daemon, ref, timeout=DEADLINE)
+    messages = watcher.messages()
+    assert messages.count("full sync") == 1 and "pinned" in messages, messages
+    assert not [m for m in messages if "retrying" in m], watcher.process.log_path.read_text()
+    assert took < 1.0, f"pinned {took:.2f} s after the import: not from the event stream"
+
+
+def test_a_fresh_node_with_namespace_named_is_ready_and_pins_its_first_image(
+        empty_root: ContainerdDaemon, watched: Callable[..., Watched], tmp_path: Path) -> None:
+    watcher = watched(empty_root, config_dir(tmp_path), "-n", "k8s.io")
+    body = watcher.wait_ready()
+    assert body.startswith("ok: connected to containerd"), body
+    sync = next(line for line in watcher.process.lines() if line["msg"] == "full sync")
+    assert sync["namespaces"] == "k8s.io" and sync["not_created_yet"] == "k8s.io", sync
+    assert not empty_root.ctr("namespaces", "ls", "-q").stdout.split(), "reading a namespace does not create it"
+    first_image_pinned_from_the_stream(empty_root, watcher, tmp_path, "example.test/fleet/first:1")
+
+
+def test_a_fresh_node_with_the_default_namespaces_is_ready_and_pins_its_first_image(
+        empty_root: ContainerdDaemon, watched: Callable[..., Watched], tmp_path: Path) -> None:
+    watcher = watched(empty_root, config_dir(tmp_path))
+    watcher.wait_ready()
+    sync = next(line for line in watcher.process.lines() if line["msg"] == "full sync")
+    assert sync["namespaces"] == "k8s.io,moby" and sync["not_created_yet"] == "k8s.io,moby", sync
+    log = watcher.process.log_path.read_text()
+    assert "pick one with -n" not in log, "a fresh node is not a mistake to warn about"
+    first_image_pinned_from_the_stream(empty_root, watcher, tmp_path, "example.test/fleet/default:1")
+
+
+def test_one_shot_commands_still_refuse_a_namespace_that_does_not_exist(empty_root: ContainerdDaemon) -> None:
+    found = pinctl(empty_root, "ls", "-n", "k8s.io")
+    assert found.returncode == 2 and "namespace k8s.io does not exist" in found.stderr, found.stderr
+
+
+def test_containerd_back_with_a_fresh_root(daemon: ContainerdDaemon, watched: Callable[..., Watched],
+                                           tmp_path: Path) -> None:
+    watcher = watched(daemon, config_dir(tmp_path), "-n", "k8s.io")
+    watcher.wait_ready()
+    load(daemon, tmp_path, images.recipe("example.test/fleet/before:1", seed="before"))
+    labelled_within(daemon, "example.test/fleet/before:1")
+    daemon.stop()
+    shutil.rmtree(daemon.data_dir / "root")
+    shutil.rmtree(daemon.data_dir / "state", ignore_errors=True)
+    watcher.process.wait_log("containerd unreachable, retrying")
+    daemon.start()
+    assert not daemon.ctr("namespaces", "ls", "-q").stdout.split()
+    watcher.process.wait_log("full sync", count=2)
+    watcher.wait_ready()
+    assert not [m for m in watcher.messages() if m == "cannot sync yet, retrying"]
+    load(daemon, tmp_path, images.recipe("example.test/fleet/after:1", seed="after"))
+    labelled_within(daemon, "example.test/fleet/after:1")
+    assert watcher.messages().count("full sync") == 2
+
+
+# -- cri-proxy ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def python_proxies() -> Iterator[Callable[..., ProxyProcess]]:
+    """The Python data path: the pins and the config are read by pinctl whichever forwards, and
+    tests/integration/test_criproxy.py runs the relay's reloads."""
+    yield from proxy_factory("python")
+
+
+def cri_pinned(path: str, ref: str) -> bool:
+    return bool(cri.by_tag(cri.list_images(path)).get(ref, cri.CriImage("", (), (), 0, False)).pinned)
+
+
+def test_cri_proxy_on_a_fresh_node_is_ready_and_pins_the_first_image(
+        empty_root: ContainerdDaemon, python_proxies: Callable[..., ProxyProcess], tmp_path: Path) -> None:
+    port = free_port()
+    proxy = python_proxies(empty_root, "--config", str(config_dir(tmp_path)), "-n", "k8s.io",
+                           "--metrics-address", f"127.0.0.1:{port}")
+    assert cri.list_images(proxy.path) == []
+    code, body = http_get(f"http://127.0.0.1:{port}/readyz")
+    assert code == 200 and "pins read" in body, body
+    load(empty_root, tmp_path, images.recipe("example.test/fleet/proxied:1", seed="proxied"))
+    cri.wait_for_refs(empty_root.address, ["example.test/fleet/proxied:1"])
+    deadline = time.monotonic() + DEADLINE
+    while not cri_pinned(proxy.path, "example.test/fleet/proxied:1"):
+        assert time.monotonic() < deadline, proxy.log.read_text()
+        time.sleep(0.1)
+    assert "cannot read pins" not in proxy.log.read_text()
