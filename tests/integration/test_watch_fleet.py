@@ -1,9 +1,12 @@
 """sync --watch and cri-proxy as a fleet runs them: on a fresh node (containerd's root empty, no
-namespace yet), and after containerd comes back with a fresh root."""
+namespace yet), after containerd comes back with a fresh root, and with the policy in a
+directory shaped like a Kubernetes ConfigMap volume that changes under them, with no SIGHUP."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,10 +19,13 @@ from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import ProxyProcess, proxy_factory
 from tests.integration.test_metrics import free_port, http_get
 from tests.integration.test_watch import DEADLINE, PIN, WatchProcess, labelled_within, load
+from tests.unit.test_config_poll import ConfigMapVolume
 
 pytestmark = pytest.mark.integration
 
 POLICY = 'pinned_images = ["example.test/fleet/*"]\n'
+# A changed file is read within POLL_SECONDS + SETTLE_SECONDS (3 s); the rest is a loaded machine.
+RELOAD_DEADLINE = 10.0
 
 
 @pytest.fixture
@@ -140,6 +146,54 @@ def test_containerd_back_with_a_fresh_root(daemon: ContainerdDaemon, watched: Ca
     assert watcher.messages().count("full sync") == 2
 
 
+def test_a_configmap_update_is_applied_without_sighup(daemon: ContainerdDaemon, watched: Callable[..., Watched],
+                                                      tmp_path: Path) -> None:
+    volume = ConfigMapVolume(tmp_path / "pinctl")
+    volume.write({"config.toml": POLICY})
+    load(daemon, tmp_path, images.recipe("example.test/later/app:1", seed="later"))
+    watcher = watched(daemon, volume.root / "config.toml")
+    watcher.wait_ready()
+    assert PIN not in {row.ref: row.labels for row in daemon.images()}["example.test/later/app:1"]
+
+    volume.write({"config.toml": 'pinned_images = ["example.test/later/*"]\n'})
+    labelled_within(daemon, "example.test/later/app:1", timeout=RELOAD_DEADLINE)
+    assert "config changed, reloading" in watcher.messages() and "config reloaded" in watcher.messages()
+    assert watcher.metric('pinctl_config_reloads_total{result="ok"} 1.0')
+
+    # Broken: logged, counted, the policy in use stays (a new covered image is still pinned).
+    volume.write({"config.toml": 'pinned_images = ["a/*/b"]\n'})
+    watcher.process.wait_log("config reload failed, keeping the previous one", timeout=RELOAD_DEADLINE)
+    assert watcher.metric('pinctl_config_reloads_total{result="failed"} 1.0')
+    assert watcher.metric("pinctl_config_last_reload_successful 0.0")
+    load(daemon, tmp_path, images.recipe("example.test/later/two:1", seed="later-two"))
+    labelled_within(daemon, "example.test/later/two:1")
+
+    # Writable by others: StrictModes refuses it at the reload as at start, and the old one stays.
+    volume.write({"config.toml": 'pinned_images = ["example.test/other/*"]\n'})
+    data = volume.root / os.readlink(volume.root / "..data")
+    assert (data / "config.toml").stat().st_mode & stat.S_IWOTH == 0
+    (data / "config.toml").chmod(0o666)
+    watcher.process.wait_log("config reload failed, keeping the previous one", count=2, timeout=RELOAD_DEADLINE)
+    refused = [line for line in watcher.process.lines() if line["msg"].startswith("config reload failed")]
+    assert "writable by a user other than root" in refused[-1]["error"], refused[-1]
+    (data / "config.toml").chmod(0o444)
+    watcher.process.wait_log("config reloaded", count=2, timeout=RELOAD_DEADLINE)
+    assert watcher.metric("pinctl_config_last_reload_successful 1.0")
+    code, took = watcher.process.terminate()
+    assert code == 0 and took < 2.0
+
+
+def test_a_new_dropin_is_applied_without_sighup(daemon: ContainerdDaemon, watched: Callable[..., Watched],
+                                                tmp_path: Path) -> None:
+    main = config_dir(tmp_path)
+    load(daemon, tmp_path, images.recipe("example.test/team/app:1", seed="team"))
+    watcher = watched(daemon, main)
+    watcher.wait_ready()
+    (main.parent / "config.d").mkdir(mode=0o755)
+    (main.parent / "config.d" / "team.toml").write_text('pinned_images = ["example.test/team/*"]\n')
+    labelled_within(daemon, "example.test/team/app:1", timeout=RELOAD_DEADLINE)
+
+
 # -- cri-proxy ----------------------------------------------------------------------------------
 
 
@@ -169,3 +223,35 @@ def test_cri_proxy_on_a_fresh_node_is_ready_and_pins_the_first_image(
         assert time.monotonic() < deadline, proxy.log.read_text()
         time.sleep(0.1)
     assert "cannot read pins" not in proxy.log.read_text()
+
+
+def test_cri_proxy_applies_a_configmap_update_and_keeps_its_policy_when_broken(
+        containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+        python_proxies: Callable[..., ProxyProcess], tmp_path: Path) -> None:
+    daemon = clean_k8s_io(containerd17)
+    images.load_images(daemon, tmp_path / "archives", [images.recipe("example.test/cm/app:1", seed="cm-app")])
+    volume = ConfigMapVolume(tmp_path / "pinctl")
+    volume.write({"config.toml": 'pinned_images = ["example.test/none/*"]\n'})
+    port = free_port()
+    proxy = python_proxies(daemon, "--config", str(volume.root / "config.toml"),
+                           "--metrics-address", f"127.0.0.1:{port}")
+    assert not cri_pinned(proxy.path, "example.test/cm/app:1")
+
+    volume.write({"config.toml": 'pinned_images = ["example.test/cm/*"]\n'})
+    deadline = time.monotonic() + RELOAD_DEADLINE
+    while not cri_pinned(proxy.path, "example.test/cm/app:1"):
+        assert time.monotonic() < deadline, proxy.log.read_text()
+        time.sleep(0.2)
+
+    volume.write({"config.toml": "pinned_images = [\n"})
+    deadline = time.monotonic() + RELOAD_DEADLINE
+    while "config reload failed, keeping the previous one" not in proxy.log.read_text():
+        assert time.monotonic() < deadline, proxy.log.read_text()
+        time.sleep(0.1)
+    assert cri_pinned(proxy.path, "example.test/cm/app:1"), "the policy in use stays"
+    code, body = http_get(f"http://127.0.0.1:{port}/readyz")
+    assert code == 200, body
+    text = http_get(f"http://127.0.0.1:{port}/metrics")[1]
+    assert 'pinctl_config_reloads_total{result="failed"} 1.0' in text.splitlines(), text
+    assert "pinctl_config_last_reload_successful 0.0" in text.splitlines(), text
+    assert proxy.stop() == 0
