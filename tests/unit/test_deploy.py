@@ -809,7 +809,7 @@ def test_namespace_check_fails() -> None:
 MONITORING = KUBE / "monitoring"
 # What the alert rules must watch for (issue 13), by alert name.
 ALERTS = {"PinctlWatcherNotReady", "PinctlWantedImageAtRisk", "PinctlWantedImageDeletedNextGc", "PinctlCriMismatch",
-          "PinctlSyncErrors", "PinctlCriProxyNotReady"}
+          "PinctlSyncErrors", "PinctlCriProxyNotReady", "PinctlConfigReloadFailed"}
 
 
 def monitoring_manifests() -> dict[str, list[dict[str, Any]]]:
@@ -955,6 +955,15 @@ ALERT_TESTS: list[dict[str, Any]] = [
                          {"eval_time": "14m", "alertname": "PinctlCriProxyNotReady",
                           "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
                                                          "instance": "10.0.0.1:9737"}}]}]},
+    # A broken config reloaded at minute 2 and kept (n1): an alert; fixed after 3 minutes (n2): none.
+    {"interval": "1m",
+     "input_series": [{"series": f"pinctl_config_last_reload_successful{{{NODE}}}", "values": "1 1 0x20"},
+                      {"series": 'pinctl_config_last_reload_successful{node="n2", instance="10.0.0.2:9736"}',
+                       "values": "1 1 0x3 1x16"}],
+     "alert_rule_test": [{"eval_time": "6m", "alertname": "PinctlConfigReloadFailed", "exp_alerts": []},
+                         {"eval_time": "8m", "alertname": "PinctlConfigReloadFailed",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9736"}}]}]},
 ]
 
 
