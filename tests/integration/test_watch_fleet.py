@@ -4,7 +4,6 @@ directory shaped like a Kubernetes ConfigMap volume that changes under them, wit
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
 import time
@@ -13,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from pinctl.config import loader
+from pinctl.errors import ConfigError
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import ProxyProcess, proxy_factory
 from tests.integration.test_metrics import free_port, http_get
 from tests.integration.test_watch import DEADLINE, PIN, WatchProcess, labelled_within, load
-from tests.unit.test_config_poll import ConfigMapVolume
+from tests.harness.configmap import ConfigMapVolume, read_only_view
 
 pytestmark = pytest.mark.integration
 
@@ -40,9 +41,10 @@ def empty_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdD
 class Watched:
     """A watcher with its metrics endpoint, started on a config directory of the test's."""
 
-    def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str) -> None:
+    def __init__(self, daemon: ContainerdDaemon, config: Path, log: Path, *extra: str) -> None:
         self.port = free_port()
-        self.process = WatchProcess(daemon, config, "--metrics-address", f"127.0.0.1:{self.port}", *extra)
+        self.process = WatchProcess(daemon, config, "--metrics-address", f"127.0.0.1:{self.port}", *extra,
+                                    log_path=log)
 
     def get(self, path: str) -> tuple[int, str]:
         return http_get(f"http://127.0.0.1:{self.port}{path}")
@@ -69,7 +71,7 @@ def watched(tmp_path: Path) -> Iterator[Callable[..., Watched]]:
     started: list[Watched] = []
 
     def start(daemon: ContainerdDaemon, config: Path, *extra: str) -> Watched:
-        found = Watched(daemon, config, *extra)
+        found = Watched(daemon, config, tmp_path / f"watch-{len(started)}.log", *extra)
         started.append(found)
         return found
 
@@ -78,6 +80,15 @@ def watched(tmp_path: Path) -> Iterator[Callable[..., Watched]]:
         if found.process.proc.poll() is None:
             found.process.proc.kill()
             found.process.proc.wait()
+
+
+@pytest.fixture
+def configmap(tmp_path: Path) -> Iterator[tuple[ConfigMapVolume, Path]]:
+    """A ConfigMap volume on the node (the kubelet's 0777 directory) and the container's view of
+    it (mounted read-only), where pinctl reads it."""
+    volume = ConfigMapVolume(tmp_path / "node" / "config")
+    with read_only_view(volume.root, tmp_path / "pod" / "etc-pinctl") as view:
+        yield volume, view
 
 
 def config_dir(tmp_path: Path, text: str = POLICY) -> Path:
@@ -146,12 +157,26 @@ def test_containerd_back_with_a_fresh_root(daemon: ContainerdDaemon, watched: Ca
     assert watcher.messages().count("full sync") == 2
 
 
+def test_a_configmaps_directory_is_accepted_as_the_container_sees_it(
+        configmap: tuple[ConfigMapVolume, Path], tmp_path: Path) -> None:
+    """As root, pinctl refuses a directory others may write (StrictModes), such as the kubelet's
+    0777 one on the node; mounted read-only, as in the container, nobody can change it."""
+    volume, view = configmap
+    volume.write({"config.toml": POLICY})
+    assert (view / "config.toml").read_text() == POLICY
+    assert loader.load({}, {}, config_path=str(view / "config.toml")).files == [str(view / "config.toml")]
+    with pytest.raises(ConfigError, match="is writable by a user other than root"):
+        loader.load({}, {}, config_path=str(volume.root / "config.toml"))
+    volume.write({"config.toml": POLICY, "config.d/a.toml": POLICY})
+    assert len(loader.load({}, {}, config_path=str(view / "config.toml")).files) == 2
+
+
 def test_a_configmap_update_is_applied_without_sighup(daemon: ContainerdDaemon, watched: Callable[..., Watched],
-                                                      tmp_path: Path) -> None:
-    volume = ConfigMapVolume(tmp_path / "pinctl")
+                                                      configmap: tuple[ConfigMapVolume, Path], tmp_path: Path) -> None:
+    volume, view = configmap
     volume.write({"config.toml": POLICY})
     load(daemon, tmp_path, images.recipe("example.test/later/app:1", seed="later"))
-    watcher = watched(daemon, volume.root / "config.toml")
+    watcher = watched(daemon, view / "config.toml")
     watcher.wait_ready()
     assert PIN not in {row.ref: row.labels for row in daemon.images()}["example.test/later/app:1"]
 
@@ -169,8 +194,7 @@ def test_a_configmap_update_is_applied_without_sighup(daemon: ContainerdDaemon, 
     labelled_within(daemon, "example.test/later/two:1")
 
     # Writable by others: StrictModes refuses it at the reload as at start, and the old one stays.
-    volume.write({"config.toml": 'pinned_images = ["example.test/other/*"]\n'})
-    data = volume.root / os.readlink(volume.root / "..data")
+    data = volume.write({"config.toml": 'pinned_images = ["example.test/other/*"]\n'})
     assert (data / "config.toml").stat().st_mode & stat.S_IWOTH == 0
     (data / "config.toml").chmod(0o666)
     watcher.process.wait_log("config reload failed, keeping the previous one", count=2, timeout=RELOAD_DEADLINE)
@@ -227,13 +251,14 @@ def test_cri_proxy_on_a_fresh_node_is_ready_and_pins_the_first_image(
 
 def test_cri_proxy_applies_a_configmap_update_and_keeps_its_policy_when_broken(
         containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
-        python_proxies: Callable[..., ProxyProcess], tmp_path: Path) -> None:
+        python_proxies: Callable[..., ProxyProcess], configmap: tuple[ConfigMapVolume, Path],
+        tmp_path: Path) -> None:
     daemon = clean_k8s_io(containerd17)
     images.load_images(daemon, tmp_path / "archives", [images.recipe("example.test/cm/app:1", seed="cm-app")])
-    volume = ConfigMapVolume(tmp_path / "pinctl")
+    volume, view = configmap
     volume.write({"config.toml": 'pinned_images = ["example.test/none/*"]\n'})
     port = free_port()
-    proxy = python_proxies(daemon, "--config", str(volume.root / "config.toml"),
+    proxy = python_proxies(daemon, "--config", str(view / "config.toml"),
                            "--metrics-address", f"127.0.0.1:{port}")
     assert not cri_pinned(proxy.path, "example.test/cm/app:1")
 

@@ -11,44 +11,15 @@ from pathlib import Path
 from pinctl.config import loader
 from pinctl.watch import configfiles
 from pinctl.watch.configfiles import ConfigPoll, fingerprint, watched_paths
+from tests.harness.configmap import ConfigMapVolume
 
 POLICY = 'pinned_images = ["example.test/a/*"]\n'
 
 
-class ConfigMapVolume:
-    """A directory as the kubelet's AtomicWriter keeps a ConfigMap volume: each key a symlink
-    through `..data`, which points at a timestamped directory; an update writes a new directory
-    and renames a new `..data` over the old one (the keys' paths are never written), then
-    removes the old directory."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.generation = 0
-        root.mkdir(mode=0o755)
-
-    def write(self, files: dict[str, str]) -> None:
-        self.generation += 1
-        new = self.root / f"..2024_01_01_00_00_00.{self.generation:09d}"
-        new.mkdir(mode=0o755)
-        for name, text in files.items():
-            target = new / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-            target.chmod(0o444)
-        data = self.root / "..data"
-        old = os.readlink(data) if data.is_symlink() else None
-        tmp = self.root / "..data_tmp"
-        tmp.symlink_to(new.name)
-        os.rename(tmp, data)
-        for name in {name.split("/", 1)[0] for name in files}:
-            link = self.root / name
-            if not link.is_symlink():
-                link.symlink_to(f"..data/{name}")
-        if old is not None:
-            for path in sorted((self.root / old).rglob("*"), reverse=True):
-                path.chmod(0o755)
-                path.rmdir() if path.is_dir() else path.unlink()
-            (self.root / old).rmdir()
+def configmap(root: Path) -> ConfigMapVolume:
+    """The kubelet's layout; its directory 0755 here rather than an emptyDir's 0777, which pinctl
+    as root accepts only on a read-only mount (tests/integration/test_watch_fleet.py has that)."""
+    return ConfigMapVolume(root, root_mode=0o755)
 
 
 def config_of(main: Path) -> loader.Config:
@@ -121,7 +92,7 @@ def test_other_files_beside_the_main_one_are_not_changes(tmp_path: Path) -> None
 
 
 def test_a_configmap_update_is_a_change_though_no_path_read_is_written(tmp_path: Path) -> None:
-    volume = ConfigMapVolume(tmp_path / "pinctl")
+    volume = configmap(tmp_path / "pinctl")
     volume.write({"config.toml": POLICY})
     main = volume.root / "config.toml"
     poll, seen = poll_of(watched_paths(config_of(main)))
@@ -135,7 +106,7 @@ def test_a_configmap_update_is_a_change_though_no_path_read_is_written(tmp_path:
 
 
 def test_a_configmap_with_dropins_shows_a_new_one(tmp_path: Path) -> None:
-    volume = ConfigMapVolume(tmp_path / "pinctl")
+    volume = configmap(tmp_path / "pinctl")
     volume.write({"config.toml": POLICY, "config.d/a.toml": POLICY})
     main = volume.root / "config.toml"
     cfg = config_of(main)
