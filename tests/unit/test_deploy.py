@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import glob
 import os
 import pathlib
 import re
@@ -34,6 +33,7 @@ from pinctl.metrics import exposition as metrics
 from pinctl.metrics.serve import parse_address
 from pinctl.pins import lint
 from pinctl.pins.policy import compile_policy
+from tests.harness.image_build import build_inputs, ignore_matcher
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 UNIT = ROOT / "contrib" / "systemd" / "pinctl-sync.service"
@@ -443,65 +443,6 @@ def check_containerfile(instructions: list[tuple[str, str]], parse: Callable[[li
 
 def test_containerfile(parse: Callable[[list[str]], Parsed]) -> None:
     check_containerfile(read_containerfile(CONTAINERFILE.read_text()), parse)
-
-
-def ignore_matcher(text: str) -> Callable[[str], bool]:
-    """Whether the build context leaves a path out, as Docker reads .dockerignore: the last
-    matching pattern decides, "!" takes a path back in, a matched directory leaves out
-    everything below it, "**" spans directories."""
-    rules: list[tuple[re.Pattern[str], bool]] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        keep = line.startswith("!")
-        pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
-        regex = ""
-        for part in re.split(r"(\*\*/?|\*|\?|\[[^\]]*\])", pattern):
-            if part.startswith("**"):
-                regex += "(?:.*/)?" if part.endswith("/") else ".*"
-            elif part == "*":
-                regex += "[^/]*"
-            elif part == "?":
-                regex += "[^/]"
-            elif part.startswith("["):
-                regex += part
-            else:
-                regex += re.escape(part)
-        rules.append((re.compile(regex + r"\Z"), keep))
-
-    def excluded(path: str) -> bool:
-        parts = path.split("/")
-        prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
-        result = False
-        for regex, keep in rules:
-            if any(regex.match(prefix) for prefix in prefixes):
-                result = not keep
-        return result
-
-    return excluded
-
-
-def build_inputs() -> list[str]:
-    """Files `pip install .` reads: pyproject.toml, the readme, the package, the data files."""
-    toml = toml_reader()
-    project = toml.loads((ROOT / "pyproject.toml").read_text())
-    setuptools = project.get("tool", {}).get("setuptools", {})
-    wanted = ["pyproject.toml", project["project"].get("readme", "README.md")]
-    where = setuptools.get("packages", {}).get("find", {}).get("where", ["."])
-    for folder in where:
-        wanted += [str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
-    for package, patterns in setuptools.get("package-data", {}).items():
-        for folder in where:
-            for pattern in patterns:
-                found = glob.glob(str(ROOT / folder / package.replace(".", "/") / pattern))
-                wanted += [str(pathlib.Path(p).relative_to(ROOT)) for p in found]
-    for patterns in setuptools.get("data-files", {}).values():
-        for pattern in patterns:
-            found = glob.glob(str(ROOT / pattern))
-            assert found, f"pyproject.toml data file {pattern} matches nothing"
-            wanted += [str(pathlib.Path(p).relative_to(ROOT)) for p in found]
-    return wanted
 
 
 def check_ignore(excluded: Callable[[str], bool], inputs: list[str]) -> None:
