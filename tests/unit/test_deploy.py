@@ -502,11 +502,16 @@ def check_pod(docs: list[dict[str, Any]], parse: Callable[[list[str]], Parsed]) 
     used = {mount["name"] for mount in mounts.values()}
     assert not set(volumes) - used, f"volumes mounted nowhere: {sorted(set(volumes) - used)}"
 
-    socket = parsed.option("--address") or DEFAULT_SOCKET
-    assert socket in mounts, f"pinctl talks to {socket}, but nothing is mounted there"
-    host = volumes[mounts[socket]["name"]].get("hostPath")
-    assert host and host.get("type") == "Socket", f"{socket} is not a hostPath of type Socket"
-    assert host["path"] == socket, f"hostPath {host['path']} is mounted at {socket}"
+    # The socket's directory is mounted, so that a restarted containerd's new socket shows.
+    socket = str(parsed.option("--address") or DEFAULT_SOCKET)
+    run = os.path.dirname(socket)
+    assert run in mounts, f"pinctl talks to {socket}, but its directory {run} is not mounted"
+    host = volumes[mounts[run]["name"]].get("hostPath")
+    assert host and host.get("type") == "Directory", f"{run} is not a hostPath of type Directory"
+    assert host["path"] == run, f"hostPath {host['path']} is mounted at {run}"
+    assert mounts[run].get("readOnly") is True, f"{run} is mounted writable"
+    assert mounts[run].get("mountPropagation") == "HostToContainer", (
+        f"{run} without HostToContainer holds on to the mounts of containers the node has removed")
 
     config_path = parsed.option("--config")
     assert config_path, "the container gives no --config"
@@ -692,9 +697,11 @@ POD_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], 
     "mount-without-volume": lambda pod, c, cm: c["volumeMounts"].append({"name": "gone", "mountPath": "/x"}),
     "unused-volume": lambda pod, c, cm: pod["volumes"].append({"name": "spare", "emptyDir": {}}),
     "host-path-moved": lambda pod, c, cm: next(v for v in pod["volumes"] if "hostPath" in v)["hostPath"]
-    .__setitem__("path", "/run/k3s/containerd/containerd.sock"),
-    "not-a-socket": lambda pod, c, cm: next(v for v in pod["volumes"] if "hostPath" in v)["hostPath"]
-    .__setitem__("type", "File"),
+    .__setitem__("path", "/run/k3s/containerd"),
+    "socket-file": lambda pod, c, cm: next(v for v in pod["volumes"] if "hostPath" in v)["hostPath"]
+    .__setitem__("type", "Socket"),
+    "socket-directory-writable": lambda pod, c, cm: c["volumeMounts"][0].__setitem__("readOnly", False),
+    "socket-directory-private": lambda pod, c, cm: c["volumeMounts"][0].pop("mountPropagation"),
     "config-elsewhere": lambda pod, c, cm: c.__setitem__(
         "args", [a.replace("/etc/pinctl/", "/etc/other/") for a in c["args"]]),
     "config-misnamed": lambda pod, c, cm: c.__setitem__(
