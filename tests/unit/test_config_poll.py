@@ -166,3 +166,20 @@ def test_the_thread_calls_back_and_stops_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - started < 0.5
 
 
+
+
+def test_a_new_dropin_reloads_once_though_the_reload_adds_it_to_the_paths(tmp_path: Path) -> None:
+    main = tmp_path / "config.toml"
+    main.write_text(POLICY)
+    (tmp_path / "config.d").mkdir()
+    current = [watched_paths(config_of(main))]
+    seen: list[str] = []
+    poll = ConfigPoll(lambda: current[0], seen.append, interval=3600, settle=0.01)
+    poll.rebase()
+    (tmp_path / "config.d" / "team.toml").write_text(POLICY)
+    assert poll.turn() and seen == [str(tmp_path / "config.d")]
+    current[0] = watched_paths(config_of(main))  # what the reload read
+    assert str(tmp_path / "config.d" / "team.toml") in current[0]
+    assert not poll.turn(), "the reload already read it"
+    (tmp_path / "config.d" / "team.toml").write_text(POLICY + "# edited\n")
+    assert poll.turn() and seen[-1] == str(tmp_path / "config.d" / "team.toml")

@@ -131,6 +131,12 @@ class ConfigPoll:
         now = fingerprint(self.paths())
         if now == self._last:
             return False
+        before = dict(self._last)
+        if all(before.get(path, state) == state for path, state in now):
+            # Only the set of paths changed: a reload read a new drop-in (or no longer reads one)
+            # after the change that asked for it was seen. Taking it as a change would reload twice.
+            self._last = now
+            return False
         waited = 0.0
         while waited < self.settle_max and not self._stop.wait(self.settle):
             waited += self.settle
