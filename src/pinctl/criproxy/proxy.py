@@ -381,11 +381,12 @@ class Proxy:
             os.unlink(self.listen)
 
     def run(self) -> int:
-        self.pins.prepare()
         self.start()
         poll = ConfigPoll(self.pins.config_paths, self._config_changed)
         try:
             self.install_signal_handlers()
+            # After start: a --listen that cannot be served is the one line said, nothing before it.
+            self.pins.prepare()
             poll.start()
             self.wait()
         finally:
