@@ -403,12 +403,14 @@ class WatchRequest:
 def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, warn: Callable[[str], None],
           served: Callable[[Watcher], ContextManager[None]]) -> int:
     """Keep the policy's pins true until SIGTERM or SIGINT; read_config is called again on
-    SIGHUP, and served(watcher) runs the metrics endpoint beside it. warn says what opening
-    the node notices (as every command does), log what the watcher does."""
+    SIGHUP and when the config's files change, and served(watcher) runs the metrics endpoint
+    beside it. warn says what opening the node notices (as every command does), log what the
+    watcher does. A namespace that does not exist yet is followed as empty (a fresh node)."""
 
     from pinctl.gc.kubelet import read_gc_settings
     from pinctl.node.sources import open_node, open_runtime
     from pinctl.pins.policy import compile_policy
+    from pinctl.watch.configfiles import watched_paths
     from pinctl.watch.watcher import Watcher, WatchSetup
 
     first = read_config()
@@ -419,10 +421,14 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
 
     def load() -> WatchSetup:
         cfg = read_config()
+        policy = compile_policy(cfg.patterns)
+        # Checked again at each reload: a policy file caught empty (truncated, then written) must
+        # not prune every pin; the reload fails and the policy in use stays.
+        refuse_empty_prune(policy, SyncRequest(request.prune, False, request.allow_empty_policy, cfg.files))
         return WatchSetup(
-            lambda: open_node(cfg, warn), compile_policy(cfg.patterns),
+            lambda: open_node(cfg, warn, absent_ok=True), policy,
             cfg.settings.containerd_address, lambda: open_runtime(cfg, lambda note: log("info", note)),
-            lambda: read_gc_settings(request.kubelet_config))
+            lambda: read_gc_settings(request.kubelet_config), watched_paths(cfg))
 
     watcher = Watcher(load, log, request.prune)
     with served(watcher):
@@ -441,13 +447,15 @@ class ProxyRequest:
 def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: LogFn, warn: Callable[[str], None],
               served: Callable[[Proxy], ContextManager[None]]) -> int:
     """Serve the CRI on request.listen until SIGTERM or SIGINT, forwarding to the runtime the
-    config names; read_config is called again on SIGHUP."""
+    config names; read_config is called again on SIGHUP and when the config's files change. A
+    namespace that does not exist yet is read as empty (a fresh node)."""
 
     from pinctl.backends.cri import socket_path
     from pinctl.criproxy.pins import ProxySetup
     from pinctl.criproxy.proxy import Proxy
     from pinctl.node.sources import open_node
     from pinctl.pins.policy import compile_policy
+    from pinctl.watch.configfiles import watched_paths
 
     first = read_config()
     compile_policy(first.patterns)  # a bad policy is exit 2 now, not a logged failure later
@@ -458,7 +466,8 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
 
     def load() -> ProxySetup:
         cfg = read_config()
-        return ProxySetup(lambda: open_node(cfg, warn), compile_policy(cfg.patterns))
+        return ProxySetup(lambda: open_node(cfg, warn, absent_ok=True), compile_policy(cfg.patterns),
+                          watched_paths(cfg))
 
     proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
     with served(proxy):

@@ -1,7 +1,8 @@
 """cri-proxy's metrics for real: `pinctl cri-proxy --metrics-address` in front of containerd 1.6.20
 (whose CRI ignores the pin label), Debian's Prometheus on loopback scraping it, and the values read
-back through Prometheus' HTTP API as CRI calls go through the proxy, the pins become unreadable
-(a broken config, reloaded) and readable again. promtool lints a scrape.
+back through Prometheus' HTTP API as CRI calls go through the proxy, a broken config is reloaded
+(and the one in use kept), the pins become unreadable (a Docker that does not answer) and readable
+again. promtool lints a scrape.
 """
 
 from __future__ import annotations
@@ -110,18 +111,30 @@ def test_prometheus_sees_calls_pins_and_readiness_follow_the_config(
     assert [dict(labels)["runtime_version"][:4] for labels in info] == ["1.6."], info
     lint(PORT)
 
-    # A broken config, reloaded: the next image call cannot read the pins and passes answers through.
+    # A broken config, reloaded: logged, counted, and the policy in use stays.
     config.write_text("pinned_images = [\n")
     proxy.proc.send_signal(signal.SIGHUP)
-    wait_logged(proxy, "config reload requested", 1)
+    wait_logged(proxy, "config reload failed, keeping the previous one", 1)
+    assert pinned_ids(proxy.path) - pinned_ids(ctd16.address) == marked
+    assert http_get(f"{base}/readyz")[0] == 200
+    prometheus.wait(metric("pinctl_config_reloads_total", result="failed"), lambda v: v == 1)
+    prometheus.wait(metric("pinctl_config_last_reload_successful"), lambda v: v == 0)
+    assert prometheus.value(metric("pinctl_config_reloads_total", result="ok")) == 0
+
+    # A config that reads, naming a Docker that does not answer: the next image call cannot read
+    # the pins and passes answers through.
+    config.write_text(f'pinned_images = ["{POLICY_ONLY}"]\ndocker_host = "unix:///nonexistent/docker.sock"\n')
+    proxy.proc.send_signal(signal.SIGHUP)
+    wait_logged(proxy, "config reloaded", 1)
     assert pinned_ids(proxy.path) == pinned_ids(ctd16.address), "answers pass through as the runtime gave them"
     assert status_pinned(proxy.path, LABELLED) is False
     code, body = http_get(f"{base}/readyz")
     assert code == 503 and body.count("\n") == 1, body
     assert body.startswith("not ok: cannot read the pins, image answers pass through unchanged: ") and \
-        str(config) in body, body
+        "/nonexistent/docker.sock" in body, body
     assert http_get(f"{base}/healthz")[0] == 200
     prometheus.wait(metric("pinctl_cri_proxy_ready"), lambda v: v == 0)
+    prometheus.wait(metric("pinctl_config_last_reload_successful"), lambda v: v == 1)
     prometheus.wait(metric("pinctl_cri_proxy_pin_reads_total", result="failed"), lambda v: (v or 0) >= 1)
     prometheus.wait(metric("pinctl_cri_proxy_passed_through_total", reason="pins-unreadable"),
                     lambda v: (v or 0) >= 1)
@@ -132,7 +145,7 @@ def test_prometheus_sees_calls_pins_and_readiness_follow_the_config(
     # Fixed and reloaded: the next image call reads the pins, and the proxy is ready again.
     config.write_text(f'pinned_images = ["{POLICY_ONLY}"]\n')
     proxy.proc.send_signal(signal.SIGHUP)
-    wait_logged(proxy, "config reload requested", 2)
+    wait_logged(proxy, "config reloaded", 2)
     assert pinned_ids(proxy.path) - pinned_ids(ctd16.address) == marked
     code, body = http_get(f"{base}/readyz")
     assert code == 200 and "; pins read " in body, body

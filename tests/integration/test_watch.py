@@ -25,10 +25,11 @@ DEADLINE = 3.0  # generous for a loaded CI machine; bench/bench_watch.py measure
 
 
 class WatchProcess:
-    def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str, env: dict[str, str] | None = None,
+                 log_path: Path | None = None) -> None:
         env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config), **(env or {})}
         env.pop("CONTAINERD_NAMESPACE", None)
-        self.log_path = config.parent / "watch.log"
+        self.log_path = log_path or config.parent / "watch.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pinctl", "sync", "--watch", "--log-format", "json", *extra],
             env=env, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"),

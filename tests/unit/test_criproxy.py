@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from pinctl.criproxy import pins as proxy_pins
 from pinctl.criproxy import proxy as criproxy
-from pinctl.errors import EngineUnreachable
+from pinctl.config.loader import PatternEntry
+from pinctl.errors import ConfigError, EngineUnreachable
 from pinctl.model import REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, Descriptor, ImageRow, Reason
 from pinctl.pins.policy import compile_policy
 from pinctl.proto import cri_pb2
@@ -113,3 +114,39 @@ def test_pins_are_read_at_most_once_per_refresh_and_not_at_all_when_unreadable()
     node.fail = False
     keys = pins.current()
     assert keys is not None and keys.ids == {"sha256:a"} and "pins readable again" in logged[-1]
+
+
+def test_a_reload_reads_the_config_at_once_and_a_broken_one_keeps_the_one_in_use() -> None:
+    class PolicyNode(FakeNode):
+        def rows(self, policy: Any) -> Any:
+            self.reads += 1
+            wanted = {pattern.text for pattern in policy.patterns}
+            return type("Listing", (), {"rows": [row(ref, f"sha256:{ref[0]}", "k8s.io", Reason(REASON_PATTERN, ref))
+                                                 for ref in ("a:1", "b:1") if ref in wanted]})()
+
+    node = PolicyNode([])
+    policies = iter([["a:1"], None, ["b:1"]])
+    logged: list[str] = []
+
+    def load() -> proxy_pins.ProxySetup:
+        patterns = next(policies)
+        if patterns is None:
+            raise ConfigError("config.toml:1: unknown key 'pinned'")
+        return proxy_pins.ProxySetup(lambda: node, compile_policy(  # type: ignore[arg-type, return-value]
+            [PatternEntry(text, "config.toml:1", "pinctl") for text in patterns]), ("/etc/pinctl/config.toml",))
+
+    pins = proxy_pins.PinnedSet(load, lambda: "containerd", lambda level, msg, **_: logged.append(msg))
+    pins.prepare()
+    assert pins.config_paths() == ("/etc/pinctl/config.toml",) and logged == ["config loaded"]
+    assert node.reads == 0, "the images are read at the first image call, not at start"
+    keys = pins.current()
+    assert keys is not None and keys.ids == {"sha256:a"}
+    assert not pins.reload()
+    assert logged[-1] == "config reload failed, keeping the previous one"
+    assert dict(pins.reloads) == {"ok": 0, "failed": 1} and not pins.last_reload_ok
+    keys = pins.current()
+    assert keys is not None and keys.ids == {"sha256:a"} and node.reads == 1, "the pins in use stay"
+    assert pins.reload() and logged[-1] == "config reloaded"
+    assert dict(pins.reloads) == {"ok": 1, "failed": 1} and pins.last_reload_ok
+    keys = pins.current()
+    assert keys is not None and keys.ids == {"sha256:b"} and node.reads == 2, "read again at once, not in 2 s"

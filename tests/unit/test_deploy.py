@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import glob
 import os
 import pathlib
 import re
@@ -34,6 +33,7 @@ from pinctl.metrics import exposition as metrics
 from pinctl.metrics.serve import parse_address
 from pinctl.pins import lint
 from pinctl.pins.policy import compile_policy
+from tests.harness.image_build import build_inputs, ignore_matcher
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 UNIT = ROOT / "contrib" / "systemd" / "pinctl-sync.service"
@@ -445,65 +445,6 @@ def test_containerfile(parse: Callable[[list[str]], Parsed]) -> None:
     check_containerfile(read_containerfile(CONTAINERFILE.read_text()), parse)
 
 
-def ignore_matcher(text: str) -> Callable[[str], bool]:
-    """Whether the build context leaves a path out, as Docker reads .dockerignore: the last
-    matching pattern decides, "!" takes a path back in, a matched directory leaves out
-    everything below it, "**" spans directories."""
-    rules: list[tuple[re.Pattern[str], bool]] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        keep = line.startswith("!")
-        pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
-        regex = ""
-        for part in re.split(r"(\*\*/?|\*|\?|\[[^\]]*\])", pattern):
-            if part.startswith("**"):
-                regex += "(?:.*/)?" if part.endswith("/") else ".*"
-            elif part == "*":
-                regex += "[^/]*"
-            elif part == "?":
-                regex += "[^/]"
-            elif part.startswith("["):
-                regex += part
-            else:
-                regex += re.escape(part)
-        rules.append((re.compile(regex + r"\Z"), keep))
-
-    def excluded(path: str) -> bool:
-        parts = path.split("/")
-        prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
-        result = False
-        for regex, keep in rules:
-            if any(regex.match(prefix) for prefix in prefixes):
-                result = not keep
-        return result
-
-    return excluded
-
-
-def build_inputs() -> list[str]:
-    """Files `pip install .` reads: pyproject.toml, the readme, the package, the data files."""
-    toml = toml_reader()
-    project = toml.loads((ROOT / "pyproject.toml").read_text())
-    setuptools = project.get("tool", {}).get("setuptools", {})
-    wanted = ["pyproject.toml", project["project"].get("readme", "README.md")]
-    where = setuptools.get("packages", {}).get("find", {}).get("where", ["."])
-    for folder in where:
-        wanted += [str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts]
-    for package, patterns in setuptools.get("package-data", {}).items():
-        for folder in where:
-            for pattern in patterns:
-                found = glob.glob(str(ROOT / folder / package.replace(".", "/") / pattern))
-                wanted += [str(pathlib.Path(p).relative_to(ROOT)) for p in found]
-    for patterns in setuptools.get("data-files", {}).values():
-        for pattern in patterns:
-            found = glob.glob(str(ROOT / pattern))
-            assert found, f"pyproject.toml data file {pattern} matches nothing"
-            wanted += [str(pathlib.Path(p).relative_to(ROOT)) for p in found]
-    return wanted
-
-
 def check_ignore(excluded: Callable[[str], bool], inputs: list[str]) -> None:
     left_out = [path for path in inputs if excluded(path)]
     assert not left_out, f".dockerignore leaves out build inputs: {left_out[:5]}"
@@ -561,11 +502,16 @@ def check_pod(docs: list[dict[str, Any]], parse: Callable[[list[str]], Parsed]) 
     used = {mount["name"] for mount in mounts.values()}
     assert not set(volumes) - used, f"volumes mounted nowhere: {sorted(set(volumes) - used)}"
 
-    socket = parsed.option("--address") or DEFAULT_SOCKET
-    assert socket in mounts, f"pinctl talks to {socket}, but nothing is mounted there"
-    host = volumes[mounts[socket]["name"]].get("hostPath")
-    assert host and host.get("type") == "Socket", f"{socket} is not a hostPath of type Socket"
-    assert host["path"] == socket, f"hostPath {host['path']} is mounted at {socket}"
+    # The socket's directory is mounted, so that a restarted containerd's new socket shows.
+    socket = str(parsed.option("--address") or DEFAULT_SOCKET)
+    run = os.path.dirname(socket)
+    assert run in mounts, f"pinctl talks to {socket}, but its directory {run} is not mounted"
+    host = volumes[mounts[run]["name"]].get("hostPath")
+    assert host and host.get("type") == "Directory", f"{run} is not a hostPath of type Directory"
+    assert host["path"] == run, f"hostPath {host['path']} is mounted at {run}"
+    assert mounts[run].get("readOnly") is True, f"{run} is mounted writable"
+    assert mounts[run].get("mountPropagation") == "HostToContainer", (
+        f"{run} without HostToContainer holds on to the mounts of containers the node has removed")
 
     config_path = parsed.option("--config")
     assert config_path, "the container gives no --config"
@@ -751,9 +697,11 @@ POD_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], 
     "mount-without-volume": lambda pod, c, cm: c["volumeMounts"].append({"name": "gone", "mountPath": "/x"}),
     "unused-volume": lambda pod, c, cm: pod["volumes"].append({"name": "spare", "emptyDir": {}}),
     "host-path-moved": lambda pod, c, cm: next(v for v in pod["volumes"] if "hostPath" in v)["hostPath"]
-    .__setitem__("path", "/run/k3s/containerd/containerd.sock"),
-    "not-a-socket": lambda pod, c, cm: next(v for v in pod["volumes"] if "hostPath" in v)["hostPath"]
-    .__setitem__("type", "File"),
+    .__setitem__("path", "/run/k3s/containerd"),
+    "socket-file": lambda pod, c, cm: next(v for v in pod["volumes"] if "hostPath" in v)["hostPath"]
+    .__setitem__("type", "Socket"),
+    "socket-directory-writable": lambda pod, c, cm: c["volumeMounts"][0].__setitem__("readOnly", False),
+    "socket-directory-private": lambda pod, c, cm: c["volumeMounts"][0].pop("mountPropagation"),
     "config-elsewhere": lambda pod, c, cm: c.__setitem__(
         "args", [a.replace("/etc/pinctl/", "/etc/other/") for a in c["args"]]),
     "config-misnamed": lambda pod, c, cm: c.__setitem__(
@@ -809,7 +757,7 @@ def test_namespace_check_fails() -> None:
 MONITORING = KUBE / "monitoring"
 # What the alert rules must watch for (issue 13), by alert name.
 ALERTS = {"PinctlWatcherNotReady", "PinctlWantedImageAtRisk", "PinctlWantedImageDeletedNextGc", "PinctlCriMismatch",
-          "PinctlSyncErrors", "PinctlCriProxyNotReady"}
+          "PinctlSyncErrors", "PinctlCriProxyNotReady", "PinctlConfigReloadFailed"}
 
 
 def monitoring_manifests() -> dict[str, list[dict[str, Any]]]:
@@ -955,6 +903,15 @@ ALERT_TESTS: list[dict[str, Any]] = [
                          {"eval_time": "14m", "alertname": "PinctlCriProxyNotReady",
                           "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
                                                          "instance": "10.0.0.1:9737"}}]}]},
+    # A broken config reloaded at minute 2 and kept (n1): an alert; fixed after 3 minutes (n2): none.
+    {"interval": "1m",
+     "input_series": [{"series": f"pinctl_config_last_reload_successful{{{NODE}}}", "values": "1 1 0x20"},
+                      {"series": 'pinctl_config_last_reload_successful{node="n2", instance="10.0.0.2:9736"}',
+                       "values": "1 1 0x3 1x16"}],
+     "alert_rule_test": [{"eval_time": "6m", "alertname": "PinctlConfigReloadFailed", "exp_alerts": []},
+                         {"eval_time": "8m", "alertname": "PinctlConfigReloadFailed",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9736"}}]}]},
 ]
 
 

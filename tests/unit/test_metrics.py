@@ -145,6 +145,11 @@ def test_results_and_errors_are_counted_by_kind() -> None:
     errors = {labels[0][1]: value for (name, labels), value in got.items() if name == "pinctl_sync_errors_total"}
     assert errors == {"unreachable": 0, "engine": 0, "stream-ended": 0, "write-failed": 1, "changed-under-us": 1,
                       "config-reload": 1}
+    assert got[("pinctl_config_reloads_total", (("result", "failed"),))] == 1
+    assert got[("pinctl_config_reloads_total", (("result", "ok"),))] == 0
+    assert got[("pinctl_config_last_reload_successful", ())] == 0
+    state.reloaded(ok=True)
+    assert samples(metrics.text_of(metrics.watch_families(state)))[("pinctl_config_last_reload_successful", ())] == 1
     assert got[("pinctl_ready", ())] == 1 and got[("pinctl_event_stream_connected", ())] == 1
 
 

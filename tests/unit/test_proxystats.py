@@ -219,7 +219,9 @@ def test_figures_and_their_exposition(proxy: tuple[criproxy.Proxy, FakeNode, Clo
     assert got[("pinctl_cri_proxy_ready", ())] == 1
     assert got[("pinctl_info", (("runtime", "containerd"), ("runtime_version", "1.6.20~ds1"),
                                 ("version", metrics.__version__)))] == 1
-    declared = {spec.name for spec in metrics.METRICS if spec.group == "proxy"}
+    assert got[("pinctl_config_reloads_total", (("result", "ok"),))] == 0
+    assert got[("pinctl_config_last_reload_successful", ())] == 1
+    declared = {spec.name for spec in metrics.METRICS if spec.group in ("proxy", "config")}
     exposed = {name.removesuffix("_total") for name, _labels in got}
     assert {name.removesuffix("_total") for name in declared} <= exposed
 

@@ -57,6 +57,25 @@ def test_default_namespaces_are_the_present_ones() -> None:
         sources.select_namespaces(store, ["nope"])
 
 
+def test_long_running_commands_read_an_absent_namespace_as_empty() -> None:
+    """sync --watch and cri-proxy (absent_ok): a -n or default namespace that does not exist yet
+    is read, and said to be absent; a one-shot command still refuses a -n that does not exist."""
+    store = FakeStore()
+    assert sources._selected(store, ["k8s.io"], absent_ok=True) == (["k8s.io"], ["k8s.io"])
+    assert sources._selected(store, [], absent_ok=True) == (["k8s.io", "moby"], ["k8s.io", "moby"])
+    store.add("moby", "example.test/a:1", "a")
+    assert sources._selected(store, [], absent_ok=True) == (["k8s.io", "moby"], ["k8s.io"])
+    assert sources._selected(store, ["all"], absent_ok=True) == (["moby"], [])
+    assert sources._selected(store, [], absent_ok=False) == (["moby"], [])
+    with pytest.raises(UnknownNamespace):
+        sources._selected(store, ["k8s.io"], absent_ok=False)
+    source = sources.ContainerdSource(store, ["k8s.io", "moby"], [], absent=["k8s.io"])
+    node = sources.Node([source])
+    assert node.absent_namespaces() == ["k8s.io"] and [view.namespace for view in node.views()] == ["k8s.io", "moby"]
+    followed = source.follow()
+    assert store.list_images("k8s.io") == [] and followed is not None and followed.watches("k8s.io")
+
+
 def test_filter_by_glob_id_prefix_and_pinned() -> None:
     store = FakeStore()
     store.add("k8s.io", "example.test/app:1", "a", PIN)

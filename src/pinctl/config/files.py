@@ -103,8 +103,14 @@ def _check_directory(path: str, directory: str, st: os.stat_result, entry: str,
     sshd refuses every group- or world-writable directory. A sticky one owned by root is
     accepted here for root's entries (and absent ones): nobody else can rename or remove
     those, and anything they add is theirs, which is refused in turn. That keeps /tmp usable.
+    So is one owned by root on a read-only mount, where nobody can change an entry.
     """
     if st.st_uid == 0 and not st.st_mode & 0o022:
+        return
+    if st.st_uid == 0 and _read_only(directory):
+        # Through a read-only mount nobody adds, renames or removes an entry (remounting takes
+        # root). A Kubernetes ConfigMap volume is an emptyDir's 0777 directory that the kubelet
+        # mounts read-only into the container.
         return
     if st.st_uid == 0 and st.st_mode & stat.S_ISVTX:
         if entry_st is None or entry_st.st_uid == 0:
@@ -120,6 +126,13 @@ def _check_directory(path: str, directory: str, st: os.stat_result, entry: str,
         f"(owner uid {st.st_uid}, mode {st.st_mode & 0o7777:04o}), who could replace what pinctl reads there",
         f"chown root:root {directory} && chmod go-w {directory}",
     )
+
+
+def _read_only(directory: str) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 class NotRegularFile(Exception):

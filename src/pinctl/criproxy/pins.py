@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -43,6 +44,8 @@ class ProxySetup:
 
     open_node: Callable[[], Node]
     policy: Policy
+    # The paths whose change asks for a reload (watch.configfiles.watched_paths); none: SIGHUP only.
+    config_paths: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class PinnedSet:
         self.ok_reads = 0
         self.last_error = ""
         self._read_ok_at: Optional[float] = None
+        self.reloads: Counter[str] = Counter({"ok": 0, "failed": 0})
+        self.last_reload_ok = True
 
     def current(self) -> Optional[PinnedKeys]:
         """The keys, read again first when stale; None when they cannot be read."""
@@ -174,12 +179,41 @@ class PinnedSet:
                 self._read()
             return self._keys
 
-    def reload(self) -> None:
-        """Read the configuration again (SIGHUP); the next image call reads the images again."""
+    def prepare(self) -> None:
+        """Read the configuration now rather than at the first image call, so that its paths can
+        be polled from the start; if it cannot be read, the first image call tries again."""
         with self._lock:
-            self._setup = None
+            if self._setup is not None:
+                return
+            try:
+                self._setup = self._load()
+            except Exception as err:  # noqa: BLE001 - the first image call reads it again and says why
+                self._log("error", "cannot read the config; trying again at the first image call", error=str(err))
+                return
+        self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
+
+    def config_paths(self) -> Sequence[str]:
+        setup = self._setup
+        return setup.config_paths if setup is not None else ()
+
+    def reload(self) -> bool:
+        """Read the configuration again (SIGHUP, a changed file); the next image call reads the
+        images with it. One that cannot be read is logged and counted, and the one in use stays."""
+        try:
+            setup = self._load()
+        except Exception as err:  # noqa: BLE001 - whatever fails, the policy in use stays
+            self.reloads["failed"] += 1
+            self.last_reload_ok = False
+            self._log("error", "config reload failed, keeping the previous one", error=str(err))
+            return False
+        with self._lock:
+            self._setup = setup
             self._close_node()
             self._read_at = -float("inf")
+        self.reloads["ok"] += 1
+        self.last_reload_ok = True
+        self._log("info", "config reloaded", patterns=len(setup.policy.patterns))
+        return True
 
     def close(self) -> None:
         with self._lock:

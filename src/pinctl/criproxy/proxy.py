@@ -38,6 +38,7 @@ from pinctl.criproxy.stats import (
 )
 from pinctl.errors import PinctlError, UsageError
 from pinctl.model import LogFn
+from pinctl.watch.configfiles import ConfigPoll
 
 if TYPE_CHECKING:
     import grpc
@@ -330,10 +331,13 @@ class Proxy:
         threading.Thread(target=self._do_reload, daemon=True).start()
 
     def _do_reload(self) -> None:
-        self.pins.reload()
-        if self._relay is not None:
+        """SIGHUP's reload, and a changed config file's: the relay then asks for the pins again."""
+        if self.pins.reload() and self._relay is not None:
             self._relay.invalidate()
-        self.log("info", "config reload requested; read at the next image call")
+
+    def _config_changed(self, path: str) -> None:
+        self.log("info", "config changed, reloading", path=path)
+        self._do_reload()
 
     def wait(self) -> None:
         while not self._stop.wait(1.0):
@@ -378,9 +382,14 @@ class Proxy:
 
     def run(self) -> int:
         self.start()
+        poll = ConfigPoll(self.pins.config_paths, self._config_changed)
         try:
             self.install_signal_handlers()
+            # After start: a --listen that cannot be served is the one line said, nothing before it.
+            self.pins.prepare()
+            poll.start()
             self.wait()
         finally:
+            poll.stop()
             self.stop()
         return 0

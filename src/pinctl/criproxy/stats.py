@@ -128,6 +128,8 @@ class ProxyFigures:
     pinned_keys: Optional[dict[str, int]]
     pins_age: Optional[float]
     runtime: Optional[Runtime]
+    config_reloads: dict[str, int]
+    last_reload_ok: bool
 
 
 def relay_stats(counted: dict[str, Any]) -> ProxyStats:
@@ -160,4 +162,6 @@ def proxy_figures(proxy: Proxy, stats: Optional[ProxyStats] = None) -> ProxyFigu
         pinned_keys=None if keys is None else dict(zip(KEY_KINDS, (len(keys.ids), len(keys.names)))),
         pins_age=pins.age(),
         runtime=Runtime(*proxy.runtime) if proxy.runtime else None,
+        config_reloads=dict(pins.reloads),
+        last_reload_ok=pins.last_reload_ok,
     )

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 Kind = Literal["counter", "gauge", "info"]
 # Which figures a metric comes from: the watcher's own counters, the listing, the CRI check, the GC model,
-# cri-proxy's counters.
-Group = Literal["watch", "node", "check", "gc", "info", "proxy"]
+# cri-proxy's counters, and the config reloads that sync --watch and cri-proxy both count.
+Group = Literal["watch", "node", "check", "gc", "info", "proxy", "config"]
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,10 @@ METRICS: tuple[MetricSpec, ...] = (
                ("namespace",)),
     MetricSpec("pinctl_sync_errors_total", "counter", "watch", "What kept the watcher from its job, by kind.",
                ("kind",)),
-    MetricSpec("pinctl_config_reloads_total", "counter", "watch", "Config reloads on SIGHUP, by result.",
-               ("result",)),
+    MetricSpec("pinctl_config_reloads_total", "counter", "config", "Config reloads (on SIGHUP or a changed config "
+               "file), by result; a failed one keeps the config in use.", ("result",)),
+    MetricSpec("pinctl_config_last_reload_successful", "gauge", "config", "0 when the last config reload failed "
+               "(the config in use is an older one), else 1."),
     MetricSpec("pinctl_check_errors_total", "counter", "watch", "Periodic checks that could not read a part "
                "(that part's metrics are then left out).", ("part",)),
     MetricSpec("pinctl_images", "gauge", "node", "Images (distinct image IDs) per namespace, and whether the "
@@ -200,12 +202,17 @@ def watch_families(state: WatchState) -> list[Metric]:
         _family("pinctl_labels_written_total", [((ns,), n) for ns, n in sorted(dict(state.labels_written).items())]),
         _family("pinctl_labels_removed_total", [((ns,), n) for ns, n in sorted(dict(state.labels_removed).items())]),
         _family("pinctl_sync_errors_total", [((kind,), n) for kind, n in dict(state.sync_errors).items()]),
-        _family("pinctl_config_reloads_total", [((result,), n) for result, n in dict(state.reloads).items()]),
+        *config_families(dict(state.reloads), state.last_reload_ok),
     ]
     if state.last_full_sync is not None:
         found.append(_one("pinctl_last_full_sync_timestamp_seconds", state.last_full_sync))
         found.append(_one("pinctl_last_full_sync_age_seconds", max(0.0, state.wall() - state.last_full_sync)))
     return found
+
+
+def config_families(reloads: dict[str, int], last_ok: bool) -> list[Metric]:
+    return [_family("pinctl_config_reloads_total", [((result,), n) for result, n in reloads.items()]),
+            _one("pinctl_config_last_reload_successful", float(last_ok))]
 
 
 def proxy_families(found: ProxyFigures) -> list[Metric]:
@@ -216,6 +223,7 @@ def proxy_families(found: ProxyFigures) -> list[Metric]:
         _family("pinctl_cri_proxy_pin_reads_total", [((result,), n) for result, n in found.pin_reads.items()]),
         _family("pinctl_cri_proxy_passed_through_total", [((why,), n) for why, n in found.passed_through.items()]),
         _one("pinctl_cri_proxy_images_marked_total", found.images_marked),
+        *config_families(found.config_reloads, found.last_reload_ok),
     ]
     if found.pinned_keys is not None:
         keys = found.pinned_keys

@@ -73,6 +73,9 @@ class ContainerdSource:
     namespaces: list[str]
     requested: Sequence[str] = ()
     description: str = ""
+    # Selected namespaces that did not exist when the node was opened, read as empty (open_node's
+    # absent_ok): containerd creates a namespace with its first image.
+    absent: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         self.description = self.description or f"containerd at {self.store.address}"
@@ -183,6 +186,10 @@ class Node:
         """The containerd namespaces read, asking no engine."""
         return [ns for source in self.sources if isinstance(source, ContainerdSource) for ns in source.namespaces]
 
+    def absent_namespaces(self) -> list[str]:
+        """Selected namespaces that did not exist when the node was opened (read as empty)."""
+        return [ns for source in self.sources if isinstance(source, ContainerdSource) for ns in source.absent]
+
     def refusal(self, selector: refs.Selector) -> Optional[str]:
         return next((why for source in self.sources if (why := source.refusal(selector))), None)
 
@@ -214,15 +221,20 @@ class Node:
             source.close()
 
 
-def open_node(cfg: Config, warn: Callable[[str], None]) -> Node:
+def open_node(cfg: Config, warn: Callable[[str], None], absent_ok: bool = False) -> Node:
     """containerd is required unless it was left at its default and Docker answers instead;
-    Docker is read when it answers (or was named) and the namespaces asked for include its own."""
+    Docker is read when it answers (or was named) and the namespaces asked for include its own.
+
+    absent_ok is for the commands that run from a node's first boot on (sync --watch, cri-proxy):
+    a namespace named with -n, or a default one, that does not exist yet is read as empty, since
+    containerd creates a namespace with its first image and they follow it from then on. A one-shot
+    command refuses a -n that does not exist: most likely a typo."""
 
     requested = cfg.settings.namespaces
     store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout, cfg.settings.containerd_config)
     docker = _docker(cfg)
     try:
-        selected = select_namespaces(store, requested)
+        selected, absent = _selected(store, requested, absent_ok)
     except EngineUnreachable:
         if docker is None or not cfg.defaulted("containerd_address"):
             raise
@@ -230,8 +242,17 @@ def open_node(cfg: Config, warn: Callable[[str], None]) -> Node:
         return _with_docker(Node(), cfg, None, docker)
     if not selected and not requested and docker is None:
         warn(f"no k8s.io or moby namespace in containerd at {store.address}; pick one with -n NS or -n all")
-    node = Node([ContainerdSource(store, selected, requested)])
+    node = Node([ContainerdSource(store, selected, requested, absent=absent)])
     return _with_docker(node, cfg, node.sources[0], docker) if docker is not None else node
+
+
+def _selected(store: ImageRecords, requested: Sequence[str], absent_ok: bool) -> tuple[list[str], list[str]]:
+    """The namespaces to read and, with absent_ok, those of them that do not exist yet."""
+    if not absent_ok or ALL_NAMESPACES in requested:
+        return select_namespaces(store, requested), []
+    wanted = list(dict.fromkeys(requested or DEFAULT_NAMESPACES))
+    present = set(store.namespaces())
+    return wanted, [ns for ns in wanted if ns not in present]
 
 
 def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: DockerView) -> Node:
@@ -269,7 +290,8 @@ def _docker_containerd(cfg: Config, main: Optional[Source], docker: DockerView) 
     if not docker.store.containerd:
         return None
     address = cfg.settings.docker_containerd_address
-    selected = main.namespaces if isinstance(main, ContainerdSource) else []
+    # A namespace read as empty because it is absent is not where Docker keeps its images.
+    selected = [ns for ns in main.namespaces if ns not in main.absent] if isinstance(main, ContainerdSource) else []
     if address is None:
         if docker.namespace in selected:
             return None

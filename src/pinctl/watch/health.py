@@ -36,7 +36,7 @@ SYNC_ENGINE: Final = "engine"  # containerd answered with an error
 SYNC_STREAM_ENDED: Final = "stream-ended"  # containerd closed the event stream
 SYNC_WRITE_FAILED: Final = "write-failed"  # one reference's label write failed
 SYNC_CHANGED_UNDER_US: Final = "changed-under-us"  # a record changed while it was written; redone on its event
-SYNC_CONFIG_RELOAD: Final = "config-reload"  # SIGHUP found a broken config; the old one stays
+SYNC_CONFIG_RELOAD: Final = "config-reload"  # a reload found a broken config; the old one stays
 SYNC_ERRORS: tuple[SyncError, ...] = get_args(SyncError)
 
 # What the periodic check could not read, as a closed set.
@@ -75,6 +75,8 @@ class WatchState:
         self.labels_removed: Counter[str] = Counter()
         self.sync_errors: Counter[SyncError] = Counter({kind: 0 for kind in SYNC_ERRORS})
         self.reloads: Counter[str] = Counter({"ok": 0, "failed": 0})
+        # Whether the last reload (SIGHUP or a changed file) worked; True before any.
+        self.last_reload_ok = True
         self.events = 0
         self.reconnects = 0
         self.full_syncs = 0
@@ -126,6 +128,7 @@ class WatchState:
 
     def reloaded(self, ok: bool) -> None:
         self.reloads["ok" if ok else "failed"] += 1
+        self.last_reload_ok = ok
         if not ok:
             self.sync_errors[SYNC_CONFIG_RELOAD] += 1
 

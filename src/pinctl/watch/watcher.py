@@ -3,6 +3,11 @@
 A full sync at start and after every reconnect catches up on whatever happened unseen; in
 between, every image create or update event is synced on its own, within the second. The
 watcher's own label writes come back as update events and are then no-ops, so it never loops.
+
+A namespace that does not exist yet (a fresh node: containerd creates k8s.io with its first
+image) is synced as empty, and its first image arrives as an event like any other. The config is
+read again on SIGHUP and when its files change (configfiles.ConfigPoll); both ask for the same
+reload.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import queue
 import signal
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.backends import ImageEvent
 from pinctl.errors import EngineUnreachable, PinctlError
@@ -27,6 +32,7 @@ from pinctl.model import (
 )
 from pinctl.pins import labels as pin_labels
 from pinctl.pins import plans as pinning
+from pinctl.watch.configfiles import ConfigPoll
 from pinctl.watch.health import SYNC_ENGINE, SYNC_STREAM_ENDED, SYNC_UNREACHABLE, SyncError, WatchState
 
 if TYPE_CHECKING:
@@ -59,6 +65,8 @@ class WatchSetup:
     # What the periodic check of --metrics-address reads besides the node (health.CheckSources).
     open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]
     gc_settings: Callable[[], SourcedGcSettings]
+    # The paths whose change asks for a reload (configfiles.watched_paths); none: SIGHUP only.
+    config_paths: Sequence[str] = ()
 
 
 class Watcher:
@@ -71,6 +79,9 @@ class Watcher:
         self.state = WatchState(self.settings.address)
         self._stop = threading.Event()
         self._reload = threading.Event()
+        # Set with either of them: ends a back-off early, so a reload asked for while containerd
+        # is away is done (and reported) at once, not after the back-off.
+        self._wake = threading.Event()
         self._streams: list[ImageEventStream] = []
         self._delay = BACKOFF_FIRST
 
@@ -83,11 +94,18 @@ class Watcher:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._interrupt()
 
     def request_reload(self) -> None:
+        """Read the config again: on SIGHUP, and when its files change."""
         self._reload.set()
+        self._wake.set()
         self._interrupt()
+
+    def _config_changed(self, path: str) -> None:
+        self.log("info", "config changed, reloading", path=path)
+        self.request_reload()
 
     def _interrupt(self) -> None:
         for stream in list(self._streams):
@@ -97,17 +115,22 @@ class Watcher:
 
     def run(self) -> int:
         self.log("info", "watching", address=self.settings.address, patterns=len(self.settings.policy.patterns))
-        while not self._stop.is_set():
-            try:
-                self._reload_if_asked()
-                self._session()
-            except PinctlError as err:
-                if self._stop.is_set():
-                    break
-                if self._reload.is_set():
-                    self.state.disconnected()
-                    continue  # the stream was cut to reload, not lost
-                self._back_off(err)
+        poll = ConfigPoll(lambda: self.settings.config_paths, self._config_changed)
+        poll.start()
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._reload_if_asked()
+                    self._session()
+                except PinctlError as err:
+                    if self._stop.is_set():
+                        break
+                    if self._reload.is_set():
+                        self.state.disconnected()
+                        continue  # the stream was cut to reload, not lost
+                    self._back_off(err)
+        finally:
+            poll.stop()
         self.state.disconnected()
         self.log("info", "stopped")
         return 0
@@ -116,7 +139,8 @@ class Watcher:
         self.state.lost(err, _error_kind(err))
         what = "containerd unreachable" if isinstance(err, EngineUnreachable) else "cannot sync yet"
         self.log("warning", f"{what}, retrying", error=str(err), retry_in=f"{self._delay:g}s")
-        self._stop.wait(self._delay)
+        self._wake.wait(self._delay)
+        self._wake.clear()
         self.state.turned()
         self._delay = min(self._delay * 2, BACKOFF_MAX)
 
@@ -152,6 +176,7 @@ class Watcher:
         if not self._reload.is_set():
             return
         self._reload.clear()
+        self._wake.clear()
         try:
             self.settings = self.load()
         except PinctlError as err:
@@ -169,7 +194,9 @@ class Watcher:
         self.state.synced([view.namespace for view in views])
         changed = sum(r.action in CHANGES for r in results)
         namespaces = ",".join(dict.fromkeys(view.namespace for view in views)) or "-"
-        self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results))
+        # Synced as empty; their first image comes as an event (a fresh node, a fresh root).
+        absent = {"not_created_yet": ",".join(node.absent_namespaces())} if node.absent_namespaces() else {}
+        self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results), **absent)
 
     def _sync_batch(self, followed: list[Followed], batch: list[SourcedEvent]) -> None:
         latest: dict[tuple[int, str], dict[str, dict[str, str]]] = {}

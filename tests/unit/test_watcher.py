@@ -1,0 +1,99 @@
+"""The watcher's loop without containerd: reloads asked for by SIGHUP or by a changed config file
+take the same path, also while the watcher waits out a back-off. Events and syncs are tested
+against real containerd (tests/integration/test_watch.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from pinctl.errors import ConfigError, EngineUnreachable
+from pinctl.pins.policy import compile_policy
+from pinctl.watch import configfiles
+from pinctl.watch.watcher import Watcher, WatchSetup
+
+
+class Logged:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, level: str, msg: str, **fields: Any) -> None:
+        self.lines.append((msg, fields))
+
+    def count(self, msg: str) -> int:
+        return sum(line == msg for line, _ in self.lines)
+
+    def wait(self, msg: str, count: int = 1, timeout: float = 5.0) -> float:
+        start = time.monotonic()
+        while self.count(msg) < count:
+            assert time.monotonic() - start < timeout, f"no {msg!r}: {self.lines}"
+            time.sleep(0.01)
+        return time.monotonic() - start
+
+
+def unreachable() -> Any:
+    raise EngineUnreachable("no socket at /run/c.sock")
+
+
+def setup_loader(config: Path) -> Callable[[], WatchSetup]:
+    def load() -> WatchSetup:
+        if "broken" in config.read_text():
+            raise ConfigError(f"{config}:1: unknown key 'broken'")
+        return WatchSetup(unreachable, compile_policy([]), "/run/c.sock", unreachable, unreachable,
+                          (str(config),))
+    return load
+
+
+@pytest.fixture
+def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(configfiles, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(configfiles, "SETTLE_SECONDS", 0.01)
+    config = tmp_path / "config.toml"
+    config.write_text("# ok\n")
+    log = Logged()
+    watcher = Watcher(setup_loader(config), log, prune=False)
+    done: list[int] = []
+    thread = threading.Thread(target=lambda: done.append(watcher.run()), daemon=True)
+    thread.start()
+    log.wait("containerd unreachable, retrying")
+    yield watcher, log, config, done
+    watcher.stop()
+    thread.join(5)
+
+
+def test_a_reload_asked_for_during_a_back_off_is_done_at_once(running: Any) -> None:
+    watcher, log, _config, _done = running
+    watcher._delay = 10.0  # as after a few failed attempts
+    log.wait("containerd unreachable, retrying", 2)
+    time.sleep(0.1)
+    watcher.request_reload()
+    assert log.wait("config reloaded") < 1.0, "not after the 10 s back-off"
+
+
+def test_a_changed_file_reloads_and_a_broken_one_is_counted_and_kept(running: Any) -> None:
+    watcher, log, config, _done = running
+    config.write_text("# still ok, but changed\n")
+    log.wait("config reloaded")
+    assert [fields for msg, fields in log.lines if msg == "config changed, reloading"] == [{"path": str(config)}]
+    config.write_text("broken = 1\n")
+    log.wait("config reload failed, keeping the previous one")
+    assert dict(watcher.state.reloads) == {"ok": 1, "failed": 1} and not watcher.state.last_reload_ok
+    assert watcher.state.sync_errors["config-reload"] == 1
+    config.write_text("# fixed\n")
+    log.wait("config reloaded", 2)
+    assert watcher.state.last_reload_ok
+
+
+def test_stop_ends_the_loop_and_the_poll_at_once(running: Any) -> None:
+    watcher, log, _config, done = running
+    started = time.monotonic()
+    watcher.stop()
+    while not done:
+        assert time.monotonic() - started < 1.0
+        time.sleep(0.01)
+    assert done == [0] and log.lines[-1][0] == "stopped"
+    assert not any(t.name == "pinctl-config-poll" for t in threading.enumerate())
