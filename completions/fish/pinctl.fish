@@ -377,7 +377,7 @@ complete -c pinctl -n '__fish_seen_subcommand_from pull' -a '(__fish_pinctl_refs
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l prune -d 'Also unpin references that sync pinned earlier and no pattern covers now'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l allow-empty-policy -d 'Let --prune run with no patterns at all (it then removes every pin sync added)'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l dry-run -d 'Show the plan; change nothing'
-complete -c pinctl -n '__fish_seen_subcommand_from sync' -l watch -d 'Keep running: sync at start and after every reconnect, then each image as it changes'
+complete -c pinctl -n '__fish_seen_subcommand_from sync' -l watch -d 'Keep running: sync at start, after every reconnect and as each image changes'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l log-format -x -a 'text json' -d 'With --watch: one log line per action on stderr, as text or JSON'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l check-interval -x -d 'With --watch --metrics-address: read the images, the CRI and the GC model for the...'
 complete -c pinctl -n '__fish_seen_subcommand_from sync' -l kubelet-config -r -F -d 'With --metrics-address or --pull: the kubelet\'s config file, for its GC thresholds'

@@ -31,7 +31,8 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
     pin label in the namespace the runtime reads, a policy pattern, a Docker config label, the
     sandbox image), so runtimes that ignore the label keep them too. Nothing is ever unpinned.
     The pins are read again at most every 2 seconds, when an image call comes; if they cannot
-    be read, answers pass through unchanged. SIGHUP reloads the config; SIGTERM stops it.
+    be read, answers pass through unchanged. A change to its config files (checked every 2 s)
+    or SIGHUP reloads the config; SIGTERM stops it.
     --metrics-address serves Prometheus metrics, /healthz and /readyz (ready while the pins
     can be read).
     """

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
               help="Let --prune run with no patterns at all (it then removes every pin sync added).")
 @click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")
 @click.option("--watch", is_flag=True,
-              help="Keep running: sync at start and after every reconnect, then each image as it changes. "
-                   "SIGHUP reloads the config; SIGTERM stops it.")
+              help="Keep running: sync at start, after every reconnect and as each image changes. A changed "
+                   "config (checked every 2 s) or SIGHUP reloads it; SIGTERM stops it.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="With --watch: one log line per action on stderr, as text or JSON.")
 @click.option("--check-interval", type=Seconds(0, 86400), default=60.0, metavar="SECONDS",
