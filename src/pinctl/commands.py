@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.model import GcSettings
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
+    from pinctl.imports.watching import DirsSync
     from pinctl.imports.run import ImportItem, ImportReport, ImportRequest
     from pinctl.node.sources import Node
     from pinctl.pins.export import Export
@@ -398,6 +399,8 @@ class WatchRequest:
     prune: bool = False
     allow_empty_policy: bool = False
     kubelet_config: Optional[str] = None
+    # import_dirs' disk budget (--max-usage); None: the kubelet's high threshold minus 5.
+    max_usage: Optional[float] = None
 
 
 def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, warn: Callable[[str], None],
@@ -425,15 +428,31 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
         # Checked again at each reload: a policy file caught empty (truncated, then written) must
         # not prune every pin; the reload fails and the policy in use stays.
         refuse_empty_prune(policy, SyncRequest(request.prune, False, request.allow_empty_policy, cfg.files))
+        runtime = lambda: open_runtime(cfg, lambda note: log("info", note))  # noqa: E731
         return WatchSetup(
-            lambda: open_node(cfg, warn, absent_ok=True), policy,
-            cfg.settings.containerd_address, lambda: open_runtime(cfg, lambda note: log("info", note)),
-            lambda: read_gc_settings(request.kubelet_config), watched_paths(cfg))
+            lambda: open_node(cfg, warn, absent_ok=True), policy, cfg.settings.containerd_address, runtime,
+            lambda: read_gc_settings(request.kubelet_config), watched_paths(cfg), _dirs_sync(cfg, request, runtime))
 
     watcher = Watcher(load, log, request.prune)
     with served(watcher):
         watcher.install_signal_handlers()
         return watcher.run()
+
+
+def _dirs_sync(cfg: Config, request: WatchRequest, runtime: OpenRuntime) -> Optional[DirsSync]:
+    """What the watcher imports at each full sync: import_dirs, with pull's disk budget."""
+    if not cfg.settings.import_dirs:
+        return None
+    from pinctl.gc.kubelet import read_gc_settings
+    from pinctl.imports.watching import DirsSync
+    from pinctl.pull.run import default_max_usage
+
+    s = cfg.settings
+    budget = request.max_usage
+    if budget is None:
+        budget = default_max_usage(read_gc_settings(request.kubelet_config).settings.high_threshold_percent)
+    return DirsSync(tuple(s.import_dirs), tuple(s.namespaces), s.containerd_address, s.timeout, s.containerd_config,
+                    request.prune, budget, runtime)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -148,3 +149,29 @@ def test_a_broken_archive_in_the_directory_is_one_failure_beside_the_good(contai
     actions = {(pathlib.Path(i["archive"]).name, i["action"]) for i in document["imports"]}
     assert actions == {("bad.tar", "failed"), ("good.tar", "imported")}
     assert labels(daemon)["example.test/dir/good:1"][PIN] == "pinned"
+
+
+def test_the_watcher_imports_an_archive_dropped_in_and_unpins_one_removed(
+        containerd17: ContainerdDaemon, tmp_path: pathlib.Path, clean_k8s_io: Callable[..., ContainerdDaemon]) -> None:
+    """sync --watch --prune with import_dirs: an archive dropped into the directory is imported
+    and pinned within seconds, with no restart; removed, its image is unpinned (never deleted)."""
+    from tests.integration.test_watch import watchers
+
+    daemon = clean_k8s_io(containerd17)
+    directory = tmp_path / "images"
+    directory.mkdir()
+    (first,) = write_archive(directory, "base.tar", "watch-base", "example.test/dir/base:1")
+    for start in watchers(tmp_path):
+        policy = f'import_dirs = ["{directory}"]\npinned_images = ["example.test/other/*"]\n'
+        watcher = start(daemon, policy, "--prune", "-n", "k8s.io", "--max-usage", "95")
+        assert labels(daemon)["example.test/dir/base:1"].get(ARCHIVE) == str(directory / "base.tar")
+        began = time.monotonic()
+        write_archive(directory, "late.tar", "watch-late", "example.test/dir/late:1")
+        watcher.wait_log("import imported", timeout=20)
+        assert time.monotonic() - began < 10, "seen within the poll's bound"
+        pinned_by_cri(daemon, {"example.test/dir/base:1": True, "example.test/dir/late:1": True})
+        (directory / "late.tar").unlink()
+        watcher.wait_log("pruned", timeout=20)
+        pinned_by_cri(daemon, {"example.test/dir/base:1": True, "example.test/dir/late:1": False})
+        assert "example.test/dir/late:1" in labels(daemon)  # unpinned, not deleted
+        assert watcher.terminate()[0] == 0

@@ -59,8 +59,8 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
             raise UsageError("--watch and --pull do not go together", "run sync --pull once, then sync --watch")
         if dry_run:
             raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
-        return _watch(ctx, commands.WatchRequest(prune, allow_empty_policy, kubelet_config), log_format,
-                      check_interval)
+        watching = commands.WatchRequest(prune, allow_empty_policy, kubelet_config, options["max_usage"])
+        return _watch(ctx, watching, log_format, check_interval)
     if pull_first:
         return _sync_pull(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
     if cfg.settings.import_dirs:

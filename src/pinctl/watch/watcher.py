@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.backends import ImageEvent
 from pinctl.errors import EngineUnreachable, PinctlError
+from pinctl.imports.watching import DirsSync, is_failure, item_fields
 from pinctl.model import (
     ACTION_CHANGED_UNDER_US,
     ACTION_PINNED,
@@ -67,6 +68,8 @@ class WatchSetup:
     gc_settings: Callable[[], SourcedGcSettings]
     # The paths whose change asks for a reload (configfiles.watched_paths); none: SIGHUP only.
     config_paths: Sequence[str] = ()
+    # import_dirs: their archives imported and pinned at each full sync; None without import_dirs.
+    imports: Optional[DirsSync] = None
 
 
 class Watcher:
@@ -79,6 +82,8 @@ class Watcher:
         self.state = WatchState(self.settings.address)
         self._stop = threading.Event()
         self._reload = threading.Event()
+        # An import directory changed: the session ends and the next one syncs in full, imports first.
+        self._resync = threading.Event()
         # Set with either of them: ends a back-off early, so a reload asked for while containerd
         # is away is done (and reported) at once, not after the back-off.
         self._wake = threading.Event()
@@ -107,6 +112,16 @@ class Watcher:
         self.log("info", "config changed, reloading", path=path)
         self.request_reload()
 
+    def _archives_changed(self, path: str) -> None:
+        self.log("info", "import directory changed, syncing", path=path)
+        self._resync.set()
+        self._wake.set()
+        self._interrupt()
+
+    def _import_paths(self) -> Sequence[str]:
+        imports = self.settings.imports
+        return imports.paths() if imports is not None else ()
+
     def _interrupt(self) -> None:
         for stream in list(self._streams):
             stream.cancel()
@@ -116,7 +131,9 @@ class Watcher:
     def run(self) -> int:
         self.log("info", "watching", address=self.settings.address, patterns=len(self.settings.policy.patterns))
         poll = ConfigPoll(lambda: self.settings.config_paths, self._config_changed)
+        archives = ConfigPoll(self._import_paths, self._archives_changed)
         poll.start()
+        archives.start()
         try:
             while not self._stop.is_set():
                 try:
@@ -125,12 +142,13 @@ class Watcher:
                 except PinctlError as err:
                     if self._stop.is_set():
                         break
-                    if self._reload.is_set():
+                    if self._reload.is_set() or self._resync.is_set():
                         self.state.disconnected()
-                        continue  # the stream was cut to reload, not lost
+                        continue  # the stream was cut to reload or to import, not lost
                     self._back_off(err)
         finally:
             poll.stop()
+            archives.stop()
         self.state.disconnected()
         self.log("info", "stopped")
         return 0
@@ -158,9 +176,10 @@ class Watcher:
             self._streams = [item.store.subscribe_images() for item in followed]
             for index, stream in enumerate(self._streams):
                 threading.Thread(target=_read_into, args=(index, stream, events), daemon=True).start()
+            self._resync.clear()  # a change from here on ends this session and is synced by the next
             self._full_sync(node)
             self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
-            while not (self._stop.is_set() or self._reload.is_set()):
+            while not (self._stop.is_set() or self._reload.is_set() or self._resync.is_set()):
                 batch = _next_batch(events)
                 self.state.turned()
                 self.state.events += len(batch)
@@ -187,6 +206,8 @@ class Watcher:
         self.log("info", "config reloaded", patterns=len(self.settings.policy.patterns))
 
     def _full_sync(self, node: Node) -> None:
+        if self.settings.imports is not None:
+            self._import(node, self.settings.imports)
         views = node.views()
         plan = pinning.make_sync_plan(views, self.settings.policy, self.prune)
         results = pinning.apply_plan(plan, dry_run=False)
@@ -197,6 +218,18 @@ class Watcher:
         # Synced as empty; their first image comes as an event (a fresh node, a fresh root).
         absent = {"not_created_yet": ",".join(node.absent_namespaces())} if node.absent_namespaces() else {}
         self.log("info", "full sync", namespaces=namespaces, changed=changed, covered=len(results), **absent)
+
+    def _import(self, node: Node, imports: DirsSync) -> None:
+        """The directories' archives first, as sync does: the policy's sync then sees their images."""
+        report = imports(node)
+        for item in report.imports:
+            if is_failure(item):
+                self.log("error", "import failed", **item_fields(item))
+            elif item.action != "present" or item.pin == "pinned":
+                self.log("info", f"import {item.action}", **item_fields(item))
+        self._report(report.results)
+        for note in report.notes:
+            self.log("warning", note)
 
     def _sync_batch(self, followed: list[Followed], batch: list[SourcedEvent]) -> None:
         latest: dict[tuple[int, str], dict[str, dict[str, str]]] = {}
