@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pinctl import gcmodel
+from pinctl.gc import estimate as gcestimate
+from pinctl.gc import model as gcmodel
 from tests.harness import cri, images, kubelet, pods
 from tests.harness.kubelet_fixtures import KubeletNode
 
@@ -215,8 +216,8 @@ def test_image_gc_deletes_unused_images_in_order_and_keeps_the_used_and_the_pinn
     assert [entry.tie for entry in plan.deletions] == [True, True, True, False]
     assert {entry.image.id: entry.fate for entry in plan.order}[young.image_id] is gcmodel.Fate.TOO_YOUNG
     # pinctl's own estimate cannot know the kubelet saw was-used in use: it ties it with the others.
-    observed = [gcmodel.ObservedImage(r.image_id, r.size, created_at=first_seen) for r in removed]
-    assert {estimate.image.last_used for estimate in gcmodel.estimate_images(observed, [], now)} == {None}
+    observed = [gcestimate.ObservedImage(r.image_id, r.size, created_at=first_seen) for r in removed]
+    assert {estimate.image.last_used for estimate in gcestimate.estimate_images(observed, [], now)} == {None}
 
 
 @pytest.mark.skipif(
