@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pathlib
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -249,13 +250,52 @@ SEED_LABELLED = "example.test/seed-labelled:1.0"
 SEED_PLAIN = "example.test/seed-plain:1.0"
 
 
+# Docker's runtime here: this host's runc, with the OCI spec's process.oomScoreAdj dropped first.
+# cri-dockerd gives every sandbox -998, and root here lacks CAP_SYS_RESOURCE to lower a score
+# ("can't get final child's PID from pipe"); the containerd harness says restrict_oom_score_adj.
+RUNC_WRAPPER = """#!/bin/sh
+bundle=. prev=
+for arg in "$@"; do
+  case "$prev" in --bundle|-b) bundle=$arg;; esac
+  case "$arg" in --bundle=*) bundle=${arg#--bundle=};; esac
+  prev=$arg
+done
+case " $* " in *" create "*)
+  python3 -c 'import json, sys
+path = sys.argv[1]
+spec = json.load(open(path))
+if spec.get("process", {}).pop("oomScoreAdj", None) is not None:
+    json.dump(spec, open(path, "w"))' "$bundle/config.json";;
+esac
+exec RUNC "$@"
+"""
+
+
 class HostRuncDocker(DockerDaemon):
-    """The harness dockerd, its containers run by this host's runc: the docker-26 engine's own
-    runc (trixie) needs a newer glibc than this machine may have."""
+    """The harness dockerd, its containers run by this host's runc (the docker-26 engine's own,
+    from trixie, needs a newer glibc than this machine may have), through :data:`RUNC_WRAPPER`."""
+
+    def stop(self) -> None:
+        """Containers removed first; then whatever dockerd left mounted below its paths (the
+        host network's ``netns/default`` bind mount once a host-network container ran)."""
+        if self.is_alive():
+            ids = self.docker("ps", "-aq", check=False).stdout.split()
+            if ids:
+                self.docker("rm", "--force", *ids, check=False)
+        exec_root = self.exec_root
+        super().stop()
+        for root in (self.base_dir, exec_root):
+            for point in sorted(pods._mounts_below(root), key=len, reverse=True):
+                pods._unmount(point)
+        if self.base_dir not in exec_root.parents:
+            shutil.rmtree(exec_root, ignore_errors=True)  # a short /tmp dir its stop could not remove
 
     def render_config(self) -> str:
+        wrapper = self.base_dir / "host-runc"
+        wrapper.write_text(RUNC_WRAPPER.replace("RUNC", str(pods.runc_binary())))
+        wrapper.chmod(0o755)
         config = json.loads(super().render_config())
-        config.update({"runtimes": {"host-runc": {"path": str(pods.runc_binary())}}, "default-runtime": "host-runc"})
+        config.update({"runtimes": {"host-runc": {"path": str(wrapper)}}, "default-runtime": "host-runc"})
         return json.dumps(config, indent=2) + "\n"
 
 
@@ -363,7 +403,25 @@ def periodic(kubelet_binary: kubelet_build.KubeletBuild,
     outcomes = run_all(scenarios, tmp_path_factory.mktemp("periodic"), kubelet_binary)
     print(f"periodic GC scenarios: {time.monotonic() - began:.0f}s in all; "
           + ", ".join(f"{name} {outcome.seconds:.0f}s" for name, outcome in outcomes.items()))
+    for outcome in outcomes.values():
+        if outcome.run is not None:
+            print(summary(outcome.run))
     yield outcomes
+
+
+def summary(run: SecondRun) -> str:
+    """One scenario in a line: what the kubelet deleted and what gc plan said (ties bracketed)."""
+    def name(image_id: str) -> str:
+        entry = next((e for e in run.plan["order"] if e["id"] == image_id), None)
+        return (entry["refs"] or [image_id[:19]])[0].removeprefix("example.test/") if entry else image_id[:19]
+
+    planned = sorted((e for e in run.plan["order"] if e["deleted"]), key=lambda e: e["running_total"])
+    said = " ".join(f"{'~' if e['tie'] else ''}{name(e['id'])}" for e in planned)
+    return (f"{run.name}: second run {(run.run_at - run.first_run_at).total_seconds():.1f}s after the first, "
+            f"{run.outcome}; kubelet usage={run.usage} amountToFree={run.amount_to_free} deleted "
+            f"[{' '.join(name(i) for i in run.removed_ids)}]; gc plan usage={run.plan['usage_percent']} "
+            f"amount_to_free={run.plan['amount_to_free']} outcome={run.plan['outcome']} deletes [{said}] "
+            f"exit {run.plan_code}")
 
 
 def agreed(run: SecondRun) -> None:
