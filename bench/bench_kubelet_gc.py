@@ -86,8 +86,9 @@ def wait_running(address: str, count: int, timeout: float = 300.0) -> None:
         time.sleep(1)
 
 
-def kubelet_passes(made: kubelet.Kubelet, fs: kubelet.LoopFs, count: int) -> list[float]:
-    """Seconds each DeleteUnusedImages pass took, as its log times it, for ``count`` passes."""
+def kubelet_passes(made: kubelet.Kubelet, fs: kubelet.LoopFs, count: int) -> list[tuple[float, int]]:
+    """Seconds each DeleteUnusedImages pass took, as its log times it, and how many images its
+    walk looked at, for ``count`` passes."""
     since = len(made.log_text())
     fill(fs.path / "filler", fs.available - 100 * 1024 * 1024)
     deadline = time.monotonic() + 20 * (count + 2)
@@ -101,7 +102,8 @@ def kubelet_passes(made: kubelet.Kubelet, fs: kubelet.LoopFs, count: int) -> lis
     for first, following in zip(starts, starts[1:]):
         walk = [match for match in WALK_LINE.finditer(text, first.end(), following.start())]
         if walk:
-            spans.append((made.line_time(walk[-1]) - made.line_time(first)) / datetime.timedelta(seconds=1))
+            seconds = (made.line_time(walk[-1]) - made.line_time(first)) / datetime.timedelta(seconds=1)
+            spans.append((seconds, len(walk)))
     (fs.path / "filler").unlink()
     return spans[:count]
 
@@ -120,12 +122,16 @@ def main() -> int:
         table = median_time(plan, opts.repeat, env)
         as_json = median_time([*plan, "-o", "json"], opts.repeat, env)
         passes = kubelet_passes(made, fs, opts.repeat)
+        floor = median_time([PINCTL, "--version"], opts.repeat)
     what = f"{opts.images} images, {opts.containers} containers"
     print("| what | time |\n| --- | --- |")
     print(f"| pinctl gc plan, {what} | {table * 1000:.0f} ms |")
     print(f"| pinctl gc plan -o json, {what} | {as_json * 1000:.0f} ms |")
-    print(f"| kubelet v1.37.2 DeleteUnusedImages pass (detect, order, walk; -v=5), {what} | "
-          f"{statistics.median(passes) * 1000:.0f} ms (passes: {', '.join(f'{p * 1000:.0f}' for p in passes)}) |")
+    print(f"| pinctl --version (the interpreter and imports: the floor of any pinctl command) | {floor * 1000:.0f} ms |")
+    walked = sorted({count for _, count in passes})
+    print(f"| kubelet v1.37.2 DeleteUnusedImages pass (detect, order, walk of {'/'.join(map(str, walked))} images; "
+          f"-v=5), {what} | {statistics.median(s for s, _ in passes) * 1000:.0f} ms "
+          f"(passes: {', '.join(f'{s * 1000:.0f}' for s, _ in passes)}) |")
     return 0
 
 

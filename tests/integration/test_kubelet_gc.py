@@ -421,7 +421,7 @@ def summary(run: SecondRun) -> str:
             f"{run.outcome}; kubelet usage={run.usage} amountToFree={run.amount_to_free} deleted "
             f"[{' '.join(name(i) for i in run.removed_ids)}]; gc plan usage={run.plan['usage_percent']} "
             f"amount_to_free={run.plan['amount_to_free']} outcome={run.plan['outcome']} deletes [{said}] "
-            f"exit {run.plan_code}")
+            f"exit {run.plan_code}" + (f"; the run's error: {run.error}" if run.error else ""))
 
 
 def agreed(run: SecondRun) -> None:
