@@ -117,16 +117,27 @@ class StaticPod:
     image: str
     command: tuple[str, ...] = ("/bin/busybox", "sleep", "3600")
     container: str = "main"
+    # "Never" with a command that ends leaves an exited container the pod keeps.
+    restart_policy: str = "Always"
+    # ImageVolume: images mounted read-only at /volumes/<index> (reference, pull policy Never).
+    image_volumes: tuple[str, ...] = ()
 
     def manifest(self) -> dict[str, object]:
-        container = {
+        container: dict[str, object] = {
             "name": self.container,
             "image": self.image,
             "command": list(self.command),
             # Nothing can be pulled here: the image is imported before the pod is written.
             "imagePullPolicy": "Never",
         }
-        spec = {"hostNetwork": True, "containers": [container], "terminationGracePeriodSeconds": 0}
+        spec: dict[str, object] = {"hostNetwork": True, "containers": [container], "terminationGracePeriodSeconds": 0,
+                                   "restartPolicy": self.restart_policy}
+        if self.image_volumes:
+            names = [f"image-{index}" for index in range(len(self.image_volumes))]
+            spec["volumes"] = [{"name": name, "image": {"reference": ref, "pullPolicy": "Never"}}
+                               for name, ref in zip(names, self.image_volumes)]
+            container["volumeMounts"] = [{"name": name, "mountPath": f"/volumes/{index}"}
+                                         for index, name in enumerate(names)]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.name, "namespace": "default"}, "spec": spec}
 
 

@@ -7,6 +7,8 @@ filesystem's statfs and the kubelet's own log (level 5), never from pinctl.
 The GC scenario makes the kubelet's image GC run within seconds, not at its 5-minute period:
 filling the imagefs below the eviction threshold makes the eviction manager (every 10 s) call
 ``DeleteUnusedImages``, which walks the same eviction order as the periodic GC with no byte limit.
+The periodic GC itself, against ``pinctl gc plan``, is in test_kubelet_gc.py (its scenarios
+share one 5-minute wait).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pinctl.gc import estimate
+from pinctl.gc import estimate as gcestimate
 from pinctl.gc import model as gcmodel
 from tests.harness import cri, images, kubelet, pods
 from tests.harness.kubelet_fixtures import KubeletNode
@@ -39,15 +41,7 @@ EVICTION_WAIT_S = 30.0
 EVICTION_THRESHOLD = 40 * MIB
 # How far below the threshold the filler leaves the imagefs: less than the unused images free.
 PRESSURE_MARGIN = 4 * MIB
-# The periodic GC test: opt in, it waits for ImageGCPeriod (5 minutes, a constant).
-PERIODIC_GC_VARIABLE = "PINCTL_KUBELET_PERIODIC_GC"
-PERIODIC_HIGH, PERIODIC_LOW = 60, 50
-IMAGE_GC_PERIOD_S = 300
-FILL_AHEAD_S = 40
-PERIODIC_OVER = (
-    r'"Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low '
-    r'threshold" usage=(?P<usage>\d+) highThreshold=\d+ amountToFree=(?P<amount>-?\d+)'
-)
+
 
 
 def _running_container(node: KubeletNode, sandbox_name: str, timeout: float = POD_TIMEOUT_S) -> pods.CriContainer:
@@ -216,64 +210,8 @@ def test_image_gc_deletes_unused_images_in_order_and_keeps_the_used_and_the_pinn
     assert [entry.tie for entry in plan.deletions] == [True, True, True, False]
     assert {entry.image.id: entry.fate for entry in plan.order}[young.image_id] is gcmodel.Fate.TOO_YOUNG
     # pinctl's own estimate cannot know the kubelet saw was-used in use: it ties it with the others.
-    observed = [estimate.ObservedImage(r.image_id, r.size, created_at=first_seen) for r in removed]
-    assert {estimate.image.last_used for estimate in estimate.estimate_images(observed, [], now)} == {None}
-
-
-@pytest.mark.skipif(
-    os.environ.get(PERIODIC_GC_VARIABLE) != "1",
-    reason=f"waits 5 minutes for the kubelet's image GC period (set {PERIODIC_GC_VARIABLE}=1)",
-)
-def test_the_periodic_image_gc_frees_down_to_the_low_threshold_and_stops(
-    kubelet_node: KubeletNode, record_property: Callable[[str, object], None]
-) -> None:
-    began = time.monotonic()
-    scenario = _scenario(kubelet_node)
-    made = kubelet_node.new_kubelet(
-        gc=kubelet.GcPolicy(PERIODIC_HIGH, PERIODIC_LOW, min_age=f"{MIN_AGE_S}s"), eviction_hard={}
-    )
-    first_seen = _start(kubelet_node, made, scenario)
-    first_run = made.line_time(made.wait_for_log(r"Image garbage collection (failed once|succeeded)"))
-    # Fill so that amountToFree lies between "all unused but the smallest" and "all unused": the
-    # walk must delete every never-used image and stop before was-used, whatever order the tie
-    # takes. Set late, once containerd has long removed the harness pod's snapshots, and early
-    # enough for the kubelet's cadvisor (whose cached statfs figures it reads) to see it.
-    _sleep_until(first_run + datetime.timedelta(seconds=IMAGE_GC_PERIOD_S - FILL_AHEAD_S))
-    sizes = [info.size for info in scenario.unused]
-    capacity = kubelet_node.fs.capacity
-    wanted_available = capacity * (100 - PERIODIC_LOW) // 100 - (sum(sizes) - min(sizes) // 2)
-    _fill(kubelet_node.fs.path / "filler", kubelet_node.fs.available - wanted_available)
-    assert _usage(kubelet_node) >= PERIODIC_HIGH
-    before = len(made.log_text())
-
-    over = made.wait_for_log(PERIODIC_OVER, FILL_AHEAD_S + 30, since=before)
-    removed = made.wait_for_removals(3, 30, since=before)
-    made.wait_for_log('"Image garbage collection succeeded"', 30, since=over.end())
-    seconds = time.monotonic() - began
-    record_property("kubelet_periodic_gc_s", round(seconds, 1))
-    print(f"periodic GC {made.line_time(over) - first_run} after its first run; {seconds:.0f}s in all; "
-          f"usage {over['usage']}%, amountToFree {over['amount']}; removed {[(r.image_id[:19], r.size) for r in removed]}")
-
-    assert {(r.image_id, r.size) for r in removed} == {(info.image_id, info.size) for info in scenario.unused}
-    assert len(made.removals(before)) == 3
-    left = {image.id for image in cri.list_images(kubelet_node.address)}
-    assert left == {scenario.sleeper.image_id, scenario.was_used.image_id, scenario.pinned.image_id, _pause_id(kubelet_node)}
-
-    # The model, given the statfs figures the kubelet read (from its own amountToFree), agrees.
-    amount = int(over["amount"])
-    available = capacity * (100 - PERIODIC_LOW) // 100 - amount
-    now = made.line_time(over)
-    was_used_at = made.last_used(scenario.was_used.image_id, over.start())
-    assert was_used_at is not None
-    settings = gcmodel.GcSettings(PERIODIC_HIGH, PERIODIC_LOW, datetime.timedelta(seconds=MIN_AGE_S))
-    plan = gcmodel.plan_gc(
-        scenario.records(first_seen, now, was_used_at), [_sleeper_container(scenario)], settings,
-        gcmodel.ImageFs(capacity, available), now,
-    )
-    assert (plan.usage_percent, plan.amount_to_free, plan.outcome) == (int(over["usage"]), amount, gcmodel.Outcome.FREED_ENOUGH)
-    assert {entry.image.id for entry in plan.deletions} == {r.image_id for r in removed}
-    fates = {entry.image.id: entry.fate for entry in plan.order}
-    assert fates[scenario.was_used.image_id] is gcmodel.Fate.NOT_REACHED
+    observed = [gcestimate.ObservedImage(r.image_id, r.size, created_at=first_seen) for r in removed]
+    assert {estimate.image.last_used for estimate in gcestimate.estimate_images(observed, [], now)} == {None}
 
 
 def _sleeper_container(scenario: Scenario) -> gcmodel.GcContainer:

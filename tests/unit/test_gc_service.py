@@ -78,6 +78,23 @@ def test_prune_plan_keeps_what_must_stay_and_deletes_in_the_kubelets_order() -> 
     assert "pinned by the runtime" in kept[images[4].id]
 
 
+def test_an_image_mounted_as_a_volume_is_kept_by_gc_plan_and_prune() -> None:
+    images, containers = node_images()
+    # Mounted by ID (what the kubelet sets) and by tag (a CRI client may): prune keeps both,
+    # gc plan protects the one the kubelet protects.
+    containers = [*containers, ObservedContainer("c2", images[1].id, "running", name="reader",
+                                                 image_mounts=(images[0].id, images[5].refs[0]))]
+    domain = FakeDomain(images, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    assert plan.delete == []
+    kept = {i.id: why for i, why in plan.kept}
+    assert "in use by reader" in kept[images[0].id] and "named by a container" in kept[images[5].id]
+    sourced = SourcedGcSettings(GcSettings(), {})
+    report = gc.gc_plan(domain, [], sourced, NOW)
+    assert [e.image.id for e in report.plan.deletions] == [images[5].id]
+    assert {p.image.id: [c.name for c in p.containers] for p in report.plan.protected}[images[0].id] == ["reader"]
+
+
 def test_until_usage_stops_once_reached() -> None:
     images, containers = node_images()
     domain = FakeDomain(images, containers, used_percent=90)

@@ -24,6 +24,7 @@ from pinctl.gc.model import (
     ImageFs,
     Outcome,
     Protection,
+    format_size,
     plan_gc,
 )
 
@@ -169,8 +170,21 @@ def test_shortfall_deletes_what_it_can_and_says_so_as_the_kubelet_does() -> None
     plan = run([img("a", 300), img("busy", 5000), img("young", 5000, age=MINUTE)],
                (GcContainer("c1", "busy"),), fs=fs_used(95))
     assert deleted(plan) == ["a"] and plan.outcome is Outcome.SHORTFALL and not plan.enough
-    assert plan.kubelet_message == SHORTFALL_MESSAGE.format(amount=1500, freed=300)
-    assert plan.kubelet_message.startswith("Failed to garbage collect required amount of images.")
+    # Word for word what kubelet 1.35+ says (1.37.2 logged it in the tests): usage, formatSize.
+    assert plan.kubelet_message == (
+        "Insufficient free disk space on the node's image filesystem (95% of 9.8 KiB used). Failed to free "
+        "sufficient space by deleting unused images (freed 300 bytes). Investigate disk usage, as it could be "
+        "used by active images, logs, volumes, or other data.")
+    assert plan.kubelet_message == SHORTFALL_MESSAGE.format(usage=95, capacity="9.8 KiB", freed=300)
+
+
+@pytest.mark.parametrize(("size", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (192 * 1024 * 1024, "192.0 MiB"),
+    (1024**3 - 1, "1024.0 MiB"), (3 * 1024**3 // 2, "1.5 GiB"), (5 * 1024**4, "5.0 TiB"), (2048 * 1024**4, "2048.0 TiB"),
+])
+def test_sizes_in_the_shortfall_message_are_written_as_the_kubelet_writes_them(size: int, text: str) -> None:
+    # Go's %.1f of the float, as the kubelet's formatSize: 1024**3 - 1 bytes is still "MiB".
+    assert format_size(size) == text
 
 
 def test_zero_capacity_stops_the_threshold_step_but_not_the_age_step() -> None:
@@ -231,6 +245,23 @@ def test_a_container_naming_its_image_by_tag_protects_nothing() -> None:
     plan = run([img("app", refs=("example.test/app:1",))], (container, gone), fs=fs_used(100))
     assert deleted(plan) == ["app"]
     assert [(u.container.id, u.ref_of) for u in plan.unmatched_containers] == [("c1", "app"), ("c2", None)]
+
+
+@pytest.mark.parametrize("state", ["created", "running", "exited"])
+def test_an_image_a_container_mounts_as_a_volume_is_in_use(state: ContainerState) -> None:
+    # ImageVolume (kubelet 1.35+): handleImageVolumes adds every Mount.image that is an image id.
+    container = GcContainer("c1", "app", state, image_mounts=("data", "sha256:gone"))
+    plan = run([img("app"), img("data"), img("free")], (container,), fs=fs_used(100))
+    assert deleted(plan) == ["free"]
+    assert reasons(plan) == {"app": (Protection.IN_USE,), "data": (Protection.IN_USE,)}
+    assert {p.image.id: p.containers for p in plan.protected}["data"] == (container,)
+    assert plan.unmatched_containers == ()
+
+
+def test_a_mount_naming_an_image_by_tag_protects_nothing_in_the_kubelet() -> None:
+    container = GcContainer("c1", "app", image_mounts=("example.test/data:1",))
+    plan = run([img("app"), img("data", refs=("example.test/data:1",))], (container,), fs=fs_used(100))
+    assert deleted(plan) == ["data"]
 
 
 def test_pinned_images_are_never_deleted() -> None:
@@ -388,9 +419,53 @@ def test_estimate_from_what_the_runtime_shows() -> None:
     assert (found["used"].image.first_detected, found["used"].first_detected_source) == (started, TimeSource.KUBELET_START)
     assert (found["idle"].image.last_used, found["idle"].last_used_source) == (None, TimeSource.UNKNOWN)
     assert (found["seen"].image.last_used, found["seen"].last_used_source) == (NOW - 3 * MINUTE, TimeSource.HISTORY)
-    assert (found["seen"].image.first_detected, found["seen"].first_detected_source) == (NOW - 10 * MINUTE, TimeSource.IMAGE_CREATED)
+    # Created 20 minutes after the kubelet started: its pass at start + 20m saw it.
+    assert (found["seen"].image.first_detected, found["seen"].first_detected_source) == (NOW - 10 * MINUTE, TimeSource.DETECTION_PASS)
     assert (found["unknown"].image.first_detected, found["unknown"].first_detected_source) == (NOW, TimeSource.NOW)
     assert found["unknown"].image.pinned and found["used"].image.refs == ("example.test/used:1",)
+
+
+def test_without_the_kubelets_start_the_record_time_stands_in() -> None:
+    (found,) = estimate_images([ObservedImage("a", 1, created_at=NOW - 7 * MINUTE)], [], NOW)
+    assert (found.image.first_detected, found.first_detected_source) == (NOW - 7 * MINUTE, TimeSource.IMAGE_CREATED)
+
+
+def test_an_image_is_first_detected_at_the_kubelets_next_pass_after_it_arrived() -> None:
+    started = NOW - 12 * MINUTE  # passes at start, +5m, +10m; the next at NOW + 3m
+    observed = [
+        ObservedImage("before", 1, created_at=started - HOUR),
+        ObservedImage("at-start", 1, created_at=started),
+        ObservedImage("early", 1, created_at=started + timedelta(seconds=1)),
+        ObservedImage("on-the-pass", 1, created_at=started + 5 * MINUTE),
+        ObservedImage("also-early", 1, created_at=started + 4 * MINUTE),
+        ObservedImage("late", 1, created_at=started + 11 * MINUTE),
+    ]
+    found = {e.image.id: (e.image.first_detected, e.first_detected_source)
+             for e in estimate_images(observed, [], NOW, kubelet_started=started)}
+    assert found == {
+        "before": (started, TimeSource.KUBELET_START),
+        "at-start": (started, TimeSource.KUBELET_START),
+        "early": (started + 5 * MINUTE, TimeSource.DETECTION_PASS),
+        "on-the-pass": (started + 5 * MINUTE, TimeSource.DETECTION_PASS),
+        "also-early": (started + 5 * MINUTE, TimeSource.DETECTION_PASS),
+        # No pass has seen it: the run itself is its first detection.
+        "late": (NOW, TimeSource.NOT_DETECTED),
+    }
+
+
+def test_images_one_pass_saw_first_tie_and_the_minimum_age_counts_from_the_pass() -> None:
+    # "late" arrived 7 minutes ago, past the minimum age, but the pass that saw it was 2 minutes ago.
+    started = NOW - 12 * MINUTE
+    observed = [ObservedImage(name, 1, created_at=started + offset) for name, offset in
+                (("old-a", -HOUR), ("old-b", -2 * HOUR), ("mid-a", 2 * MINUTE), ("mid-b", 4 * MINUTE),
+                 ("late", 5 * MINUTE + timedelta(seconds=1)))]
+    images = [e.image for e in estimate_images(observed, [], NOW, kubelet_started=started)]
+    plan = run(images, gc=GcSettings(min_age=4 * MINUTE), fs=fs_used(100), kubelet_started=started)
+    order = [(e.image.id, e.fate, e.tie) for e in plan.order]
+    assert order == [("old-a", Fate.DELETED_SPACE, True), ("old-b", Fate.DELETED_SPACE, True),
+                     ("mid-a", Fate.DELETED_SPACE, True), ("mid-b", Fate.DELETED_SPACE, True),
+                     ("late", Fate.TOO_YOUNG, False)]
+    assert [e.image.first_detected for e in plan.order][1:3] == [started, started + 5 * MINUTE]
 
 
 def test_estimates_feed_the_model() -> None:

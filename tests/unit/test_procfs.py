@@ -31,6 +31,21 @@ def test_this_process_is_found_and_started_before_now() -> None:
     assert procfs.socket_owner("/nonexistent/pinctl-test.sock") is None
 
 
+def test_a_start_time_is_read_to_the_clock_tick_not_the_second() -> None:
+    # btime alone is whole seconds: gc plan compares the kubelet's start with image records.
+    import subprocess
+    import time
+
+    before = time.time()
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        started = procfs.started_at(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert started is not None and abs(started.timestamp() - before) < 0.1
+
+
 @pytest.mark.parametrize(("text", "version"), [
     ("cri-dockerd 0.4.3 (4b5e6fd)\n", "0.4.3"),
     ("cri-dockerd v0.4.10 (HEAD)", "0.4.10"),

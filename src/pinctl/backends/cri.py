@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 from pinctl.backends import _grpc
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
@@ -60,6 +60,9 @@ class CriContainer:
     created_at: Optional[float]
     started_at: Optional[float] = None
     finished_at: Optional[float] = None
+    # Images it mounts as volumes (ContainerStatus mounts with an image): the kubelet's GC
+    # counts them as in use. Empty when no status was read.
+    image_mounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,13 +122,15 @@ class CriRuntime:
         reply = self._call("ImageServiceStub", "ImageStatus", request)
         return _image(reply.image) if reply.HasField("image") and reply.image.id else None
 
-    def list_containers(self, statuses: bool = True) -> list[CriContainer]:
+    def list_containers(self, statuses: bool = True, *, skip_status: Collection[str] = ()) -> list[CriContainer]:
         """Every container in any state: what the kubelet's image GC counts as users of an image.
-        With statuses, also their start and finish times (one status call each, all in flight)."""
+        With statuses, also their start and finish times and image mounts (one status call each,
+        all in flight), except for the containers in skip_status (already known to the caller)."""
         from pinctl.proto import cri_pb2
 
         listed = self._call("RuntimeServiceStub", "ListContainers", cri_pb2.ListContainersRequest()).containers
-        found = self._container_statuses([item.id for item in listed]) if statuses else {}
+        wanted = [item.id for item in listed if item.id not in skip_status]
+        found = self._container_statuses(wanted) if statuses else {}
         return [_container(item, found.get(item.id)) for item in listed]
 
     def _container_statuses(self, ids: Sequence[str]) -> dict[str, Any]:
@@ -224,7 +229,14 @@ def _container(item: Any, status: Any) -> CriContainer:
         created_at=_seconds(int(item.created_at)),
         started_at=started,
         finished_at=finished,
+        image_mounts=_image_mounts(status),
     )
+
+
+def _image_mounts(status: Any) -> tuple[str, ...]:
+    if status is None:
+        return ()
+    return tuple(dict.fromkeys(m.image.image for m in status.mounts if m.HasField("image") and m.image.image))
 
 
 def _image(img: Any) -> CriImage:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 from datetime import datetime, timezone
 from typing import Iterator, Optional, Sequence
 
@@ -67,16 +68,21 @@ def program(pid: int) -> str:
 
 
 def started_at(pid: int) -> Optional[datetime]:
-    """When the process started, from its stat line and the boot time."""
+    """When the process started, from its stat line (clock ticks since boot) and the uptime.
+
+    Not /proc/stat's btime: it is whole seconds, truncated, so a start time from it can be up to
+    a second early, and the GC estimate compares it with image records made moments before.
+    """
     try:
-        with open(f"{PROC}/stat", encoding="ascii") as handle:
-            boot = float(next(line.split()[1] for line in handle if line.startswith("btime ")))
+        with open(f"{PROC}/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        now = time.time()
         with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as handle:
             stat = handle.read()
-    except (OSError, StopIteration, ValueError):
+    except (OSError, IndexError, ValueError):
         return None
     fields = stat[stat.rfind(")") + 2:].split()
-    return datetime.fromtimestamp(boot + int(fields[19]) / os.sysconf("SC_CLK_TCK"), timezone.utc)
+    return datetime.fromtimestamp(now - uptime + int(fields[19]) / os.sysconf("SC_CLK_TCK"), timezone.utc)
 
 
 def stat_name(pid: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Optional
 
@@ -19,12 +19,16 @@ container use the image, but no runtime keeps that once the container is removed
 them as not used since the kubelet started, which is the kubelet's own view after a restart.
 The kubelet may therefore place an image it saw in use recently later in its order than pinctl
 does, and keep it past a maximum age that pinctl says it exceeds.
-First detected: the runtime's image record creation time. The kubelet notices an image at its
-next detection pass (every 5 minutes, and at each GC run), so its time can be up to 5 minutes
-later and an image pinctl finds just past the minimum age may still be too young for it. After a
-kubelet restart every image's first-detected time becomes the restart time, so the real GC is
-more conservative about the minimum age than the image's creation time suggests; pass the
-kubelet's start time and pinctl does the same.
+First detected: the kubelet notices an image at a detection pass, not when it arrives. Its
+passes run when it starts and every 5 minutes after (two loops: image detection and the GC run
+itself), and at each eviction under disk pressure. With the kubelet's start time known, an image
+that was there before gets the start time (all of them tie: the kubelet's first pass sees them
+together), and a later one the first 5-minute pass after its record was created; one no pass
+has seen yet is first detected by the GC run itself, so it is below any minimum age at that run. Without the
+start time, the record's creation time. A pass under disk pressure, or the drift of the
+kubelet's loops (each period starts when the previous pass ends), can make the kubelet's time
+earlier than pinctl's by up to one period: pinctl then keeps an image the kubelet may delete,
+never the other way round.
 Sizes and disk: the kubelet counts the CRI size (compressed content), not unpacked snapshots or
 layers shared with other images, so the space a deletion frees on disk differs from its size."""
 
@@ -37,7 +41,14 @@ class TimeSource(str, Enum):
     UNKNOWN = "unknown"  # last used: never seen in use; the kubelet's zero time after a restart
     IMAGE_CREATED = "image_created"  # first detected: the runtime's image record creation time
     KUBELET_START = "kubelet_start"  # first detected: the kubelet started after the image appeared
+    DETECTION_PASS = "detection_pass"  # first detected: the kubelet's first 5-minute pass after it appeared
+    NOT_DETECTED = "not_detected"  # first detected: by the run itself (no pass since it appeared)
     NOW = "now"  # first detected: no creation time known; treated as just appeared
+
+
+# The kubelet's image detection loop (``realImageGCManager.Start``) and its GC loop
+# (``ImageGCPeriod``): both run at its start and then every 5 minutes, constants in its code.
+DETECTION_PERIOD = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,8 @@ class ObservedContainer(GcContainer):
     finished_at: Optional[datetime] = None
 
     def as_gc_container(self) -> GcContainer:
-        return GcContainer(self.id, self.image_ref, self.state, self.image_id, self.image, self.name, self.pod)
+        return GcContainer(self.id, self.image_ref, self.state, self.image_id, self.image, self.name, self.pod,
+                           self.image_mounts)
 
     @property
     def last_activity(self) -> Optional[datetime]:
@@ -121,6 +133,13 @@ def _first_detected(
 ) -> tuple[datetime, TimeSource]:
     if image.created_at is None:
         return now, TimeSource.NOW
-    if kubelet_started is not None and kubelet_started > image.created_at:
+    if kubelet_started is None:
+        return image.created_at, TimeSource.IMAGE_CREATED
+    if kubelet_started >= image.created_at:
         return kubelet_started, TimeSource.KUBELET_START
-    return image.created_at, TimeSource.IMAGE_CREATED
+    # The first pass at or after the record's creation: start + k periods.
+    periods = -((kubelet_started - image.created_at) // DETECTION_PERIOD)
+    detected = kubelet_started + periods * DETECTION_PERIOD
+    if detected > now:
+        return now, TimeSource.NOT_DETECTED
+    return detected, TimeSource.DETECTION_PASS

@@ -2,39 +2,22 @@
 
 No I/O, no clock: the caller passes the runtime's images and containers, the settings, the image
 filesystem's figures and ``now``. Read from the kubelet's ``pkg/kubelet/images/image_gc_manager.go``
-(Kubernetes 1.30 to 1.34; functions named below), ``pkg/kubelet/kubelet.go``
-(``StartGarbageCollection``) and the v1beta1 config defaults and validation.
+(Kubernetes 1.30 to 1.37; functions named below), ``pkg/kubelet/kubelet.go``
+(``StartGarbageCollection``) and the v1beta1 config defaults and validation; docs/gc-model.md
+says each step and what a real kubelet 1.37 did in the tests.
 
-What the kubelet does every 5 minutes (``GarbageCollect``):
-
-1. ``imagesInEvictionOrder`` runs ``detectImages``: it lists the runtime's images and every
-   container of every pod in ANY state (created, running, exited, unknown); an image is in use when
-   a container's image id (``Container.image_id``, else ``Container.image_ref``) equals the image's
-   id. It remembers per image ``firstDetected`` (the first detection pass that saw it; since the
-   kubelet's start it is at least the start time) and ``lastUsed`` (set to now on every pass that
-   finds it in use; the zero time when never seen in use since the kubelet started). Images in
-   use and images the runtime reports ``pinned`` are left out; the rest are sorted by lastUsed,
-   ties by firstDetected, oldest first (``byLastUsedAndDetected``; Go's unstable sort, so images
-   equal on both come in no defined order).
-2. ``freeOldImages`` (only when ``imageMaximumGCAge`` is set and the kubelet has run longer than
-   it) deletes every image in that list whose lastUsed is more than the maximum age ago, whatever
-   the disk usage and regardless of the minimum age. An image never used since the kubelet
-   started counts as used at the zero time, so it is always past the maximum age.
-3. The image filesystem's capacity and available bytes (statfs of the filesystem under the CRI's
-   ``ImageFsInfo`` mount point; available is clamped to capacity). Capacity 0 is an error and
-   stops here. ``usage = 100 - available*100 // capacity`` (integer division). When
-   ``usage >= imageGCHighThresholdPercent``: ``amountToFree = capacity*(100 - low) // 100 -
-   available`` and ``freeSpace`` walks the remaining list in order, skipping images used at the
-   GC time and images younger than ``imageMinimumGCAge`` (by firstDetected), deleting the rest
-   and stopping right after the deletion that makes the freed total (the CRI sizes) reach the
-   amount. Freeing less is the warning event ``FreeDiskSpaceFailed`` (text in
-   :data:`SHORTFALL_MESSAGE`); what could be deleted stays deleted.
-
-A high threshold of 100 with no maximum age switches image GC off. The eviction manager, under
-disk pressure, instead calls ``DeleteUnusedImages``: ``freeSpace`` with no limit, no age step
-(``mode="all_unused"`` here). Where the kubelet's memory is not visible (firstDetected,
-lastUsed), :func:`estimate_images` derives them from what the runtime shows; :data:`ESTIMATE_NOTES`
-says how far that can differ.
+``GarbageCollect`` (every 5 minutes): ``imagesInEvictionOrder`` runs ``detectImages`` (every
+container of every pod in ANY state uses the image whose id equals its ``image_id``, else its
+``image_ref``, and, from 1.35, every image it mounts as a volume, ``Mount.image``); in-use and
+pinned images are left out and the rest sorted by lastUsed, ties by firstDetected (Go's
+unstable sort: equal images come in no defined order). ``freeOldImages`` (when
+``imageMaximumGCAge`` is set and the kubelet has run longer) deletes what was last used longer
+ago than it, minimum age not consulted. Then statfs: capacity 0 is an error;
+``usage = 100 - available*100 // capacity``; at ``usage >= high`` ``freeSpace`` walks the list,
+skipping images used at the GC time or younger than ``imageMinimumGCAge``, until the CRI sizes
+freed reach ``capacity*(100 - low) // 100 - available``; less is ``FreeDiskSpaceFailed``.
+High 100 with no maximum age switches image GC off. The eviction manager's
+``DeleteUnusedImages`` is ``freeSpace`` with no limit and no age step (``mode="all_unused"``).
 """
 
 from __future__ import annotations
@@ -55,7 +38,14 @@ DEFAULT_MIN_AGE = timedelta(minutes=2)
 # 0 switches the maximum-age step off (the kubelet's default).
 DEFAULT_MAX_AGE = timedelta(0)
 SHORTFALL_EVENT_REASON = "FreeDiskSpaceFailed"
+# The event's text from kubelet 1.35 on (usage before the threshold step, capacity as formatSize).
 SHORTFALL_MESSAGE = (
+    "Insufficient free disk space on the node's image filesystem ({usage}% of {capacity} used). "
+    "Failed to free sufficient space by deleting unused images (freed {freed} bytes). "
+    "Investigate disk usage, as it could be used by active images, logs, volumes, or other data."
+)
+# Up to 1.34 (the same condition).
+SHORTFALL_MESSAGE_BEFORE_1_35 = (
     "Failed to garbage collect required amount of images. "
     "Attempted to free {amount} bytes, but only found {freed} bytes eligible to free."
 )
@@ -199,6 +189,8 @@ class GcContainer:
     image: str = ""
     name: str = ""
     pod: str = ""
+    # Images it mounts as volumes (CRI ``Mount.image.image`` in its status): in use too (1.35+).
+    image_mounts: tuple[str, ...] = ()
 
     @property
     def kubelet_image_id(self) -> str:
@@ -393,8 +385,10 @@ def _users_by_image(
 ) -> dict[str, tuple[GcContainer, ...]]:
     users: dict[str, list[GcContainer]] = {}
     for container in containers:
-        if container.kubelet_image_id in listed:
-            users.setdefault(container.kubelet_image_id, []).append(container)
+        # handleImageVolumes compares a mount's image with image ids exactly, as for the container's own.
+        for image_id in dict.fromkeys((container.kubelet_image_id, *container.image_mounts)):
+            if image_id in listed:
+                users.setdefault(image_id, []).append(container)
     return {image_id: tuple(found) for image_id, found in users.items()}
 
 
@@ -484,7 +478,18 @@ class _Run:
             self.outcome = Outcome.FREED_ENOUGH
         else:
             self.outcome = Outcome.SHORTFALL
-            self.message = SHORTFALL_MESSAGE.format(amount=bytes_to_free, freed=freed)
+            capacity = format_size(self.fs.capacity_bytes)
+            self.message = SHORTFALL_MESSAGE.format(usage=self.threshold_usage, capacity=capacity, freed=freed)
+
+
+def format_size(size: int) -> str:
+    """The kubelet's ``formatSize``: B below 1 KiB, else one decimal of the largest unit up to TiB."""
+    if size < 1024:
+        return f"{size} B"
+    for unit, scale in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)):
+        if size < scale * 1024:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size / (1 << 40):.1f} TiB"
 
 
 def _too_young(image: GcImage, settings: GcSettings, now: datetime) -> bool:

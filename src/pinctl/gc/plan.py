@@ -128,15 +128,20 @@ class CriDomain:
         self.runtime = runtime
         self.version = version
         self.name = f"{version} at {runtime.endpoint}"
+        # Each container's image mounts as observe read them (a container's mounts never change).
+        self._mounts: dict[str, tuple[str, ...]] = {}
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
         index = RowIndex(rows)
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
                                 _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
                   for i in self.runtime.list_images()]
+        listed = self.runtime.list_containers()
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
-                                        c.pod_sandbox_id, utc(c.created_at), utc(c.started_at), utc(c.finished_at))
-                      for c in self.runtime.list_containers()]
+                                        c.pod_sandbox_id, c.image_mounts, created_at=utc(c.created_at),
+                                        started_at=utc(c.started_at), finished_at=utc(c.finished_at))
+                      for c in listed]
+        self._mounts = {c.id: c.image_mounts for c in listed}
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
@@ -146,9 +151,12 @@ class CriDomain:
                            mountpoint)
 
     def users_now(self, image: GcImage) -> list[str]:
+        """Containers naming the image, or mounting it as a volume: mounts are read (a status call
+        each) only for containers created since observe, whose mounts are not known yet."""
         names = {image.id, *image.refs}
-        return [c.name or c.id for c in self.runtime.list_containers(statuses=False)
-                if {c.image_id, c.image_ref, c.image} & names]
+        listed = self.runtime.list_containers(skip_status=self._mounts.keys())
+        return [c.name or c.id for c in listed
+                if {c.image_id, c.image_ref, c.image, *(c.image_mounts or self._mounts.get(c.id, ()))} & names]
 
     def pinned_now(self, image: GcImage) -> Optional[bool]:
         status = self.runtime.image_status(image.id)
@@ -173,7 +181,7 @@ class DockerDomain:
                                 _earliest(docker_rows, {i.image_id}) or utc(i.created))
                   for i in self.engine.list_images()]
         containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),
-                                        c.image_id, c.image, c.name, "", utc(c.created))
+                                        c.image_id, c.image, c.name, "", created_at=utc(c.created))
                       for c in self.engine.list_containers()]
         root = self.engine.root_dir()
         return Observation(images, containers, statfs(root, "Docker's data root"), f"statfs of {root}, Docker's data root",
@@ -353,9 +361,9 @@ def _prune_settings(settings: GcSettings, target: Optional[int], older_than: Opt
 
 
 def _named_by_containers(images: Sequence[ObservedImage], containers: Sequence[ObservedContainer]) -> set[str]:
-    """Images a container names by ID, reference or digest: the kubelet matches IDs only, a prune
-    is more careful."""
-    names = {value for c in containers for value in (c.image_id, c.image_ref, c.image) if value}
+    """Images a container names by ID, reference or digest, or mounts as a volume: the kubelet
+    matches IDs only, a prune is more careful."""
+    names = {value for c in containers for value in (c.image_id, c.image_ref, c.image, *c.image_mounts) if value}
     return {image.id for image in images if names & {image.id, *image.refs}}
 
 

@@ -188,7 +188,7 @@ class ContainerStatusRequest(_message.Message):
     def __init__(self, container_id: _Optional[str] = ..., verbose: bool = ...) -> None: ...
 
 class ContainerStatus(_message.Message):
-    __slots__ = ("id", "metadata", "state", "created_at", "started_at", "finished_at", "exit_code", "image", "image_ref", "image_id")
+    __slots__ = ("id", "metadata", "state", "created_at", "started_at", "finished_at", "exit_code", "image", "image_ref", "mounts", "image_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +198,7 @@ class ContainerStatus(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     IMAGE_REF_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
     IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     metadata: ContainerMetadata
@@ -208,8 +209,23 @@ class ContainerStatus(_message.Message):
     exit_code: int
     image: ImageSpec
     image_ref: str
+    mounts: _containers.RepeatedCompositeFieldContainer[Mount]
     image_id: str
-    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., state: _Optional[_Union[ContainerState, str]] = ..., created_at: _Optional[int] = ..., started_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., exit_code: _Optional[int] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., image_ref: _Optional[str] = ..., image_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., state: _Optional[_Union[ContainerState, str]] = ..., created_at: _Optional[int] = ..., started_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., exit_code: _Optional[int] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., image_ref: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., image_id: _Optional[str] = ...) -> None: ...
+
+class Mount(_message.Message):
+    __slots__ = ("container_path", "host_path", "readonly", "image", "image_sub_path")
+    CONTAINER_PATH_FIELD_NUMBER: _ClassVar[int]
+    HOST_PATH_FIELD_NUMBER: _ClassVar[int]
+    READONLY_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SUB_PATH_FIELD_NUMBER: _ClassVar[int]
+    container_path: str
+    host_path: str
+    readonly: bool
+    image: ImageSpec
+    image_sub_path: str
+    def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., readonly: bool = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., image_sub_path: _Optional[str] = ...) -> None: ...
 
 class ContainerStatusResponse(_message.Message):
     __slots__ = ("status", "info")
