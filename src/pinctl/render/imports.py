@@ -72,13 +72,15 @@ IMPORT_FIT = give_way("REF", "WHY", wrap=["RESULT"])
 
 
 def _print_items(items: list[ImportItem], out: TextIO) -> None:
+    # On a terminal a failure's reason gets lines of its own under its row, as pin's do, and
+    # is said there only; into a pipe it stays in WHY, where a script reads it.
+    on_terminal = out.isatty()
+    failed = [bool(item.why) and (item.action == "failed" or item.pin == "failed") for item in items]
     rows = [[item.archive, item.ref or "-", item.action + (f", {item.pin}" if item.pin else ""),
              ",".join(item.platforms) or "-", human_size(item.size) if item.size is not None else "-",
-             item.why or ""]
-            for item in items]
-    # On a terminal a failure's reason gets lines of its own under its row, as pin's do.
-    notes = [[("error", item.why)] if item.why and (item.action == "failed" or item.pin == "failed") else []
-             for item in items]
+             "" if on_terminal and bad else item.why or ""]
+            for item, bad in zip(items, failed)]
+    notes = [[("error", item.why or "")] if bad else [] for item, bad in zip(items, failed)]
     print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, fit=IMPORT_FIT, notes=notes)
     if not out.isatty():
         for item in items:
