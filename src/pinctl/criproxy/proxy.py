@@ -242,6 +242,7 @@ class Proxy:
         self._stop = threading.Event()
         self._server: Optional[grpc.Server] = None
         self._relay: Optional[Relay] = None
+        self._poll: Optional[ConfigPoll] = None
         self._relay_counted = ProxyStats()
         self._inode: Optional[tuple[int, int]] = None
 
@@ -331,7 +332,10 @@ class Proxy:
         threading.Thread(target=self._do_reload, daemon=True).start()
 
     def _do_reload(self) -> None:
-        """SIGHUP's reload, and a changed config file's: the relay then asks for the pins again."""
+        """SIGHUP's reload, and a changed config file's: the relay then asks for the pins again.
+        The poll takes the files as read now, so SIGHUP after an edit reloads once, not twice."""
+        if self._poll is not None:
+            self._poll.rebase()
         if self.pins.reload() and self._relay is not None:
             self._relay.invalidate()
 
@@ -382,7 +386,7 @@ class Proxy:
 
     def run(self) -> int:
         self.start()
-        poll = ConfigPoll(self.pins.config_paths, self._config_changed)
+        poll = self._poll = ConfigPoll(self.pins.config_paths, self._config_changed)
         try:
             self.install_signal_handlers()
             # After start: a --listen that cannot be served is the one line said, nothing before it.

@@ -146,6 +146,8 @@ class ConfigPoll:
             now = again
         if self._stop.is_set():
             return False
+        if now == self._last:
+            return False  # a reload meanwhile (SIGHUP's) read it already, and rebased
         path = changed_path(self._last, now)
         self._last = now
         self.changed(path)

@@ -84,6 +84,7 @@ class Watcher:
         self._reload = threading.Event()
         # An import directory changed: the session ends and the next one syncs in full, imports first.
         self._resync = threading.Event()
+        self._poll: Optional[ConfigPoll] = None
         # Set with either of them: ends a back-off early, so a reload asked for while containerd
         # is away is done (and reported) at once, not after the back-off.
         self._wake = threading.Event()
@@ -130,7 +131,7 @@ class Watcher:
 
     def run(self) -> int:
         self.log("info", "watching", address=self.settings.address, patterns=len(self.settings.policy.patterns))
-        poll = ConfigPoll(lambda: self.settings.config_paths, self._config_changed)
+        poll = self._poll = ConfigPoll(lambda: self.settings.config_paths, self._config_changed)
         archives = ConfigPoll(self._import_paths, self._archives_changed)
         poll.start()
         archives.start()
@@ -196,6 +197,8 @@ class Watcher:
             return
         self._reload.clear()
         self._wake.clear()
+        if self._poll is not None:
+            self._poll.rebase()  # the files as read now: SIGHUP after an edit reloads once, not twice
         try:
             self.settings = self.load()
         except PinctlError as err:
