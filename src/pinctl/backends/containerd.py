@@ -40,7 +40,8 @@ class ContainerdStore:
         self.address = address
         self.timeout = timeout
         self.config_path = config_path
-        self._channel: Optional[grpc.Channel] = None
+        # Two channels: content reads run on their own (see _stub), everything else on the first.
+        self._channels: dict[bool, grpc.Channel] = {}
         self._stubs: dict[str, Any] = {}
         # What the last resolve_targets found: a digest names the same content for ever, so a
         # long-lived store (watcher, cri-proxy) reads only the manifests of images new since.
@@ -50,10 +51,15 @@ class ContainerdStore:
 
     def _stub(self, name: str) -> Any:
         if name not in self._stubs:
-            if self._channel is None:
+            # A content read is a short stream read to its end at once by the caller's thread:
+            # on a channel of its own, gRPC reads it in that thread, with no hand-off to its
+            # polling thread per message (a third faster over 10,000 manifests). The event
+            # stream, cancelled from another thread, stays on the ordinary channel.
+            reads = name == "content"
+            if reads not in self._channels:
                 _grpc.check_socket(self.address, "containerd", "--address or CONTAINERD_ADDRESS")
-                self._channel = _grpc.open_channel(self.address)
-            self._stubs[name] = _STUB_FACTORIES[name](self._channel)
+                self._channels[reads] = _grpc.open_channel(self.address, single_threaded_streams=reads)
+            self._stubs[name] = _STUB_FACTORIES[name](self._channels[reads])
         return self._stubs[name]
 
     def _metadata(self, namespace: Optional[str]) -> tuple[tuple[str, str], ...]:
@@ -72,10 +78,10 @@ class ContainerdStore:
             raise self._fail(err) from None
 
     def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-            self._stubs.clear()
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        self._stubs.clear()
 
     # -- ImageStore ----------------------------------------------------------------------
 
@@ -107,12 +113,12 @@ class ContainerdStore:
 
         stub = self._stub("images")
         metadata = self._metadata(namespace)
-        futures = [
-            stub.Get.future(images_pb2.GetImageRequest(name=name), metadata=metadata, timeout=self.timeout)
-            for name in names
-        ]
+
+        def start(name: str) -> Any:
+            return stub.Get.future(images_pb2.GetImageRequest(name=name), metadata=metadata, timeout=self.timeout)
+
         found: list[StoredImage] = []
-        for future in futures:
+        for _name, future in _grpc.in_window(names, start):
             try:
                 found.append(_stored_image(future.result().image))
             except grpc.RpcError as err:
@@ -183,13 +189,14 @@ class ContainerdStore:
 
         stub = self._stub("content")
         metadata = self._metadata(namespace)
-        # Starting every stream before draining any lets them run concurrently in gRPC's core.
-        streams = [
-            (d, stub.Read(content_pb2.ReadContentRequest(digest=d), metadata=metadata, timeout=self.timeout))
-            for d in digests
-        ]
+
+        def start(digest: str) -> Any:
+            return stub.Read(content_pb2.ReadContentRequest(digest=digest), metadata=metadata, timeout=self.timeout)
+
         out: dict[str, Any] = {}
-        for digest, stream in streams:
+        # A window of streams in flight runs them concurrently in gRPC's core, each within its
+        # own deadline, in memory that does not grow with the number of images.
+        for digest, stream in _grpc.in_window(digests, start):
             try:
                 out[digest] = oci.parse(b"".join(chunk.data for chunk in stream))
             except grpc.RpcError as err:

@@ -139,10 +139,12 @@ class CriRuntime:
         from pinctl.proto import cri_pb2
 
         stub = _stub(self._open(), "RuntimeServiceStub")
-        futures = {cid: stub.ContainerStatus.future(cri_pb2.ContainerStatusRequest(container_id=cid),
-                                                    timeout=self.timeout) for cid in ids}
+
+        def start(cid: str) -> Any:
+            return stub.ContainerStatus.future(cri_pb2.ContainerStatusRequest(container_id=cid), timeout=self.timeout)
+
         found: dict[str, Any] = {}
-        for cid, future in futures.items():
+        for cid, future in _grpc.in_window(ids, start):
             try:
                 found[cid] = future.result().status
             except grpc.RpcError:
