@@ -224,3 +224,18 @@ def test_a_new_column_is_one_declaration(monkeypatch: pytest.MonkeyPatch) -> Non
         output.print_images([ROW], [], fmt, False, out=buf)
         header, line = buf.getvalue().splitlines()[:2]
         assert header.split()[-1] == "TEAM" and line.split()[-1] == "1", fmt
+
+
+@pytest.mark.parametrize("fields", [
+    {"images": [], "errors": []},
+    {"images": [{"b": [1, {"c": "two\nlines"}], "a": {}}, {"q": []}], "errors": [{"m": "\u00e9"}],
+     "status": "ok", "nothing": None, "nested": {"k": [1, 2]}},
+])
+def test_streamed_envelope_is_byte_for_byte_what_json_dumps_writes(fields: dict) -> None:
+    """write_envelope writes lists an item at a time (memory at 10,000 images); the text must not
+    change by it, from a list or from an iterator."""
+    expected = json.dumps({"pinctl_result_version": output.RESULT_VERSION, **fields}, sort_keys=True, indent=2) + "\n"
+    for images in (fields["images"], iter(fields["images"])):
+        buf = io.StringIO()
+        output.write_envelope(buf, **{**fields, "images": images})
+        assert buf.getvalue() == expected

@@ -12,7 +12,7 @@ from pinctl import refs
 from pinctl.display import human_size
 from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
-from pinctl.render.output import envelope, folded, print_table, warn
+from pinctl.render.output import write_envelope, folded, print_table, warn
 from pinctl.render.table import NO_FIT, Fit, give_way
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def _name(image_refs: Sequence[str], image_id: str) -> str:
 def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
     if fmt == FORMAT_JSON:
-        out.write(envelope(gc=gc_dict(report)) + "\n")
+        write_envelope(out, gc=gc_dict(report))
         return
     wide = fmt == FORMAT_WIDE
     for line in _summary_lines(report):
@@ -289,7 +289,7 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
                  "why": i.why} for i in items]
         freed = sum(i.size for i in items if i.action == "removed")
         status = "partial" if failed else "success"
-        out.write(envelope(command="prune", dry_run=dry_run, status=status, freed_bytes=freed, results=body) + "\n")
+        write_envelope(out, command="prune", dry_run=dry_run, status=status, freed_bytes=freed, results=body)
         return
     cells = [[i.action.replace("-", " "), _name(i.refs, i.image_id), refs.short_id(i.image_id), human_size(i.size),
               i.why or "-"] for i in items]

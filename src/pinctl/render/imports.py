@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 from pinctl.display import human_size, visible
 from pinctl.model import FORMAT_JSON
 from pinctl.render import output
-from pinctl.render.output import envelope, print_table
+from pinctl.render.output import write_envelope, print_table
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
@@ -40,9 +40,9 @@ def print_import(report: ImportReport, fmt: OutputFormat, out: Optional[TextIO] 
     for note in report.notes:
         output.warn(note)
     if fmt == FORMAT_JSON:
-        out.write(envelope(command="import", runtime=report.runtime, max_usage=report.max_usage,
+        write_envelope(out, command="import", runtime=report.runtime, max_usage=report.max_usage,
                            status=report.status, interrupted=report.interrupted,
-                           imports=[import_dict(item) for item in report.items]) + "\n")
+                           imports=[import_dict(item) for item in report.items])
         return
     _print_items(report.items, out)
     done = {action: sum(1 for i in report.items if i.action == action) for action in ("imported", "present", "failed")}
@@ -58,9 +58,9 @@ def print_sync_imports(report: SyncImportReport, fmt: OutputFormat, quiet: bool,
     for note in report.notes:
         output.warn(note)
     if fmt == FORMAT_JSON:
-        out.write(envelope(command="sync", dry_run=report.sync.dry_run, status=report.status,
+        write_envelope(out, command="sync", dry_run=report.sync.dry_run, status=report.status,
                            imports=[import_dict(item) for item in report.imports],
-                           results=[output.result_dict(r) for r in report.results]) + "\n")
+                           results=[output.result_dict(r) for r in report.results])
         return
     if not quiet and report.imports:
         _print_items(report.imports, out)

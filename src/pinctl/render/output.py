@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from pinctl import refs
 from pinctl.display import exact, visible
@@ -52,8 +52,32 @@ if TYPE_CHECKING:
 RESULT_VERSION = 2
 
 
-def envelope(**fields: Any) -> str:
-    return json.dumps({"pinctl_result_version": RESULT_VERSION, **fields}, sort_keys=True, indent=2)
+def write_envelope(out: TextIO, **fields: Any) -> None:
+    """The versioned envelope and a newline, as ``json.dumps(sort_keys=True, indent=2)`` writes
+    it, but a top-level list or iterator is written an item at a time: 20,000 rows never exist
+    at once as dicts or as one string."""
+    fields["pinctl_result_version"] = RESULT_VERSION
+    for n, key in enumerate(sorted(fields)):
+        out.write(("{" if n == 0 else ",") + "\n  " + json.dumps(key) + ": ")
+        value = fields[key]
+        if isinstance(value, (list, Iterator)):
+            _write_items(out, value)
+        else:
+            out.write(_indented(value, 2))
+    out.write("\n}\n")
+
+
+def _write_items(out: TextIO, items: Iterable[Any]) -> None:
+    empty = True
+    for item in items:
+        out.write(("[" if empty else ",") + "\n    " + _indented(item, 4))
+        empty = False
+    out.write("[]" if empty else "\n  ]")
+
+
+def _indented(value: Any, depth: int) -> str:
+    # json never writes a newline inside a string (it escapes it), so every newline is layout.
+    return json.dumps(value, sort_keys=True, indent=2).replace("\n", "\n" + " " * depth)
 
 
 def image_dict(row: ImageRow) -> dict[str, Any]:
@@ -81,7 +105,7 @@ def print_images(
     if quiet:
         print_names([row.ref for row in rows], out)
     elif fmt == FORMAT_JSON:
-        out.write(envelope(images=[image_dict(r) for r in rows], errors=list(errors)) + "\n")
+        write_envelope(out, images=(image_dict(r) for r in rows), errors=list(errors))
     else:
         _print_image_table(rows, wide=fmt == FORMAT_WIDE, out=out, show_drift=show_drift, show_cri=show_cri)
     if fmt != FORMAT_JSON:
@@ -139,7 +163,7 @@ def print_results(
             warn(f"{command} {r.ref}: {r.warning}")
     if fmt == FORMAT_JSON:
         body = [result_dict(r) for r in results]
-        out.write(envelope(command=command, dry_run=dry_run, status=status, results=body) + "\n")
+        write_envelope(out, command=command, dry_run=dry_run, status=status, results=body)
         return
     on_terminal = not quiet and out.isatty()
     if quiet:
@@ -270,7 +294,7 @@ def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -
     values = {key: {"value": v.value, "source": v.source} for key, v in sorted(cfg.shown().items())}
     patterns = [{"pattern": p.text, "dialect": p.dialect, "source": p.source} for p in cfg.patterns]
     if fmt == FORMAT_JSON:
-        out.write(envelope(config=values, pinned_images=patterns, files=list(cfg.files)) + "\n")
+        write_envelope(out, config=values, pinned_images=patterns, files=list(cfg.files))
         return
 
     # An empty list of namespaces is no namespace at all to read, but each command's default.
@@ -299,7 +323,7 @@ def _config_text(value: Any) -> str:
 def print_problems(problems: Sequence[Problem], fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
     if fmt == FORMAT_JSON:
-        out.write(envelope(problems=[p.as_dict() for p in problems]) + "\n")
+        write_envelope(out, problems=[p.as_dict() for p in problems])
         return
     for p in problems:
         where = f"{p.source}: " if p.source else ""
@@ -318,7 +342,7 @@ def print_check(result: CheckResult, fmt: OutputFormat, out: Optional[TextIO] = 
     runtime = {"endpoint": result.endpoint, "name": result.runtime.name, "version": result.runtime.version}
     if fmt == FORMAT_JSON:
         items = [_check_dict(item) for item in result.items]
-        out.write(envelope(runtime=runtime, agree=result.agree, images=items) + "\n")
+        write_envelope(out, runtime=runtime, agree=result.agree, images=items)
         return
     shown = result.items if fmt == FORMAT_WIDE else [i for i in result.items if not i.agrees]
     if shown and out.isatty():

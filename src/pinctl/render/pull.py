@@ -12,7 +12,7 @@ from pinctl.errors import EXIT_ERROR, EXIT_OK
 from pinctl.model import FORMAT_JSON, STATUS_ERROR, STATUS_PARTIAL, STATUS_SUCCESS
 from pinctl.pins.plans import status_of
 from pinctl.render import output
-from pinctl.render.output import envelope, print_table
+from pinctl.render.output import write_envelope, print_table
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
@@ -43,9 +43,9 @@ PULL_FIT = give_way("REF", "WHY", wrap=["RESULT"])
 def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
     out = out or sys.stdout
     if fmt == FORMAT_JSON:
-        out.write(envelope(command="pull", runtime=report.runtime, max_usage=report.max_usage,
+        write_envelope(out, command="pull", runtime=report.runtime, max_usage=report.max_usage,
                            status=report.status, interrupted=report.interrupted,
-                           pulls=[pull_dict(item) for item in report.items]) + "\n")
+                           pulls=[pull_dict(item) for item in report.items])
         return
     rows = [[item.ref, item.action + (f", {item.pin}" if item.pin else ""),
              human_size(item.size) if item.size is not None else "-", item.why or ""]
@@ -65,10 +65,10 @@ def print_sync_pull(report: SyncPullReport, fmt: OutputFormat, quiet: bool, out:
     results = report.sync.results if report.sync is not None else []
     if fmt == FORMAT_JSON:
         status = {EXIT_OK: STATUS_SUCCESS, EXIT_ERROR: STATUS_ERROR}.get(report.exit_code, STATUS_PARTIAL)
-        out.write(envelope(command="sync", dry_run=False, status=status, runtime=report.pulled.runtime,
+        write_envelope(out, command="sync", dry_run=False, status=status, runtime=report.pulled.runtime,
                            max_usage=report.pulled.max_usage, interrupted=report.pulled.interrupted,
                            pulls=[pull_dict(item) for item in report.pulled.items],
-                           results=[output.result_dict(r) for r in results]) + "\n")
+                           results=[output.result_dict(r) for r in results])
         return
     if not quiet:
         print_pull(report.pulled, fmt, out=out)
