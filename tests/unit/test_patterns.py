@@ -247,6 +247,12 @@ def test_matcher_duplicate_names_and_patterns() -> None:
     assert Matcher(patterns).match(names) == [[0, 1, 2], [0, 1, 2], []]
 
 
+def test_matcher_counts_a_name_once_however_often_a_keyword_occurs_in_it() -> None:
+    names = ["x/abab:aa", "x/aaa:1", "y/b:1"]
+    patterns = [parsed("*ab*"), parsed("*aa*"), parsed("*a*"), parsed("*:1*")]
+    assert Matcher(patterns).match(names) == [[0, 1, 2], [1, 2, 3], [3]]
+
+
 def test_matcher_is_not_fooled_by_separators_inside_names() -> None:
     names = ["a\x00b", "x\x00", "b"]
     patterns = [parsed("b*"), parsed("b", "crio"), parsed("*x*"), parsed("x*", "crio"), parsed("\x00*", "crio")]
