@@ -51,6 +51,26 @@ def run_once(argv: Sequence[str], env: Optional[dict[str, str]] = None, shell: b
     return time.perf_counter() - start
 
 
+def run_measured(argv: Sequence[str], env: Optional[dict[str, str]] = None) -> tuple[float, int]:
+    """Seconds and peak resident memory (bytes, the kernel's ru_maxrss) of one run of argv."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):  # 1: a finding (check, gc plan), not a failure to run
+        raise subprocess.CalledProcessError(proc.returncode, list(argv))
+    return elapsed, usage.ru_maxrss * 1024
+
+
+def median_measured(argv: Sequence[str], repeat: int, env: Optional[dict[str, str]] = None) -> tuple[float, int]:
+    """Median seconds and the highest peak memory over `repeat` runs after one warm-up."""
+    run_measured(argv, env)
+    runs = [run_measured(argv, env) for _ in range(repeat)]
+    return statistics.median(t for t, _ in runs), max(m for _, m in runs)
+
+
 def median_time(argv: Sequence[str], repeat: int, env: Optional[dict[str, str]] = None, shell: bool = False) -> float:
     run_once(argv, env, shell)  # warm the page cache and the daemon
     return statistics.median(run_once(argv, env, shell) for _ in range(repeat))

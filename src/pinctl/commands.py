@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.model import GcSettings
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
-    from pinctl.imports.watching import DirsSync
     from pinctl.imports.run import ImportItem, ImportReport, ImportRequest
+    from pinctl.imports.watching import DirsSync
     from pinctl.node.sources import Node
     from pinctl.pins.export import Export
     from pinctl.pins.lint import Problem

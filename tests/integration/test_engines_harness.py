@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from tests.harness import cri, docker, engines, gobuild, images
 from tests.harness.containerd import ContainerdDaemon

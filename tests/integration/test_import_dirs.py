@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import pathlib
+import time
 from collections.abc import Callable
 from typing import Any
 

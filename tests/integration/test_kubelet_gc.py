@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness import containerd as ctd
 from tests.conftest import engine_unavailable
+from tests.harness import containerd as ctd
 from tests.harness import cri, debs, engines, images, kubelet_build, pods
 from tests.harness import docker as docker_harness
 from tests.harness.cri_dockerd import CriDockerd

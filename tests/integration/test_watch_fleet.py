@@ -15,12 +15,12 @@ import pytest
 from pinctl.config import loader
 from pinctl.errors import ConfigError
 from tests.harness import cri, images
+from tests.harness.configmap import ConfigMapVolume, read_only_view
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import ProxyProcess, proxy_factory
 from tests.integration.test_metrics import free_port, http_get
 from tests.integration.test_watch import DEADLINE, PIN, WatchProcess, labelled_within, load
-from tests.harness.configmap import ConfigMapVolume, read_only_view
 
 pytestmark = pytest.mark.integration
 

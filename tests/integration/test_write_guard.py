@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from pinctl.backends.containerd import ContainerdStore
-from pinctl.model import ACTION_CHANGED_UNDER_US, LabelChange, StoredImage
+from pinctl.model import ACTION_CHANGED_UNDER_US, StoredImage
 from pinctl.pins import plans as pinning
 from pinctl.proto import descriptor_pb2, images_pb2, images_pb2_grpc
 from tests.harness import images

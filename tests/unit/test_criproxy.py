@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from pinctl.config.loader import PatternEntry
 from pinctl.criproxy import pins as proxy_pins
 from pinctl.criproxy import proxy as criproxy
-from pinctl.config.loader import PatternEntry
 from pinctl.errors import ConfigError, EngineUnreachable
 from pinctl.model import REASON_LABEL, REASON_PATTERN, REASON_SANDBOX, Descriptor, ImageRow, Reason
 from pinctl.pins.policy import compile_policy

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 
 from pinctl.backends._socket import check_socket
 from pinctl.errors import EngineError, EngineUnreachable
 
-__all__ = ["check_socket", "in_window", "open_channel", "translate"]
+__all__ = ["check_socket", "in_window", "listing", "open_channel", "translate"]
 
 # How many calls one batch keeps in flight. Each call holds buffers in gRPC's core (about 20 KiB
 # apiece): 10,000 reads started at once cost 220 MiB, and the last of them waited behind the
 # rest for an answer its deadline had already given up on. 64 keep a unix socket busy.
 WINDOW = 64
+
+# A listing is one answer that grows with the node (20,000 records at 10,000 images): it may take
+# this many --timeouts while the engine keeps answering a small call within one.
+PATIENCE = 30
+# gRPC's deadline overflows far beyond a day (as --timeout's own bound says).
+LONGEST_DEADLINE = 86400.0
 
 Item = TypeVar("Item")
 Call = TypeVar("Call")
@@ -100,3 +106,33 @@ def in_window(items: Iterable[Item], start: Callable[[Item], Call], size: int = 
             cancel = getattr(call, "cancel", None)
             if cancel is not None:
                 cancel()
+
+
+def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: float,
+            fail: Callable[[Any, float], Exception]) -> Any:
+    """The answer of a call that may be large. ``start(deadline)`` and ``probe()`` (a small call
+    with the ordinary deadline) each start a call and give its future. The answer is waited for
+    one ``timeout`` at a time with a probe in flight beside it: if the answer has not come and
+    the probe has not been answered either, the engine is not answering and ``fail(error,
+    seconds waited)`` is raised after about one timeout, as for any call. While the probe is
+    answered the wait goes on, up to PATIENCE timeouts in all, so a slow engine is not taken
+    for a dead one."""
+    import grpc
+
+    answer = start(min(timeout * PATIENCE, LONGEST_DEADLINE))
+    while True:
+        alive = probe()
+        try:
+            found = answer.result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            try:
+                alive.result()
+            except grpc.RpcError as err:
+                answer.cancel()
+                raise fail(err, timeout) from None
+            continue
+        except grpc.RpcError as err:
+            raise fail(err, min(timeout * PATIENCE, LONGEST_DEADLINE)) from None
+        finally:
+            alive.cancel()
+        return found

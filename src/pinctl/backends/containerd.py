@@ -135,9 +135,24 @@ class ContainerdStore:
         return ImageEvents(self._stub("events").Subscribe(request), self)
 
     def list_images(self, namespace: str) -> list[StoredImage]:
+        """Every record: one answer of any size, awaited while containerd answers (_grpc.listing)."""
+        from google.protobuf import empty_pb2
+
         from pinctl.proto import images_pb2
 
-        reply = self._unary("images", "List", images_pb2.ListImagesRequest(), namespace)
+        images, version = self._stub("images"), self._stub("version")
+
+        def start(deadline: float) -> Any:
+            return images.List.future(images_pb2.ListImagesRequest(), metadata=self._metadata(namespace),
+                                      timeout=deadline)
+
+        def probe() -> Any:
+            return version.Version.future(empty_pb2.Empty(), timeout=self.timeout)
+
+        def fail(err: Any, waited: float) -> EngineError:
+            return _grpc.translate(err, "containerd", self.address, waited)
+
+        reply = _grpc.listing(start, probe, self.timeout, fail)
         return [_stored_image(img) for img in reply.images]
 
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:

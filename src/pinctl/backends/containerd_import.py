@@ -285,7 +285,6 @@ class ContainerdImporter:
         """Create the record, or re-point an existing one (its labels stay, as ctr import keeps
         them); False when it already named this target."""
         import grpc
-
         from google.protobuf import field_mask_pb2
 
         from pinctl.proto import descriptor_pb2, images_pb2
@@ -349,8 +348,7 @@ class _Document:
 
 
 def _factory(name: str) -> Callable[[Any], Any]:
-    from pinctl.proto import (content_pb2_grpc, diff_pb2_grpc, images_pb2_grpc, leases_pb2_grpc,
-                              snapshots_pb2_grpc)
+    from pinctl.proto import content_pb2_grpc, diff_pb2_grpc, images_pb2_grpc, leases_pb2_grpc, snapshots_pb2_grpc
 
     return {
         "content": content_pb2_grpc.ContentStub,

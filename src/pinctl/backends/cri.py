@@ -103,6 +103,23 @@ class CriRuntime:
         except grpc.RpcError as err:
             raise _grpc.translate(err, WHAT, self.endpoint, self.timeout, api="the CRI (runtime.v1)", flag=FLAG) from None
 
+    def _listing(self, stub_name: str, method: str, request: Any) -> Any:
+        """A call whose answer grows with the node, awaited while the runtime answers Version."""
+        from pinctl.proto import cri_pb2
+
+        stub, runtime = _stub(self._open(), stub_name), _stub(self._open(), "RuntimeServiceStub")
+
+        def start(deadline: float) -> Any:
+            return getattr(stub, method).future(request, timeout=deadline)
+
+        def probe() -> Any:
+            return runtime.Version.future(cri_pb2.VersionRequest(version="v1"), timeout=self.timeout)
+
+        def fail(err: Any, waited: float) -> EngineError:
+            return _grpc.translate(err, WHAT, self.endpoint, waited, api="the CRI (runtime.v1)", flag=FLAG)
+
+        return _grpc.listing(start, probe, self.timeout, fail)
+
     def version(self) -> RuntimeVersion:
         from pinctl.proto import cri_pb2
 
@@ -112,7 +129,7 @@ class CriRuntime:
     def list_images(self) -> list[CriImage]:
         from pinctl.proto import cri_pb2
 
-        reply = self._call("ImageServiceStub", "ListImages", cri_pb2.ListImagesRequest())
+        reply = self._listing("ImageServiceStub", "ListImages", cri_pb2.ListImagesRequest())
         return [_image(img) for img in reply.images]
 
     def image_status(self, ref: str) -> Optional[CriImage]:
@@ -128,7 +145,7 @@ class CriRuntime:
         all in flight), except for the containers in skip_status (already known to the caller)."""
         from pinctl.proto import cri_pb2
 
-        listed = self._call("RuntimeServiceStub", "ListContainers", cri_pb2.ListContainersRequest()).containers
+        listed = self._listing("RuntimeServiceStub", "ListContainers", cri_pb2.ListContainersRequest()).containers
         wanted = [item.id for item in listed if item.id not in skip_status]
         found = self._container_statuses(wanted) if statuses else {}
         return [_container(item, found.get(item.id)) for item in listed]

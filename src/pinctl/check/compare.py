@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
 
+from pinctl.check import dockerd
 from pinctl.model import (
     CRI_NAMESPACE,
     REASON_DOCKER_LABEL,
@@ -18,7 +19,6 @@ from pinctl.model import (
     Reason,
     ReasonKind,
 )
-from pinctl.check import dockerd
 from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:

@@ -71,8 +71,8 @@ class Settings:
         env="CONTAINERD_ADDRESS", flag="--address", short="-a", metavar="SOCKET", flag_help="containerd socket.")
     # A day at most: a far larger deadline overflows gRPC's and fails every call.
     timeout: float = setting(
-        2.0, help="Seconds to wait for each call to the engine.", example=5.0, flag="--timeout", metavar="SECONDS",
-        flag_help="Deadline in seconds for each call to the engine.", bounds=(0.05, 86400.0))
+        2.0, help="Seconds to wait for each answer from the engine.", example=5.0, flag="--timeout", metavar="SECONDS",
+        flag_help="Seconds to wait for each answer from the engine.", bounds=(0.05, 86400.0))
     containerd_config: Optional[str] = setting(
         None, help="containerd config to read the CRI sandbox image and (containerd 2.x) pinned_images from.", example="/etc/containerd/config.toml",
         env="PINCTL_CONTAINERD_CONFIG", flag="--containerd-config", metavar="PATH",

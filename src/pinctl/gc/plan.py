@@ -21,12 +21,12 @@ from pinctl.gc.kubelet import read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
 from pinctl.model import (
     PIN_LABEL,
-    SOURCE_DOCKER,
     REASON_DOCKER_LABEL,
     REASON_INEFFECTIVE_LABEL,
     REASON_LABEL,
     REASON_PATTERN,
     REASON_SANDBOX,
+    SOURCE_DOCKER,
 )
 
 if TYPE_CHECKING:

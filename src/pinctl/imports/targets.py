@@ -9,8 +9,7 @@ from typing import IO, TYPE_CHECKING, Callable, Optional, Sequence
 from pinctl.backends.containerd_import import ContainerdImporter, Unpacked, read_cri_snapshotter
 from pinctl.errors import EngineError, UsageError
 from pinctl.imports.archive import DOCUMENT_LIMIT, Archive, ArchiveRefused, BlobStream, read_archive
-from pinctl.imports.layout import GC_SNAPSHOT, UNCOMPRESSED, Image, Manifest, Plan, Platforms, plan_import, \
-    unpack_manifest
+from pinctl.imports.layout import GC_SNAPSHOT, UNCOMPRESSED, Image, Manifest, Plan, Platforms, plan_import, unpack_manifest
 from pinctl.imports.run import Loaded, Watch
 from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DOCKER_NAMESPACE
 from pinctl.pull.targets import CriTarget, DockerTarget

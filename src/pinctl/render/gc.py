@@ -12,7 +12,7 @@ from pinctl import refs
 from pinctl.display import human_size
 from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
-from pinctl.render.output import write_envelope, folded, print_table, warn
+from pinctl.render.output import folded, print_table, warn, write_envelope
 from pinctl.render.table import NO_FIT, Fit, give_way
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 from pinctl.display import human_size, visible
 from pinctl.model import FORMAT_JSON
 from pinctl.render import output
-from pinctl.render.output import write_envelope, print_table
+from pinctl.render.output import print_table, write_envelope
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:

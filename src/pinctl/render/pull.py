@@ -12,7 +12,7 @@ from pinctl.errors import EXIT_ERROR, EXIT_OK
 from pinctl.model import FORMAT_JSON, STATUS_ERROR, STATUS_PARTIAL, STATUS_SUCCESS
 from pinctl.pins.plans import status_of
 from pinctl.render import output
-from pinctl.render.output import write_envelope, print_table
+from pinctl.render.output import print_table, write_envelope
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:

@@ -1,0 +1,87 @@
+"""--timeout bounds each answer, not a whole listing (issue 23): a containerd that is slow but
+answers is listed in full, and one that does not answer is still reported within about one
+--timeout. The daemon is real; it is made slow by stopping and continuing its process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+from tests.harness import images
+from tests.harness.containerd import ContainerdDaemon
+from tests.integration.conftest import one_engine
+from tests.integration.pinctl_runner import assert_one_line_error, pinctl
+
+IMAGES = 1000
+TIMEOUT = "1"
+# Stopped for 0.25 s of every 0.255 s: each answer comes within a quarter of a second, but
+# listing 1,000 images takes seconds (before per-answer deadlines it failed at --timeout 1).
+STOPPED_S = 0.25
+RUNNING_S = 0.005
+
+
+@contextlib.contextmanager
+def throttled(daemon: ContainerdDaemon) -> Iterator[None]:
+    """The daemon stopped and continued in turn, until the block ends."""
+    pid = daemon.pid
+    assert pid is not None
+    done = threading.Event()
+
+    def cycle() -> None:
+        while not done.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(STOPPED_S)
+            os.kill(pid, signal.SIGCONT)
+            done.wait(RUNNING_S)
+
+    thread = threading.Thread(target=cycle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        os.kill(pid, signal.SIGCONT)
+
+
+@one_engine
+def test_a_slow_but_answering_containerd_is_listed_in_full(daemon: ContainerdDaemon, tmp_path: Path) -> None:
+    archive = tmp_path / "many.tar"
+    images.build_archive(archive, images.numbered_recipes(IMAGES))
+    images.import_images(daemon, archive)
+    config = tmp_path / "config.toml"
+    config.write_text('pinned_images = ["example.test/bench-1*", "*bench-2*"]\n')
+    env = {"PINCTL_CONFIG": str(config)}
+    with throttled(daemon):
+        began = time.monotonic()
+        listed = pinctl(daemon, "ls", "-n", "k8s.io", "--timeout", TIMEOUT, "-o", "json", env=env)
+        took = time.monotonic() - began
+        planned = pinctl(daemon, "sync", "--dry-run", "-n", "k8s.io", "--timeout", TIMEOUT, "-o", "json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["images"]
+    assert len(rows) == 2 * (IMAGES + 1)  # each image and the sandbox image, each with its sha256: reference
+    assert all(row["id"] and row["size"] for row in rows)  # every manifest was read
+    # The throttle really made the listing outlast one --timeout, so this is the case in point.
+    assert took > float(TIMEOUT), took
+    assert planned.returncode == 0, planned.stderr
+    assert len(json.loads(planned.stdout)["results"]) == 2 * 111  # bench-1, -1x, -1xx, and the same of 2
+
+
+@one_engine
+def test_a_containerd_that_does_not_answer_is_reported_within_about_one_timeout(daemon: ContainerdDaemon) -> None:
+    assert daemon.pid is not None
+    os.kill(daemon.pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        result = pinctl(daemon, "ls", "-n", "k8s.io", "--timeout", TIMEOUT)
+        took = time.monotonic() - began
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    assert_one_line_error(result, 1, "did not answer within 1s", "raise --timeout")
+    assert took < 4 * float(TIMEOUT) + 2, took  # start-up, then one deadline
