@@ -87,14 +87,14 @@ FORMAT_JSON: Final = "json"
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = (FORMAT_TABLE, FORMAT_WIDE, FORMAT_JSON)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Descriptor:
     media_type: str
     digest: str
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StoredImage:
     """One image record (one reference) as the engine stores it."""
 
@@ -105,7 +105,7 @@ class StoredImage:
     created: Optional[float] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResolvedTarget:
     """What the manifest behind a target says.
 
@@ -119,7 +119,7 @@ class ResolvedTarget:
     error: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reason:
     kind: ReasonKind
     detail: str
@@ -132,7 +132,7 @@ class Reason:
         return found
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConfigPin:
     """One entry of containerd 2.x's ``pinned_images`` table: containerd puts the pin label on the
     record whose name equals ``ref`` exactly, whenever its CRI starts or sees that record change."""
@@ -151,7 +151,7 @@ class ConfigPin:
         return self.name == "sandbox"
 
 
-@dataclass
+@dataclass(slots=True)
 class ImageRow:
     """One row of `pinctl ls`: a reference in a namespace and whether the runtime will keep it.
 
@@ -195,7 +195,7 @@ class ImageRow:
         return self.image_id or self.digest
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ItemResult:
     """The outcome of one pin or unpin on one reference."""
 
@@ -216,7 +216,7 @@ class ItemResult:
         return self.action not in (ACTION_FAILED, ACTION_CHANGED_UNDER_US)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WriteOutcome:
     """What one guarded label write did (see Verdict); detail says how a moved record changed,
     or why a write failed."""
