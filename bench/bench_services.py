@@ -3,8 +3,8 @@
 containerd 1.7 (data on tmpfs) with N images in k8s.io, 2N references with the CRI's `sha256:`
 ones. Both services run as deployed, with --metrics-address (scraped every second) and the
 watcher's periodic check on. Each one's VmRSS and VmHWM (/proc/PID/status) are read after its
-first full read (the watcher: its first full sync and first check round; the proxy: its first
-pin read, made by one ListImages through it), and again after E image events (record creates,
+first full read (the watcher: its first full sync and first check round, each reading taken as
+a check round ends; the proxy: its first pin read, made by one ListImages through it), and again after E image events (record creates,
 label updates and deletes through containerd's Images API, a window of calls at a time) and R
 CRI reads through the proxy (ImageStatus, every tenth a ListImages) spread over the events. The
 periodic check runs every 10 s here (--check-interval), so that several of its rounds fall in.
@@ -239,6 +239,13 @@ def settle(watcher: Service, quiet: float = 3.0, timeout: float = 300) -> float:
     return last
 
 
+def after_check(watcher: Service, timeout: float = 120) -> None:
+    """Wait for the end of the next round of the periodic check: both readings of the watcher
+    are taken at the same point of its cycle, not one of them in the middle of a round."""
+    last = watcher.metric("pinctl_last_check_timestamp_seconds")
+    wait_until(lambda: watcher.metric("pinctl_last_check_timestamp_seconds") != last, watcher, timeout)
+
+
 # -- the peer -----------------------------------------------------------------------------------
 
 def ctr_ls(daemon: ContainerdDaemon) -> tuple[float, float]:
@@ -262,6 +269,8 @@ class Reading:
 
 
 def reading(service: Service, daemon: ContainerdDaemon) -> Reading:
+    if service.name == "sync --watch":
+        after_check(service)
     rss, hwm = service.memory()
     return Reading(rss, hwm, status_mib(daemon.pid or 0)[0])
 
