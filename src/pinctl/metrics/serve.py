@@ -34,7 +34,9 @@ def watcher_metrics(address: Optional[str], source: str, watcher: Watcher, log: 
     """sync --watch's endpoint, with the periodic check beside it; nothing without an address."""
     if not address:
         return contextlib.nullcontext()
-    checker = Checker(lambda: watcher.settings, check_interval, log) if check_interval > 0 else None
+    # The check's rounds and the watcher's full syncs take turns (Watcher.reading): each reads the whole node.
+    checker = (Checker(lambda: watcher.settings, check_interval, log, watcher.reading)
+               if check_interval > 0 else None)
     server = MetricsServer(address, source, watcher_registry(watcher.state, checker), watcher.state.liveness,
                            watcher.state.readiness)
     return _serving(server, log, checker, check_interval=f"{check_interval:g}s")

@@ -177,10 +177,13 @@ class Checker:
     not reported stale)."""
 
     def __init__(self, sources: Callable[[], CheckSources], interval: float,
-                 log: Callable[..., None] = lambda *_a, **_k: None) -> None:
+                 log: Callable[..., None] = lambda *_a, **_k: None,
+                 reading: Optional[threading.Lock] = None) -> None:
         self.sources = sources
         self.interval = interval
         self.log = log
+        # Held for a whole round: the watcher's full sync holds the same lock (Watcher.reading).
+        self.reading = reading or threading.Lock()
         self.latest = figures.Figures()
         self.errors: Counter[CheckError] = Counter({kind: 0 for kind in CHECK_ERRORS})
         self.rounds = 0
@@ -200,7 +203,8 @@ class Checker:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.latest = self.round()
+                with self.reading:
+                    self.latest = self.round()
             except Exception as err:  # noqa: BLE001 - the thread must outlive any one round
                 self.log("error", "periodic check failed", error=f"{type(err).__name__}: {err}")
             self.rounds += 1
