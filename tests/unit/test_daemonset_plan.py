@@ -39,7 +39,7 @@ def test_the_plan_is_the_manifests() -> None:
     assert found.liveness == ("/healthz", 9736) and found.readiness == ("/readyz", 9736)
     assert (found.uid, found.gid, found.read_only_root, found.drop, found.no_new_privs) == (0, 0, True, ("ALL",), True)
     assert found.seccomp_runtime_default and found.grace_seconds == 10
-    assert (found.cpu_limit_millis, found.memory_limit_bytes) == (200, 128 << 20)
+    assert (found.cpu_limit_millis, found.memory_limit_bytes) == (200, 192 << 20)
 
 
 def test_the_container_config_mounts_each_stand_in(tmp_path: Path) -> None:
