@@ -45,8 +45,34 @@ def main() -> int:
             path.write_text(config_text(random.Random(SEED), count))
             rows.append(bench_load(str(path), count, opts.repeat))
             rows.append(bench_lint(str(path), count, opts.repeat))
+        rows += bench_pathological(Path(tmp), opts.repeat)
     print(report(rows))
     return 0
+
+
+# Issue 23: a dotted key of 50,000 parts took tomllib over 15 s (quadratic); it is timed on
+# fewer parts here, and pinctl refuses the full one before tomllib is given it.
+PATHOLOGICAL_PARTS = 50_000
+PEER_PARTS = 5_000
+REFUSE_GOAL_SECONDS = 1.0
+
+
+def bench_pathological(tmp: Path, repeat: int) -> list[Row]:
+    """pinctl refusing a 50,000-part key and a 2 MiB line, beside tomllib reading a 5,000-part key."""
+    toml = toml_reader()
+    peer_text = "a" + ".a" * (PEER_PARTS - 1) + " = 1\n"
+    peer_time = median(lambda: toml.loads(peer_text), repeat)
+    cases = {f"a key of {PATHOLOGICAL_PARTS:,} dotted parts": "a" + ".a" * (PATHOLOGICAL_PARTS - 1) + " = 1\n",
+             "a line of 2 MiB": 'pinned_images = ["' + "x" * (2 << 20) + '"]\n'}
+    rows: list[Row] = []
+    for name, text in cases.items():
+        path = tmp / f"pathological-{len(rows)}.toml"
+        path.write_text(text)
+        env = {**os.environ, "PINCTL_CONFIG": str(path)}
+        ours = median(lambda: run([PINCTL, "config", "lint", "--offline"], env, {2}), repeat)
+        rows.append((f"config lint refuses {name}", ours, f"tomllib.loads, a key of {PEER_PARTS:,} parts",
+                     peer_time, f"< {REFUSE_GOAL_SECONDS:g} s", ours < REFUSE_GOAL_SECONDS))
+    return rows
 
 
 def config_text(rng: random.Random, count: int) -> str:

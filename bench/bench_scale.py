@@ -23,6 +23,8 @@ from bench.common import PINCTL, containerd_with_images, median_measured
 from tests.harness.containerd import ContainerdDaemon
 
 MEMORY_GOAL = 150 * 1024 * 1024
+# The memory goal is issue 23's, at 10,000 images; 20,000 is measured to show time is linear.
+MEMORY_GOAL_UP_TO = 10_000
 # ls against ctr images ls; gc plan's goal is 1x, measured with containers in bench_gc.
 LS_GOAL = 0.25
 OTHER_GOAL = 1.0
@@ -31,6 +33,7 @@ OTHER_GOAL = 1.0
 @dataclass(frozen=True)
 class Measured:
     name: str
+    images: int
     seconds: float
     peak: int
     peer_seconds: float
@@ -38,10 +41,11 @@ class Measured:
 
     def row(self) -> str:
         ratio = self.seconds / self.peer_seconds
-        met = ratio <= self.goal and self.peak < MEMORY_GOAL
+        memory_goal = self.images <= MEMORY_GOAL_UP_TO
+        met = ratio <= self.goal and (self.peak < MEMORY_GOAL or not memory_goal)
+        goal = f"<= {self.goal:g}x" + (", < 150 MiB" if memory_goal else "")
         return (f"| {self.name} | {self.seconds * 1000:.0f} ms | {self.peak / 2**20:.0f} MiB | "
-                f"{self.peer_seconds * 1000:.0f} ms | {ratio:.3f} | <= {self.goal:g}x, < 150 MiB | "
-                f"{'yes' if met else 'no'} |")
+                f"{self.peer_seconds * 1000:.0f} ms | {ratio:.3f} | {goal} | {'yes' if met else 'no'} |")
 
 
 def write_policy(path: Path, count: int) -> Path:
@@ -68,11 +72,11 @@ def at_count(images: int, patterns: list[int], repeat: int, tmp: Path) -> list[M
         found = []
         for name, (argv, goal) in commands.items():
             seconds, peak = median_measured([PINCTL, *argv], repeat, env)
-            found.append(Measured(f"{name}, {images} images", seconds, peak, peer, goal))
+            found.append(Measured(f"{name}, {images} images", images, seconds, peak, peer, goal))
         for count in patterns:
             env = env_for(daemon, write_policy(tmp / f"{count}.toml", count))
             seconds, peak = median_measured([PINCTL, "ls", "-n", "k8s.io"], repeat, env)
-            found.append(Measured(f"ls, {images} images, {count} patterns", seconds, peak, peer, LS_GOAL))
+            found.append(Measured(f"ls, {images} images, {count} patterns", images, seconds, peak, peer, LS_GOAL))
         return found
 
 

@@ -26,6 +26,7 @@ DEFAULT_CONFIG = "/etc/containerd/config.toml"
 # containerd 2.x (config version 3): the CRI's image settings, pinned_images among them.
 V3_IMAGES_PLUGIN = "io.containerd.cri.v1.images"
 NAMESPACE_HEADER = "containerd-namespace"
+LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 # How many label updates travel at once: enough to hide socket latency, few enough
 # not to queue thousands of streams on the daemon.
 UPDATE_WINDOW = 128
@@ -138,13 +139,17 @@ class ContainerdStore:
         """Every record: one answer of any size, awaited while containerd answers (_grpc.listing)."""
         from google.protobuf import empty_pb2
 
-        from pinctl.proto import images_pb2
+        from pinctl.proto import images_pb2, images_raw_pb2
 
-        images, version = self._stub("images"), self._stub("version")
+        version = self._stub("version")
+        self._stub("images")  # opens the channel
+        # Each record stays bytes until decoded on its own below (see images_raw.proto).
+        raw_list = self._channels[False].unary_unary(
+            LIST_IMAGES, request_serializer=images_pb2.ListImagesRequest.SerializeToString,
+            response_deserializer=images_raw_pb2.ListImagesResponse.FromString)
 
         def start(deadline: float) -> Any:
-            return images.List.future(images_pb2.ListImagesRequest(), metadata=self._metadata(namespace),
-                                      timeout=deadline)
+            return raw_list.future(images_pb2.ListImagesRequest(), metadata=self._metadata(namespace), timeout=deadline)
 
         def probe() -> Any:
             return version.Version.future(empty_pb2.Empty(), timeout=self.timeout)
@@ -152,8 +157,8 @@ class ContainerdStore:
         def fail(err: Any, waited: float) -> EngineError:
             return _grpc.translate(err, "containerd", self.address, waited)
 
-        reply = _grpc.listing(start, probe, self.timeout, fail)
-        return [_stored_image(img) for img in reply.images]
+        records = _grpc.listing(start, probe, self.timeout, fail).images
+        return [_stored_image(images_pb2.Image.FromString(record)) for record in records]
 
     def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
         """Sizes count the blobs below the target for this host's platform (see ResolvedTarget).
