@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from pinctl.backends._socket import check_socket
 from pinctl.errors import EngineError, EngineUnreachable
@@ -22,8 +22,12 @@ PATIENCE = 30
 # gRPC's deadline overflows far beyond a day (as --timeout's own bound says).
 LONGEST_DEADLINE = 86400.0
 
+class Cancellable(Protocol):
+    def cancel(self) -> bool: ...
+
+
 Item = TypeVar("Item")
-Call = TypeVar("Call")
+Call = TypeVar("Call", bound=Cancellable)
 
 if TYPE_CHECKING:
     import grpc
@@ -103,9 +107,7 @@ def in_window(items: Iterable[Item], start: Callable[[Item], Call], size: int = 
             yield in_flight.popleft()
     finally:
         for _item, call in in_flight:
-            cancel = getattr(call, "cancel", None)
-            if cancel is not None:
-                cancel()
+            call.cancel()
 
 
 def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: float,
@@ -119,7 +121,8 @@ def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: fl
     for a dead one."""
     import grpc
 
-    answer = start(min(timeout * PATIENCE, LONGEST_DEADLINE))
+    longest = min(timeout * PATIENCE, LONGEST_DEADLINE)
+    answer = start(longest)
     while True:
         alive = probe()
         try:
@@ -132,7 +135,7 @@ def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: fl
                 raise fail(err, timeout) from None
             continue
         except grpc.RpcError as err:
-            raise fail(err, min(timeout * PATIENCE, LONGEST_DEADLINE)) from None
+            raise fail(err, longest) from None
         finally:
             alive.cancel()
         return found

@@ -139,14 +139,10 @@ class ContainerdStore:
         """Every record: one answer of any size, awaited while containerd answers (_grpc.listing)."""
         from google.protobuf import empty_pb2
 
-        from pinctl.proto import images_pb2, images_raw_pb2
+        from pinctl.proto import images_pb2
 
         version = self._stub("version")
-        self._stub("images")  # opens the channel
-        # Each record stays bytes until decoded on its own below (see images_raw.proto).
-        raw_list = self._channels[False].unary_unary(
-            LIST_IMAGES, request_serializer=images_pb2.ListImagesRequest.SerializeToString,
-            response_deserializer=images_raw_pb2.ListImagesResponse.FromString)
+        raw_list = self._stub("images_raw_list")
 
         def start(deadline: float) -> Any:
             return raw_list.future(images_pb2.ListImagesRequest(), metadata=self._metadata(namespace), timeout=deadline)
@@ -464,6 +460,15 @@ def _images_stub(channel: Any) -> Any:
     return images_pb2_grpc.ImagesStub(channel)
 
 
+def _images_raw_list(channel: Any) -> Any:
+    """Images.List whose answer leaves each record as its bytes, decoded one at a time by the
+    caller (see images_raw.proto)."""
+    from pinctl.proto import images_pb2, images_raw_pb2
+
+    return channel.unary_unary(LIST_IMAGES, request_serializer=images_pb2.ListImagesRequest.SerializeToString,
+                               response_deserializer=images_raw_pb2.ListImagesResponse.FromString)
+
+
 def _content_stub(channel: Any) -> Any:
     from pinctl.proto import content_pb2_grpc
 
@@ -490,6 +495,7 @@ def _version_stub(channel: Any) -> Any:
 
 _STUB_FACTORIES: dict[str, Callable[[Any], Any]] = {
     "images": _images_stub,
+    "images_raw_list": _images_raw_list,
     "content": _content_stub,
     "namespaces": _namespaces_stub,
     "version": _version_stub,

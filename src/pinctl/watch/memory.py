@@ -15,19 +15,14 @@ answer alone, again and again, then peaks at the same 78 MiB each time instead o
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from typing import Optional
 
 # mallopt(3) parameters (glibc's malloc.h).
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-M_ARENA_MAX = -8
 # glibc's own starting value of the mmap threshold, kept from then on, and the same for trimming.
 MMAP_THRESHOLD = 128 * 1024
 TRIM_THRESHOLD = 128 * 1024
-# glibc gives each thread that allocates at once an arena of its own (up to 8 per core); the
-# proxy's worker threads and gRPC's each then keep freed blocks of their own resident.
-ARENAS = 2
 
 _applied: Optional[bool] = None
 
@@ -42,9 +37,9 @@ def keep_heap_small() -> bool:
 
 
 def _set_thresholds() -> bool:
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
+        # The symbols already loaded into this process, libc's among them: no library search.
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
@@ -53,5 +48,4 @@ def _set_thresholds() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # mallopt answers 1 when it took the value.
-    return (bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-            and bool(mallopt(M_ARENA_MAX, ARENAS)))
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
