@@ -41,6 +41,9 @@ EVICTION_WAIT_S = 30.0
 EVICTION_THRESHOLD = 40 * MIB
 # How far below the threshold the filler leaves the imagefs: less than the unused images free.
 PRESSURE_MARGIN = 4 * MIB
+# klog stamps a line as it writes it, after the kubelet took the time it records: the lastUsed set
+# in the first detection pass can be a little earlier than that pass's "Image ID is new" line.
+LOG_STAMP_SLACK = datetime.timedelta(seconds=1)
 
 
 
@@ -148,7 +151,8 @@ def _scenario(node: KubeletNode) -> Scenario:
 
 def _start(node: KubeletNode, made: kubelet.Kubelet, scenario: Scenario) -> datetime.datetime:
     """Start the kubelet with the sleeper's static pod; once it has seen was-used in use, remove
-    that user. Returns when the kubelet first detected the images."""
+    that user. Returns the stamp of the line where the kubelet first detected the images (written
+    just after it took the time it records)."""
     pod = kubelet.StaticPod("sleeper", scenario.sleeper.refs[0])
     made.add_static_pod(pod)
     node.start(made)
@@ -200,7 +204,7 @@ def test_image_gc_deletes_unused_images_in_order_and_keeps_the_used_and_the_pinn
     reclaim = made.wait_for_log(r'"Attempting to delete unused images"', since=before_pressure)
     now = made.line_time(reclaim)
     was_used_at = made.last_used(scenario.was_used.image_id, reclaim.start())
-    assert was_used_at is not None and first_seen <= was_used_at < now
+    assert was_used_at is not None and first_seen - LOG_STAMP_SLACK <= was_used_at < now
     records = [*scenario.records(first_seen, now, was_used_at), gcmodel.GcImage(young.image_id, young.size, now)]
     settings = gcmodel.GcSettings(20, 10, datetime.timedelta(seconds=MIN_AGE_S))
     # DeleteUnusedImages does not look at the filesystem.
