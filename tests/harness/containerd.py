@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -29,7 +28,6 @@ STOP_GRACE_S = 5.0
 CTR_TIMEOUT_S = 120.0
 # sun_path is 108 bytes on Linux; stay well below so ".ttrpc" suffixes fit too.
 MAX_SOCKET_PATH = 100
-PR_SET_PDEATHSIG = 1
 
 # Plugins that only log errors or warnings when their backend is absent.
 # Names unknown to one version are ignored by containerd.
@@ -109,13 +107,13 @@ class ContainerdDaemon:
             return self
         self.write_config()
         with open(self.log_path, "ab") as log:
+            argv = [str(self.bin_dir / "containerd"), "--config", str(self.config_path)]
             self._proc = subprocess.Popen(
-                [str(self.bin_dir / "containerd"), "--config", str(self.config_path)],
+                argv if self.detached else dying_with_parent(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=self.detached,
-                preexec_fn=None if self.detached else _die_with_parent,
                 env=self.child_env(),
             )
         self.pid = self._proc.pid
@@ -413,17 +411,15 @@ def config_version(engine: str) -> int:
     return 3 if major >= 2 else 2
 
 
-def _die_with_parent() -> None:
-    """Runs in the child: SIGTERM it when the test process dies.
+def dying_with_parent(argv: list[str], signal_name: str = "TERM") -> list[str]:
+    """``argv`` run through setpriv, which gives it the parent-death signal and execs it (same pid).
 
-    atexit never runs when pytest itself is SIGKILLed or SIGTERMed, which
-    would leave orphan daemons; the kernel's parent-death signal covers that.
+    atexit never runs when pytest itself is SIGKILLed or SIGTERMed, which would leave orphan
+    daemons; the kernel's parent-death signal covers that. Not set from a preexec_fn: Python code
+    between fork and exec, in a process full of gRPC threads, let gRPC's fork handler restart its
+    poller in the child, which then died before the exec (seen with the kubelet, two CI runs in five).
     """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+    return ["setpriv", "--pdeathsig", signal_name, *argv]
 
 
 def _socket_dir(base_dir: pathlib.Path) -> pathlib.Path:

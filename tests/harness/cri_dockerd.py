@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import pathlib
 import shutil
@@ -50,7 +49,6 @@ VERSION = "/runtime.v1.RuntimeService/Version"
 READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
 STREAMING_BIND = "127.0.0.1:0"
-PR_SET_PDEATHSIG = 1
 _DROPPED_ENV = ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 
 
@@ -134,8 +132,10 @@ class CriDockerd:
         env = {key: value for key, value in os.environ.items() if key not in _DROPPED_ENV}
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, preexec_fn=_kill_with_parent,
+                # SIGKILL, not SIGTERM as for the other daemons: unshare ignores SIGTERM while it
+                # waits for its child, and its --kill-child passes the death on to cri-dockerd.
+                ctd.dying_with_parent(self.argv(), "KILL"), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env,
             )
         self.pid = self._proc.pid
         _RUNNING[self.pid] = self
@@ -225,14 +225,3 @@ def _only_child(pid: int) -> int | None:
     return int(children[0]) if len(children) == 1 else None
 
 
-def _kill_with_parent() -> None:
-    """Runs in the child (unshare): SIGKILL it when the test process dies.
-
-    Not SIGTERM as for the other daemons: unshare ignores SIGTERM while it waits for its
-    child, and its --kill-child passes the death on to cri-dockerd as SIGTERM.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass

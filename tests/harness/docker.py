@@ -140,12 +140,11 @@ class DockerDaemon:
         self._prepare_dirs()
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                self.argv(),
+                ctd.dying_with_parent(self.argv()),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self._daemon_env(),
-                preexec_fn=ctd._die_with_parent,
             )
         self.pid = self._proc.pid
         _RUNNING[self.pid] = self

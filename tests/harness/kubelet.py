@@ -54,6 +54,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Optional
 
+from tests.harness import containerd as ctd
 from tests.harness import cri, kubelet_build, pods
 
 READY_TIMEOUT_S = 60.0
@@ -307,12 +308,8 @@ class Kubelet:
         env["PINCTL_KUBELET_BINDS"] = self._namespace_binds()
         self.started_at = time.time()
         with open(self.log_path, "ab") as log:
-            # setpriv sets the parent-death signal, not a preexec_fn: Python code between fork and
-            # exec in a process full of gRPC threads let gRPC's fork handler restart its poller
-            # in the child, which died before the exec ("epoll_wait error: Bad file descriptor"
-            # was all the kubelet's log held, in two CI runs of five).
             self._proc = subprocess.Popen(
-                ["setpriv", "--pdeathsig", "TERM", *self.argv()],
+                ctd.dying_with_parent(self.argv()),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
