@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bench.common import PINCTL, Row, median_measured, median_time, ratio_row, report
-from tests.harness import images, pods
+from tests.harness import images, pods, runnable
 
 FS_BYTES = 1024 * 1024 * 1024
 
@@ -29,7 +29,7 @@ def node(image_count: int, container_count: int, used_count: int, fs_bytes: int)
     with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp, \
             pods.pods_daemon("containerd-1.7", Path(tmp), fs_bytes) as (daemon, _fs):
         work = Path(tmp) / "work"
-        used = pods.load_runnable(daemon, work, [pods.runnable_recipe(f"example.test/bench-used-{i}:1")
+        used = runnable.load_runnable(daemon, work, [runnable.runnable_recipe(f"example.test/bench-used-{i}:1")
                                                  for i in range(used_count)])
         images.load_images(daemon, work, images.numbered_recipes(image_count - used_count - 1))
         made = pods.Pods(daemon)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bench.common import PINCTL, median_time
-from tests.harness import images, kubelet, kubelet_build, pods
+from tests.harness import cri_pods, images, kubelet, kubelet_build, pods, runnable
 from tests.harness.kubelet_periodic import fill
 
 FS_BYTES = 1024 * 1024 * 1024
@@ -61,7 +61,7 @@ def node(image_count: int, container_count: int) -> Iterator[tuple[pods.PodsDaem
     with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp, \
             kubelet.node_daemon(Path(tmp), FS_BYTES) as (daemon, fs):
         work = Path(tmp) / "work"
-        used = pods.load_runnable(daemon, work, [pods.runnable_recipe(f"example.test/bench-used-{i}:1")
+        used = runnable.load_runnable(daemon, work, [runnable.runnable_recipe(f"example.test/bench-used-{i}:1")
                                                  for i in range(container_count)])
         images.load_images(daemon, work, images.numbered_recipes(image_count - container_count - 1))
         made = kubelet.Kubelet(Path(tmp) / "kubelet", daemon.address, binary=build.binary,
@@ -80,7 +80,7 @@ def node(image_count: int, container_count: int) -> Iterator[tuple[pods.PodsDaem
 
 def wait_running(address: str, count: int, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
-    while sum(c.state == "running" for c in pods.list_containers(address)) < count:
+    while sum(c.state == "running" for c in cri_pods.list_containers(address)) < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"fewer than {count} containers running after {timeout}s")
         time.sleep(1)

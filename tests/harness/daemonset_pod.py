@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness import cri, pods
+from tests.harness import cri, cri_pods, pods, runnable
 from tests.harness.pods import Pod, PodsDaemon
 from tests.harness.protowire import Message
 
@@ -263,7 +263,7 @@ def container_config(found: PodPlan, image: str, sources: Mapping[str, pathlib.P
     # Capability: drop_capabilities (2); Int64Value: value (1); SecurityProfile: profile_type (1) RuntimeDefault = 0.
     security: list[tuple[int, Any]] = [
         (1, [(2, name) for name in found.drop]),
-        (3, [(1, pods.NAMESPACE_NODE)]),  # namespace_options.network: the pod's, shared with containerd here
+        (3, [(1, cri_pods.NAMESPACE_NODE)]),  # namespace_options.network: the pod's, shared with containerd here
         (5, [(1, found.uid)]),  # run_as_user
         (7, found.read_only_root),  # readonly_rootfs
         (11, found.no_new_privs),  # no_new_privs
@@ -317,7 +317,7 @@ class NetnsPodsDaemon(PodsDaemon):
                      ["nsenter", f"--net={self.netns}", "ip", "link", "set", "lo", "up"]):
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
             if proc.returncode != 0:
-                raise pods.PodsUnavailable(f"{' '.join(argv)}: {proc.stderr.strip()}")
+                raise runnable.PodsUnavailable(f"{' '.join(argv)}: {proc.stderr.strip()}")
 
     def drop_netns(self) -> None:
         _unmount(self.netns)
@@ -330,7 +330,7 @@ class NetnsPodsDaemon(PodsDaemon):
                      ["mount", "--make-shared", str(self.socket_dir)]):
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
             if proc.returncode != 0:
-                raise pods.PodsUnavailable(f"{' '.join(argv)}: {proc.stderr.strip()}")
+                raise runnable.PodsUnavailable(f"{' '.join(argv)}: {proc.stderr.strip()}")
 
     def unshare_socket_dir(self) -> None:
         _unmount(self.socket_dir)
@@ -408,7 +408,7 @@ class RunningPod:
     def wait_logged(self, message: str, count: int = 1, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while self.messages().count(message) < count:
-            status = pods.container_status(self.daemon.address, self.container_id)
+            status = cri_pods.container_status(self.daemon.address, self.container_id)
             assert status.state == "running", f"container {status.state}, exit {status.exit_code}:\n{self.log_text()}"
             assert time.monotonic() < deadline, f"no {message!r} in {timeout} s:\n{self.log_text()}"
             time.sleep(0.1)
@@ -419,13 +419,13 @@ class RunningPod:
         except FileNotFoundError:
             return "(no log)"
 
-    def status(self) -> pods.CriContainerStatus:
-        return pods.container_status(self.daemon.address, self.container_id)
+    def status(self) -> cri_pods.CriContainerStatus:
+        return cri_pods.container_status(self.daemon.address, self.container_id)
 
     def stop(self, grace_seconds: int) -> float:
         """StopContainer as the kubelet asks it: SIGTERM, SIGKILL after the grace period."""
         started = time.monotonic()
-        pods.stop_container(self.daemon.address, self.container_id, grace_seconds)
+        cri_pods.stop_container(self.daemon.address, self.container_id, grace_seconds)
         return time.monotonic() - started
 
 
@@ -434,36 +434,36 @@ def run_pod(daemon: NetnsPodsDaemon, found: PodPlan, image: str, sources: Mappin
     name = f"{found.name}-{os.getpid()}"
     log_dir = daemon.pod_log_dir / name
     log_dir.mkdir(parents=True, exist_ok=True)
-    config = pods.sandbox_config(name, log_dir)
-    pod = Pod(pods.run_pod_sandbox(daemon.address, config), name, config)
+    config = cri_pods.sandbox_config(name, log_dir)
+    pod = Pod(cri_pods.run_pod_sandbox(daemon.address, config), name, config)
     request: Message = [(1, pod.id), (2, container_config(found, image, sources, f"{found.container}.log")),
                         (3, config)]
     container_id = cri_call_text(daemon.address, "CreateContainer", request)
-    pods.start_container(daemon.address, container_id)
+    cri_pods.start_container(daemon.address, container_id)
     return RunningPod(daemon, pod, container_id, log_dir / f"{found.container}.log")
 
 
 def cri_call_text(address: str, method: str, request: Message) -> str:
     from tests.harness.protowire import Reader, encode
 
-    return Reader(cri.unary_call(address, pods.RUNTIME + method, encode(request))).text(1)
+    return Reader(cri.unary_call(address, cri_pods.RUNTIME + method, encode(request))).text(1)
 
 
 @contextlib.contextmanager
 def daemonset_node(base: pathlib.Path) -> Iterator[NetnsPodsDaemon]:
     """A pod-capable containerd 1.7 in a network namespace of its own, on a tmpfs for its root."""
     pods.runc_binary()
-    pods.busybox_path()
+    runnable.busybox_path()
     for tool in ("nsenter", "unshare", "ip"):
         if shutil.which(tool) is None:
-            raise pods.PodsUnavailable(f"{tool} is not installed")
+            raise runnable.PodsUnavailable(f"{tool} is not installed")
     fs = pods.DedicatedFs(base / "imagefs", FS_BYTES).open()
     daemon = NetnsPodsDaemon(ENGINE, base / "daemon", data_dir=fs.path)
     try:
         daemon.make_netns()
         daemon.share_socket_dir()
         daemon.start()
-        pods.ensure_runnable_sandbox_image(daemon)
+        runnable.ensure_runnable_sandbox_image(daemon)
         yield daemon
     finally:
         if daemon.is_alive():

@@ -55,7 +55,7 @@ from collections.abc import Iterator, Mapping
 from typing import Optional
 
 from tests.harness import containerd as ctd
-from tests.harness import cri, kubelet_build, pods
+from tests.harness import cri, kubelet_build, pods, runnable
 
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
@@ -469,7 +469,7 @@ class LoopFs(pods.DedicatedFs):
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
             if proc.returncode != 0:
                 self.image.unlink(missing_ok=True)
-                raise pods.PodsUnavailable(f"{' '.join(argv[:2])} failed: {proc.stderr.strip()}")
+                raise runnable.PodsUnavailable(f"{' '.join(argv[:2])} failed: {proc.stderr.strip()}")
         self.mounted = True
         atexit.register(self.close)
         return self
@@ -485,13 +485,13 @@ def node_daemon(
 ) -> Iterator[tuple[pods.PodsDaemon, LoopFs]]:
     """A pod-capable containerd whose root and state are on a fresh :class:`LoopFs`."""
     pods.runc_binary()
-    pods.busybox_path()
+    runnable.busybox_path()
     fs = LoopFs(base_dir / "imagefs", fs_bytes).open()
     daemon: Optional[pods.PodsDaemon] = None
     try:
         daemon = pods.PodsDaemon(engine, base_dir / "daemon", data_dir=fs.path)
         daemon.start()
-        pods.ensure_runnable_sandbox_image(daemon)
+        runnable.ensure_runnable_sandbox_image(daemon)
         yield daemon, fs
     finally:
         if daemon is not None:

@@ -17,10 +17,10 @@ from typing import Optional
 
 import pytest
 
-from tests.harness import cri, debs, images, kubelet, kubelet_build, pods
+from tests.harness import cri, debs, images, kubelet, kubelet_build, pods, runnable
 from tests.harness.containerd import DaemonError
 from tests.harness.pod_fixtures import _unavailable
-from tests.harness.pods import RunnableRecipe
+from tests.harness.runnable import RunnableRecipe
 
 ENGINE = "containerd-1.7"
 # Room for a few images of several MiB each and their unpacked copies (native snapshotter).
@@ -49,7 +49,7 @@ class KubeletNode:
         return pods.Pods(self.daemon)
 
     def load_runnable(self, recipes: list[RunnableRecipe]) -> list[images.ImageInfo]:
-        return pods.load_runnable(self.daemon, self.work_dir, recipes)
+        return runnable.load_runnable(self.daemon, self.work_dir, recipes)
 
     def load_images(self, recipes: list[images.ImageRecipe]) -> list[images.ImageInfo]:
         """Plain images (content only, no snapshot): their CRI size is all they take on disk."""
@@ -100,7 +100,7 @@ def kubelet_node(kubelet_binary: kubelet_build.KubeletBuild, tmp_path_factory: p
     try:
         context = kubelet.node_daemon(base, NODE_FS_BYTES, ENGINE)
         daemon, fs = context.__enter__()
-    except (pods.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+    except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         _unavailable(f"{ENGINE} for a kubelet unavailable: {exc}")
     node = KubeletNode(daemon, fs, base, kubelet_binary)
     try:

@@ -36,7 +36,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
-from tests.harness import cri, images, kubelet, kubelet_build, pods
+from tests.harness import cri, cri_pods, images, kubelet, kubelet_build, pods, runnable
 
 PERIOD_S = 300.0
 # gc plan runs this long before the second GC run: after every change, before any deletion.
@@ -72,7 +72,7 @@ class SecondRun:
     first_run_at: datetime.datetime
     run_at: datetime.datetime
     images_after: list[cri.CriImage]
-    containers_after: list[pods.CriContainer]
+    containers_after: list[cri_pods.CriContainer]
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # the scenario's own observations
 
     @property
@@ -115,9 +115,9 @@ class PeriodicNode:
         assert self.daemon is not None
         return self.daemon.address
 
-    def load_runnable(self, *recipes: pods.RunnableRecipe) -> list[images.ImageInfo]:
+    def load_runnable(self, *recipes: runnable.RunnableRecipe) -> list[images.ImageInfo]:
         assert self.daemon is not None
-        return pods.load_runnable(self.daemon, self.base_dir / "work", list(recipes))
+        return runnable.load_runnable(self.daemon, self.base_dir / "work", list(recipes))
 
     def load_plain(self, *sizes_mib: tuple[str, int]) -> list[images.ImageInfo]:
         """Plain images of (ref, MiB): content only, no snapshot, so each takes its CRI size on disk."""
@@ -146,19 +146,19 @@ class PeriodicNode:
         moment = self.first_run_at + datetime.timedelta(seconds=seconds)
         time.sleep(max(0.0, (moment - datetime.datetime.now(datetime.timezone.utc)).total_seconds()))
 
-    def running(self, pod: kubelet.StaticPod, timeout: float = 30.0) -> pods.CriContainer:
+    def running(self, pod: kubelet.StaticPod, timeout: float = 30.0) -> cri_pods.CriContainer:
         """The static pod's container once it runs (through the node's runtime socket)."""
         return self.container_in(pod, ("running",), timeout)
 
     def container_in(self, pod: kubelet.StaticPod, states: Sequence[str], timeout: float = 30.0,
-                     address: str = "") -> pods.CriContainer:
+                     address: str = "") -> cri_pods.CriContainer:
         assert self.kubelet is not None
         name = self.kubelet.static_pod_name(pod)
         where = address or self.address
         deadline = time.monotonic() + timeout
         while True:
-            sandboxes = {s.id: s for s in pods.list_pod_sandboxes(where)}
-            for found in pods.list_containers(where):
+            sandboxes = {s.id: s for s in cri_pods.list_pod_sandboxes(where)}
+            for found in cri_pods.list_containers(where):
                 sandbox = sandboxes.get(found.pod_sandbox_id)
                 if sandbox is not None and sandbox.name == name and found.state in states:
                     return found
@@ -201,7 +201,7 @@ class PeriodicNode:
             usage=int(over["usage"]) if over else None, amount_to_free=int(over["amount"]) if over else None,
             outcome=found["how"], error=_unescape(found["err"] or ""),
             first_run_at=self.first_run_at, run_at=run_at,
-            images_after=cri.list_images(where), containers_after=pods.list_containers(where), notes=self.notes,
+            images_after=cri.list_images(where), containers_after=cri_pods.list_containers(where), notes=self.notes,
         )
 
     def close(self) -> None:

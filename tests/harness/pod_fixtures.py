@@ -17,9 +17,9 @@ from typing import NoReturn
 
 import pytest
 
-from tests.harness import cri, debs, images, pods
+from tests.harness import cri, debs, images, pods, runnable
 from tests.harness.containerd import DaemonError
-from tests.harness.pods import RunnableRecipe
+from tests.harness.runnable import RunnableRecipe
 
 ENGINE = "containerd-1.7"
 ENGINE_21 = "containerd-2.1"
@@ -43,7 +43,7 @@ class PodNode:
         return pods.Pods(self.daemon)
 
     def load_runnable(self, recipes: list[RunnableRecipe]) -> list[images.ImageInfo]:
-        return pods.load_runnable(self.daemon, self.work_dir, recipes)
+        return runnable.load_runnable(self.daemon, self.work_dir, recipes)
 
     def load_images(self, recipes: list[images.ImageRecipe], *, unpack: bool = False) -> list[images.ImageInfo]:
         """Plain (not runnable) images from ``tests/harness/images.py``."""
@@ -53,7 +53,7 @@ class PodNode:
         """No pods, no containers, only the (runnable) sandbox image in ``k8s.io``."""
         self.pods().cleanup()
         self.daemon.clear_images(cri.NAMESPACE)
-        pods.ensure_runnable_sandbox_image(self.daemon)
+        runnable.ensure_runnable_sandbox_image(self.daemon)
         return self
 
 
@@ -69,7 +69,7 @@ def _session_pods(engine: str, factory: pytest.TempPathFactory) -> Iterator[PodN
     try:
         context = pods.pods_daemon(engine, base)
         daemon, fs = context.__enter__()
-    except (pods.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+    except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         _unavailable(f"{engine} with pods unavailable: {exc}")
     try:
         yield PodNode(daemon, fs, base / "work")

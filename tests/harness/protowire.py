@@ -3,7 +3,7 @@
 The harness talks to the CRI without pinctl's .proto files (and without any generated code),
 so a wrong field number in pinctl cannot hide behind the same mistake here. Requests are
 written as nested lists of ``(field number, value)`` and replies are read back the same way;
-the numbers are transcribed, with their message names, in ``tests/harness/pods.py``.
+the numbers are transcribed, with their message names, in ``tests/harness/cri_pods.py``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import pytest
 
 from pinctl.criproxy.relay import RELAY_NAME, find_relay
 from tests.conftest import engine_unavailable
-from tests.harness import cri, images, pods
+from tests.harness import cri, cri_pods, images, runnable
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.pod_fixtures import PodNode
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl
@@ -130,7 +130,7 @@ def pinned_by_tag(address: str) -> dict[str, bool]:
 
 
 def status_pinned(address: str, ref: str) -> bool:
-    found = pods.image_status(address, ref)
+    found = cri_pods.image_status(address, ref)
     assert found is not None, ref
     return found.pinned
 
@@ -312,7 +312,7 @@ def test_eight_concurrent_clients_for_ten_seconds(ctd16: ContainerdDaemon,
 
 def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNode,
                                                           proxies: Callable[..., ProxyProcess]) -> None:
-    (info,) = modern_pod_node.load_runnable([pods.runnable_recipe("example.test/px-pod:1")])
+    (info,) = modern_pod_node.load_runnable([runnable.runnable_recipe("example.test/px-pod:1")])
     proxy = proxies(modern_pod_node.daemon)
     events: list[tuple[str, int]] = []
     with grpc.insecure_channel(f"unix://{proxy.path}") as channel:
@@ -323,14 +323,14 @@ def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNo
         made = modern_pod_node.pods()
         made.address = proxy.path
         container = made.container(info.refs[0], "running")
-        assert container.id in {c.id for c in pods.list_containers(proxy.path)}
-        pods.stop_container(proxy.path, container.id)
+        assert container.id in {c.id for c in cri_pods.list_containers(proxy.path)}
+        cri_pods.stop_container(proxy.path, container.id)
         made.wait_for_state(container.id, "exited")
-        pods.remove_container(proxy.path, container.id)
-        assert container.id not in {c.id for c in pods.list_containers(proxy.path)}
-        pods.stop_pod_sandbox(proxy.path, container.pod.id)
-        pods.remove_pod_sandbox(proxy.path, container.pod.id)
-        assert pods.list_pod_sandboxes(proxy.path) == []
+        cri_pods.remove_container(proxy.path, container.id)
+        assert container.id not in {c.id for c in cri_pods.list_containers(proxy.path)}
+        cri_pods.stop_pod_sandbox(proxy.path, container.pod.id)
+        cri_pods.remove_pod_sandbox(proxy.path, container.pod.id)
+        assert cri_pods.list_pod_sandboxes(proxy.path) == []
         # ContainerEventType: CREATED 0, STARTED 1, STOPPED 2, DELETED 3.
         deadline = time.monotonic() + 10
         while {0, 1, 2, 3} - {kind for cid, kind in events if cid == container.id}:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import engine_unavailable
-from tests.harness import cri, daemonset_pod, debs, image_build, images, pods
+from tests.harness import cri, daemonset_pod, debs, image_build, images, runnable
 from tests.harness.configmap import ConfigMapVolume
 from tests.harness.containerd import DaemonError
 from tests.harness.daemonset_pod import NetnsPodsDaemon, PodPlan, RunningPod
@@ -51,7 +51,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, built: image_build.BuiltImage
     try:
         context = daemonset_pod.daemonset_node(tmp_path_factory.mktemp("daemonset"))
         daemon = context.__enter__()
-    except (pods.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+    except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         engine_unavailable(f"containerd 1.7 with pods unavailable: {exc}")
     try:
         image_build.import_image(daemon, built)

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import pytest
 
 from pinctl.gc import model as gcmodel
-from tests.harness import cri, images, pods
+from tests.harness import cri, cri_pods, images, pods, runnable
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.docker import DockerDaemon, expected_id, load_images_docker, reset_docker
 from tests.harness.pod_fixtures import PodNode
@@ -132,7 +132,7 @@ def wait_past(moment: datetime, seconds: float) -> None:
 
 def load_one(node: PodNode, ref: str, payload: int) -> images.ImageInfo:
     """One runnable image in an import of its own, so its record time orders it."""
-    (info,) = node.load_runnable([pods.runnable_recipe(ref, payload_bytes=payload)])
+    (info,) = node.load_runnable([runnable.runnable_recipe(ref, payload_bytes=payload)])
     return info
 
 
@@ -153,7 +153,7 @@ def node_state(node: PodNode) -> NodeState:
     listed = [gcmodel.GcImage(i.id, i.size, first_detected(i, times), None, i.repo_tags, i.pinned)
               for i in cri.list_images(node.address)]
     containers = [gcmodel.GcContainer(c.id, c.image_ref, c.state, c.image_id, c.image, c.name)
-                  for c in pods.list_containers(node.address)]
+                  for c in cri_pods.list_containers(node.address)]
     return NodeState(listed, containers, node.fs.capacity)
 
 
@@ -217,7 +217,7 @@ class Mixed:
 
 
 def mixed_node(node: PodNode) -> Mixed:
-    users = node.load_runnable([pods.runnable_recipe(f"example.test/gc-{kind}:1", payload_bytes=64 * 1024)
+    users = node.load_runnable([runnable.runnable_recipe(f"example.test/gc-{kind}:1", payload_bytes=64 * 1024)
                                 for kind in ("running", "exited", "created", "labelled")])
     running, exited, created, labelled = users
     node.daemon.label_image(labelled.refs[0], {PIN: "pinned"})
@@ -225,7 +225,7 @@ def mixed_node(node: PodNode) -> Mixed:
     pod = made.pod()
     names = {info.image_id: made.container(info.refs[0], state, pod=pod).id  # type: ignore[arg-type]
              for info, state in ((running, "running"), (exited, "exited"), (created, "created"))}
-    listed = {c.id: c.name for c in pods.list_containers(node.address)}
+    listed = {c.id: c.name for c in cri_pods.list_containers(node.address)}
     # Sizes not in load order, so an order by size would show.
     first = load_one(node, "example.test/gc-first:1", 1 * MIB)
     policy = load_one(node, "example.test/gc-policy:1", MIB + MIB // 2)
@@ -312,7 +312,7 @@ def test_gc_plan_reads_the_real_filesystem_and_simulates_a_fuller_one(modern_pod
     doc = run_json(modern_pod_node.daemon, *args, expect=0)
     gc = doc["gc"]
     # What the kubelet reads: statfs under the CRI's ImageFsInfo mount point, the dedicated tmpfs.
-    mountpoint = pods.image_fs_info(modern_pod_node.address)[0].mountpoint
+    mountpoint = cri_pods.image_fs_info(modern_pod_node.address)[0].mountpoint
     assert mountpoint in gc["filesystem"]["source"] and gc["simulated"] is False
     assert gc["filesystem"]["capacity_bytes"] == modern_pod_node.fs.capacity == pods.DEFAULT_FS_BYTES
     assert abs(gc["filesystem"]["available_bytes"] - modern_pod_node.fs.available) < MIB
@@ -419,7 +419,7 @@ def test_prune_deletes_only_what_nothing_protects(modern_pod_node: PodNode) -> N
     refs = {row.ref for row in modern_pod_node.daemon.images()}
     assert not {ref for info in mixed.unused if info.image_id != mixed.policy.image_id for ref in info.refs} & refs
     # The containers are untouched.
-    assert {c.image_ref for c in pods.list_containers(modern_pod_node.address)} == {
+    assert {c.image_ref for c in cri_pods.list_containers(modern_pod_node.address)} == {
         mixed.running.image_id, mixed.exited.image_id, mixed.created.image_id}
 
 
@@ -461,7 +461,7 @@ def test_a_container_created_after_planning_protects_its_image(modern_pod_node: 
     from pinctl.pins.policy import Policy
 
     used, labelled, spare = modern_pod_node.load_runnable(
-        [pods.runnable_recipe(f"example.test/gc-race-{name}:1") for name in ("used", "labelled", "spare")])
+        [runnable.runnable_recipe(f"example.test/gc-race-{name}:1") for name in ("used", "labelled", "spare")])
     node = Node([ContainerdSource(ContainerdStore(modern_pod_node.address, 10.0, None), ["k8s.io"], ["k8s.io"])])
     runtime = CriRuntime(modern_pod_node.address, 10.0)
     domain = gc.CriDomain(runtime, runtime.version())
@@ -475,7 +475,7 @@ def test_a_container_created_after_planning_protects_its_image(modern_pod_node: 
         items = {item.image_id: item for item in gc.apply_prune([plan], gc.wanted_now(node, Policy()), dry_run=False)}
     finally:
         node.close()
-    name = next(c.name for c in pods.list_containers(modern_pod_node.address) if c.id == container.id)
+    name = next(c.name for c in cri_pods.list_containers(modern_pod_node.address) if c.id == container.id)
     assert (items[used.image_id].action, items[used.image_id].why) == ("kept", f"in use since planning by {name}")
     assert items[labelled.image_id].action == "kept" and "since planning" in (items[labelled.image_id].why or "")
     assert items[spare.image_id].action == "removed"

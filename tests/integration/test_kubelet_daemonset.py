@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tests.conftest import engine_unavailable
-from tests.harness import cri, daemonset_pod, debs, image_build, images, kubelet, pods
+from tests.harness import cri, cri_pods, daemonset_pod, debs, image_build, images, kubelet, runnable
 from tests.harness.configmap import ConfigMapVolume
 from tests.harness.containerd import DaemonError
 from tests.harness.kubelet_build import KubeletBuild
@@ -69,7 +69,7 @@ def daemonset_kubelet_node(kubelet_binary: KubeletBuild, built: image_build.Buil
     try:
         context = kubelet.node_daemon(base, NODE_FS_BYTES, ENGINE)
         daemon, fs = context.__enter__()
-    except (pods.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+    except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         engine_unavailable(f"{ENGINE} for a kubelet unavailable: {exc}")
     node = KubeletNode(daemon, fs, base, kubelet_binary)
     shared = False
@@ -171,9 +171,9 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, tail: Callab
         time.sleep(0.2)
 
 
-def running_container(node: KubeletNode, sandbox_name: str) -> pods.CriContainer | None:
-    sandboxes = {sandbox.id: sandbox for sandbox in pods.list_pod_sandboxes(node.address)}
-    for container in pods.list_containers(node.address):
+def running_container(node: KubeletNode, sandbox_name: str) -> cri_pods.CriContainer | None:
+    sandboxes = {sandbox.id: sandbox for sandbox in cri_pods.list_pod_sandboxes(node.address)}
+    for container in cri_pods.list_containers(node.address):
         sandbox = sandboxes.get(container.pod_sandbox_id)
         if sandbox is not None and sandbox.name == sandbox_name and container.state == "running":
             return container
@@ -276,7 +276,7 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
     made.remove_static_pod(found.name)
     wait_until("the pod stopped", lambda: nothing_runs(node), STOP_TIMEOUT_S, made.log_tail)
     with contextlib.suppress(cri.CriError):  # the kubelet may have removed the container already
-        final = pods.container_status(node.address, container.id)
+        final = cri_pods.container_status(node.address, container.id)
         assert final.exit_code == 0, final
     assert pod_messages(made)[-1] == "stopped", pod_messages(made)[-5:]
     assert not made.log_text()[before:].count('"Probe failed"')
@@ -287,8 +287,8 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
 
 
 def nothing_runs(node: KubeletNode) -> bool:
-    running = [c for c in pods.list_containers(node.address) if c.state == "running"]
-    return not running and not any(sandbox.ready for sandbox in pods.list_pod_sandboxes(node.address))
+    running = [c for c in cri_pods.list_containers(node.address) if c.state == "running"]
+    return not running and not any(sandbox.ready for sandbox in cri_pods.list_pod_sandboxes(node.address))
 
 
 def _refs(node: KubeletNode, image_id: str) -> list[str]:

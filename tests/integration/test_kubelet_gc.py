@@ -29,7 +29,7 @@ import pytest
 
 from tests.conftest import engine_unavailable
 from tests.harness import containerd as ctd
-from tests.harness import cri, debs, engines, images, kubelet_build, pods
+from tests.harness import cri, cri_pods, debs, engines, images, kubelet_build, pods
 from tests.harness import docker as docker_harness
 from tests.harness.cri_dockerd import CriDockerd
 from tests.harness.docker import DockerDaemon
@@ -47,6 +47,7 @@ from tests.harness.kubelet_periodic import (
     deletions_agree,
     run_all,
 )
+from tests.harness.runnable import SANDBOX_SEED, RunnableRecipe, build_runnable_archive, runnable_recipe
 from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import ProxyProcess, built_relay
 
@@ -57,8 +58,8 @@ LATE_AT_S = 30.0
 LOW = 50
 
 
-def runnable(ref: str, payload_mib: float = 0.0) -> pods.RunnableRecipe:
-    return pods.runnable_recipe(ref, payload_bytes=max(4096, int(payload_mib * MIB)))
+def runnable(ref: str, payload_mib: float = 0.0) -> RunnableRecipe:
+    return runnable_recipe(ref, payload_bytes=max(4096, int(payload_mib * MIB)))
 
 
 def plan_for(node: PeriodicNode, endpoint: str = "", env: dict[str, str] | None = None) -> Plan:
@@ -76,11 +77,11 @@ def label(node: PeriodicNode, ref: str) -> None:
 
 def remove_pod(node: PeriodicNode, pod_id: str) -> None:
     """A harness pod gone (the kubelet may be killing it as an orphan at the same time)."""
-    for call in (pods.stop_pod_sandbox, pods.remove_pod_sandbox):
+    for call in (cri_pods.stop_pod_sandbox, cri_pods.remove_pod_sandbox):
         with contextlib.suppress(cri.CriError):
             call(node.address, pod_id)
     deadline = time.monotonic() + 30
-    while any(c.pod_sandbox_id == pod_id for c in pods.list_containers(node.address)):
+    while any(c.pod_sandbox_id == pod_id for c in cri_pods.list_containers(node.address)):
         assert time.monotonic() < deadline, "harness pod not removed"
         time.sleep(0.1)
 
@@ -309,9 +310,9 @@ def seed_setup(relay: str) -> Scenario:
         docker = HostRuncDocker(node.base_dir / "docker", containerd_store=True, containerd=store).start()
         node.on_close(docker.stop)
         runnable_archive = node.base_dir / "runnable.tar"
-        sleeper, _sandbox = pods.build_runnable_archive(runnable_archive, [
+        sleeper, _sandbox = build_runnable_archive(runnable_archive, [
             runnable("example.test/seed-sleeper:1.0"),
-            pods.RunnableRecipe((ctd.DEFAULT_SANDBOX_IMAGE,), pods.SANDBOX_SEED, 64, {}, ("/bin/busybox", "sleep", "86400")),
+            RunnableRecipe((ctd.DEFAULT_SANDBOX_IMAGE,), SANDBOX_SEED, 64, {}, ("/bin/busybox", "sleep", "86400")),
         ])
         docker.load(runnable_archive)
         docker_harness.load_images_docker(docker, node.base_dir / "work", [
@@ -375,7 +376,7 @@ def _image_mounts(address: str, container_id: str) -> list[str]:
     """``ContainerStatus.mounts[].image.image`` (fields 1, 14, 9, 1), read by field number."""
     from tests.harness.protowire import Reader, encode
 
-    status = Reader(cri.unary_call(address, pods.RUNTIME + "ContainerStatus", encode([(1, container_id)]))).message(1)
+    status = Reader(cri.unary_call(address, cri_pods.RUNTIME + "ContainerStatus", encode([(1, container_id)]))).message(1)
     return [mount.message(9).text(1) for mount in status.messages(14) if mount.all_bytes(9)]
 
 

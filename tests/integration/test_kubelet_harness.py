@@ -26,7 +26,7 @@ import pytest
 
 from pinctl.gc import estimate as gcestimate
 from pinctl.gc import model as gcmodel
-from tests.harness import cri, images, kubelet, pods
+from tests.harness import cri, cri_pods, images, kubelet, runnable
 from tests.harness.kubelet_fixtures import KubeletNode
 
 pytestmark = pytest.mark.integration
@@ -47,12 +47,12 @@ LOG_STAMP_SLACK = datetime.timedelta(seconds=1)
 
 
 
-def _running_container(node: KubeletNode, sandbox_name: str, timeout: float = POD_TIMEOUT_S) -> pods.CriContainer:
+def _running_container(node: KubeletNode, sandbox_name: str, timeout: float = POD_TIMEOUT_S) -> cri_pods.CriContainer:
     """The running container in the sandbox of that name, once the kubelet has started it."""
     deadline = time.monotonic() + timeout
     while True:
-        sandboxes = {sandbox.id: sandbox for sandbox in pods.list_pod_sandboxes(node.address)}
-        for container in pods.list_containers(node.address):
+        sandboxes = {sandbox.id: sandbox for sandbox in cri_pods.list_pod_sandboxes(node.address)}
+        for container in cri_pods.list_containers(node.address):
             sandbox = sandboxes.get(container.pod_sandbox_id)
             if sandbox is not None and sandbox.name == sandbox_name and container.state == "running":
                 return container
@@ -68,7 +68,7 @@ def _kernel_tunables() -> dict[str, str]:
 def test_a_static_pod_runs_and_the_host_is_left_alone(
     kubelet_node: KubeletNode, record_property: Callable[[str, object], None]
 ) -> None:
-    (sleeper,) = kubelet_node.load_runnable([pods.runnable_recipe("example.test/kubelet-sleeper:1")])
+    (sleeper,) = kubelet_node.load_runnable([runnable.runnable_recipe("example.test/kubelet-sleeper:1")])
     tunables = _kernel_tunables()
     made = kubelet_node.new_kubelet()
     pod = kubelet.StaticPod("sleeper", sleeper.refs[0])
@@ -98,8 +98,8 @@ def test_a_static_pod_runs_and_the_host_is_left_alone(
 
 
 def _nothing_runs(node: KubeletNode) -> bool:
-    running = [c for c in pods.list_containers(node.address) if c.state == "running"]
-    return not running and not any(sandbox.ready for sandbox in pods.list_pod_sandboxes(node.address))
+    running = [c for c in cri_pods.list_containers(node.address) if c.state == "running"]
+    return not running and not any(sandbox.ready for sandbox in cri_pods.list_pod_sandboxes(node.address))
 
 
 def _wait_until(condition: Callable[[], bool], what: str, timeout: float = POD_TIMEOUT_S) -> None:
@@ -133,8 +133,8 @@ class Scenario:
 def _scenario(node: KubeletNode) -> Scenario:
     sleeper, was_used = node.load_runnable(
         [
-            pods.runnable_recipe("example.test/kubelet-sleeper:1"),
-            pods.runnable_recipe("example.test/was-used:1", payload_bytes=4 * MIB),
+            runnable.runnable_recipe("example.test/kubelet-sleeper:1"),
+            runnable.runnable_recipe("example.test/was-used:1", payload_bytes=4 * MIB),
         ]
     )
     # Plain images: content only, so each takes its CRI size on disk. Distinct sizes.
@@ -230,10 +230,10 @@ def _usage(node: KubeletNode) -> int:
 
 def _remove_pod(node: KubeletNode, pod_id: str) -> None:
     """Stop and remove a harness pod (the kubelet may be killing it as an orphan at the same time)."""
-    for call in (pods.stop_pod_sandbox, pods.remove_pod_sandbox):
+    for call in (cri_pods.stop_pod_sandbox, cri_pods.remove_pod_sandbox):
         with contextlib.suppress(cri.CriError):
             call(node.address, pod_id)
-    _wait_until(lambda: all(c.pod_sandbox_id != pod_id for c in pods.list_containers(node.address)), "pod removed")
+    _wait_until(lambda: all(c.pod_sandbox_id != pod_id for c in cri_pods.list_containers(node.address)), "pod removed")
 
 
 def _sleep_until(moment: datetime.datetime) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import engine_unavailable
-from tests.harness import cri, debs, images, kubelet, pods
+from tests.harness import cri, cri_pods, debs, images, kubelet, pods, runnable
 from tests.harness.containerd import DaemonError
 from tests.harness.protowire import Message, Reader, Value, encode
 from tests.integration.pinctl_runner import pinctl
@@ -36,7 +36,7 @@ def node(tmp_path: pathlib.Path) -> Iterator[pods.PodsDaemon]:
     try:
         context = kubelet.node_daemon(tmp_path, 128 * MIB, ENGINE)
         daemon, _fs = context.__enter__()
-    except (pods.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+    except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         engine_unavailable(f"{ENGINE} for pods unavailable: {exc}")
     try:
         yield daemon
@@ -50,22 +50,22 @@ def create_with_image_mount(address: str, pod: pods.Pod, name: str, image: str, 
     mount: Message = [(1, "/data"), (3, 1), (9, [(1, mounted)])]
     config: list[tuple[int, Value]] = [(1, [(1, name), (2, 0)]), (2, [(1, image)])]
     config += [(3, part) for part in pods.COMMANDS["running"]]
-    config += [(7, mount), (11, f"{name}.log"), (15, [(2, [(3, [(1, pods.NAMESPACE_NODE)])])])]
+    config += [(7, mount), (11, f"{name}.log"), (15, [(2, [(3, [(1, cri_pods.NAMESPACE_NODE)])])])]
     request: Message = [(1, pod.id), (2, config), (3, pod.config)]
-    return Reader(cri.unary_call(address, pods.RUNTIME + "CreateContainer", encode(request))).text(1)
+    return Reader(cri.unary_call(address, cri_pods.RUNTIME + "CreateContainer", encode(request))).text(1)
 
 
 def mounted_images(address: str, container_id: str) -> list[str]:
     """``ContainerStatus.status.mounts[].image.image`` (fields 1, 14, 9, 1)."""
-    status = Reader(cri.unary_call(address, pods.RUNTIME + "ContainerStatus", encode([(1, container_id)]))).message(1)
+    status = Reader(cri.unary_call(address, cri_pods.RUNTIME + "ContainerStatus", encode([(1, container_id)]))).message(1)
     return [mount.message(9).text(1) for mount in status.messages(14) if mount.all_bytes(9)]
 
 
 def test_an_image_mounted_as_a_volume_is_kept_by_gc_plan_and_prune(node: pods.PodsDaemon, tmp_path: pathlib.Path) -> None:
-    sleeper, by_id, by_tag = pods.load_runnable(node, tmp_path / "work", [
-        pods.runnable_recipe("example.test/iv-sleeper:1"),
-        pods.runnable_recipe("example.test/iv-data:1", payload_bytes=MIB),
-        pods.runnable_recipe("example.test/iv-tagged:1", payload_bytes=MIB),
+    sleeper, by_id, by_tag = runnable.load_runnable(node, tmp_path / "work", [
+        runnable.runnable_recipe("example.test/iv-sleeper:1"),
+        runnable.runnable_recipe("example.test/iv-data:1", payload_bytes=MIB),
+        runnable.runnable_recipe("example.test/iv-tagged:1", payload_bytes=MIB),
     ])
     (plain,) = images.load_images(node, tmp_path / "work", [images.recipe("example.test/iv-plain:1", layer_bytes=MIB)])
     made = pods.Pods(node)
@@ -73,7 +73,7 @@ def test_an_image_mounted_as_a_volume_is_kept_by_gc_plan_and_prune(node: pods.Po
     first = create_with_image_mount(node.address, pod, "by-id", sleeper.refs[0], by_id.image_id)
     second = create_with_image_mount(node.address, pod, "by-tag", sleeper.refs[0], by_tag.refs[0])
     for container in (first, second):
-        pods.start_container(node.address, container)
+        cri_pods.start_container(node.address, container)
         made.wait_for_state(container, "running")
     # containerd reports each mount's image as it was given.
     assert (mounted_images(node.address, first), mounted_images(node.address, second)) == ([by_id.image_id],

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pinctl.gc import model as gcmodel
-from tests.harness import cri, images, pods
+from tests.harness import cri, cri_pods, images, pods, runnable
 from tests.harness.pod_fixtures import PodNode
 
 pytestmark = pytest.mark.integration
@@ -29,14 +29,14 @@ _LONG_AGO = _NOW - timedelta(days=1)
 
 
 def test_containers_in_every_state_are_listed_with_their_image(pod_node: PodNode) -> None:
-    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/states:1", payload_bytes=64 * 1024)])
+    (info,) = pod_node.load_runnable([runnable.runnable_recipe("example.test/states:1", payload_bytes=64 * 1024)])
     made = pod_node.pods()
     pod = made.pod()
     running = made.container(info.refs[0], "running", pod=pod)
     exited = made.container(info.refs[0], "exited", pod=pod)
     created = made.container(info.refs[0], "created", pod=pod)
 
-    listed = {container.id: container for container in pods.list_containers(pod_node.address)}
+    listed = {container.id: container for container in cri_pods.list_containers(pod_node.address)}
     assert {cid: listed[cid].state for cid in (running.id, exited.id, created.id)} == {
         running.id: "running", exited.id: "exited", created.id: "created",
     }
@@ -46,16 +46,16 @@ def test_containers_in_every_state_are_listed_with_their_image(pod_node: PodNode
         # containerd 1.7 reports the image id (config digest) as image_ref and predates image_id.
         assert container.image_ref == info.image_id
         assert container.image_id in ("", info.image_id)
-    (sandbox,) = pods.list_pod_sandboxes(pod_node.address)
+    (sandbox,) = cri_pods.list_pod_sandboxes(pod_node.address)
     assert (sandbox.id, sandbox.name, sandbox.ready) == (pod.id, pod.name, True)
 
 
 def test_container_status_times_follow_the_states(pod_node: PodNode) -> None:
-    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/times:1")])
+    (info,) = pod_node.load_runnable([runnable.runnable_recipe("example.test/times:1")])
     made = pod_node.pods()
-    exited = pods.container_status(pod_node.address, made.container(info.refs[0], "exited").id)
-    created = pods.container_status(pod_node.address, made.container(info.refs[0], "created").id)
-    running = pods.container_status(pod_node.address, made.container(info.refs[0], "running").id)
+    exited = cri_pods.container_status(pod_node.address, made.container(info.refs[0], "exited").id)
+    created = cri_pods.container_status(pod_node.address, made.container(info.refs[0], "created").id)
+    running = cri_pods.container_status(pod_node.address, made.container(info.refs[0], "running").id)
     assert exited.state == "exited" and exited.exit_code == 0
     assert 0 < exited.created_at <= exited.started_at and exited.finished_at > exited.created_at
     assert created.started_at == 0 and created.finished_at == 0
@@ -64,23 +64,23 @@ def test_container_status_times_follow_the_states(pod_node: PodNode) -> None:
 
 
 def test_stop_and_remove_a_container_then_its_pod(pod_node: PodNode) -> None:
-    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/stop:1")])
+    (info,) = pod_node.load_runnable([runnable.runnable_recipe("example.test/stop:1")])
     made = pod_node.pods()
     container = made.container(info.refs[0], "running")
 
-    pods.stop_container(pod_node.address, container.id, timeout_s=0)
+    cri_pods.stop_container(pod_node.address, container.id, timeout_s=0)
     assert made.wait_for_state(container.id, "exited").image_ref == info.image_id
-    pods.remove_container(pod_node.address, container.id)
-    assert container.id not in {c.id for c in pods.list_containers(pod_node.address)}
+    cri_pods.remove_container(pod_node.address, container.id)
+    assert container.id not in {c.id for c in cri_pods.list_containers(pod_node.address)}
 
-    pods.stop_pod_sandbox(pod_node.address, container.pod.id)
-    assert [s.ready for s in pods.list_pod_sandboxes(pod_node.address)] == [False]
-    pods.remove_pod_sandbox(pod_node.address, container.pod.id)
-    assert pods.list_pod_sandboxes(pod_node.address) == []
+    cri_pods.stop_pod_sandbox(pod_node.address, container.pod.id)
+    assert [s.ready for s in cri_pods.list_pod_sandboxes(pod_node.address)] == [False]
+    cri_pods.remove_pod_sandbox(pod_node.address, container.pod.id)
+    assert cri_pods.list_pod_sandboxes(pod_node.address) == []
 
 
 def test_a_pod_and_a_container_start_quickly(pod_node: PodNode, record_property: Callable[[str, object], None]) -> None:
-    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/timed:1")])
+    (info,) = pod_node.load_runnable([runnable.runnable_recipe("example.test/timed:1")])
     made = pod_node.pods()
     seconds = [made.container(info.refs[0], "running").seconds for _ in range(5)]
     record_property("pod_and_container_start_s", seconds)
@@ -89,7 +89,7 @@ def test_a_pod_and_a_container_start_quickly(pod_node: PodNode, record_property:
 
 
 def test_image_fs_info_reports_the_dedicated_filesystem(pod_node: PodNode) -> None:
-    before = pods.settled_image_fs_info(pod_node.address)
+    before = cri_pods.settled_image_fs_info(pod_node.address)
     mount = os.statvfs(before.mountpoint)
     assert before.mountpoint.startswith(str(pod_node.fs.path) + "/")
     # What the kubelet reads for capacity and free space is the tmpfs, not the host's disk.
@@ -97,9 +97,9 @@ def test_image_fs_info_reports_the_dedicated_filesystem(pod_node: PodNode) -> No
     available_before = pod_node.fs.available
 
     payload = 24 * MIB
-    pod_node.load_runnable([pods.runnable_recipe("example.test/bulky:1", payload_bytes=payload)])
+    pod_node.load_runnable([runnable.runnable_recipe("example.test/bulky:1", payload_bytes=payload)])
 
-    after = pods.settled_image_fs_info(pod_node.address)
+    after = cri_pods.settled_image_fs_info(pod_node.address)
     # ImageFsInfo counts snapshots (the unpacked layer) only; statfs also sees the stored content.
     assert payload <= after.used_bytes - before.used_bytes < 2 * payload
     assert available_before - pod_node.fs.available >= 2 * payload
@@ -108,15 +108,15 @@ def test_image_fs_info_reports_the_dedicated_filesystem(pod_node: PodNode) -> No
 
 
 def test_remove_image_deletes_an_image_a_running_container_uses(pod_node: PodNode) -> None:
-    (info,) = pod_node.load_runnable([pods.runnable_recipe("example.test/in-use:1")])
+    (info,) = pod_node.load_runnable([runnable.runnable_recipe("example.test/in-use:1")])
     container = pod_node.pods().container(info.refs[0], "running")
-    assert pods.image_status(pod_node.address, info.refs[0]) is not None
+    assert cri_pods.image_status(pod_node.address, info.refs[0]) is not None
 
-    pods.remove_image(pod_node.address, info.refs[0])
+    cri_pods.remove_image(pod_node.address, info.refs[0])
 
-    assert pods.image_status(pod_node.address, info.refs[0]) is None
+    assert cri_pods.image_status(pod_node.address, info.refs[0]) is None
     assert info.image_id not in {image.id for image in cri.list_images(pod_node.address)}
-    (still,) = [c for c in pods.list_containers(pod_node.address) if c.id == container.id]
+    (still,) = [c for c in cri_pods.list_containers(pod_node.address) if c.id == container.id]
     assert (still.state, still.image_ref) == ("running", info.image_id)
 
 
@@ -125,23 +125,23 @@ def test_remove_image_deletes_a_pinned_image(pod_node: PodNode) -> None:
     pod_node.daemon.label_image(info.refs[0], {PIN_LABEL: "pinned"})
     cri.wait_for(pod_node.address, lambda listed: any(i.id == info.image_id and i.pinned for i in listed))
 
-    pods.remove_image(pod_node.address, info.image_id)
+    cri_pods.remove_image(pod_node.address, info.image_id)
 
-    assert pods.image_status(pod_node.address, info.refs[0]) is None
+    assert cri_pods.image_status(pod_node.address, info.refs[0]) is None
     assert info.refs[0] not in {row.ref for row in pod_node.daemon.images()}
 
 
 def test_the_model_sees_real_containers_of_any_state_as_users(pod_node: PodNode) -> None:
     states: tuple[pods.WantedState, ...] = ("running", "exited", "created")
-    recipes = [pods.runnable_recipe(f"example.test/user-{state}:1") for state in states]
-    recipes.append(pods.runnable_recipe("example.test/unused:1"))
+    recipes = [runnable.runnable_recipe(f"example.test/user-{state}:1") for state in states]
+    recipes.append(runnable.runnable_recipe("example.test/unused:1"))
     infos = pod_node.load_runnable(recipes)
     made = pod_node.pods()
     for info, state in zip(infos, states):
         made.container(info.refs[0], state)
 
     listed_images = cri.list_images(pod_node.address)
-    listed_containers = pods.list_containers(pod_node.address)
+    listed_containers = cri_pods.list_containers(pod_node.address)
     plan = gcmodel.plan_gc(
         [gcmodel.GcImage(i.id, i.size, _LONG_AGO, refs=i.repo_tags, pinned=i.pinned) for i in listed_images],
         [gcmodel.GcContainer(c.id, c.image_ref, c.state, c.image_id, c.image) for c in listed_containers],
