@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+from pinctl.model import STATUS_ERROR, STATUS_PARTIAL, STATUS_SUCCESS, Status
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
+# 128 + SIGINT: what a shell reports for a command stopped by ^C (pull and import say so too).
+EXIT_INTERRUPTED = 130
 # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (| head).
 EXIT_PIPE = 141
+
+
+def batch_exit_code(interrupted: bool, all_ok: bool, all_failed: bool) -> int:
+    """A batch of items (pull's references, import's archives): interrupted wins, since what was
+    not reached is not known; then every item as asked, every item failed, or some of each."""
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if all_ok:
+        return EXIT_OK
+    return EXIT_ERROR if all_failed else EXIT_PARTIAL
+
+
+def batch_status(exit_code: int) -> Status:
+    """The JSON envelope's status for a batch's exit code: an interrupted batch is partial."""
+    statuses: dict[int, Status] = {EXIT_OK: STATUS_SUCCESS, EXIT_ERROR: STATUS_ERROR}
+    return statuses.get(exit_code, STATUS_PARTIAL)
 
 
 class PinctlError(Exception):

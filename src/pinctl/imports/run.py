@@ -17,13 +17,14 @@ from dataclasses import dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any, Callable, Literal, Optional, Protocol, Sequence, cast
 
 from pinctl.display import human_size
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError
+from pinctl.errors import PinctlError, batch_exit_code, batch_status
 from pinctl.imports.archive import ArchiveRefused, tar_size
 from pinctl.imports.layout import Platforms, parse_platform
-from pinctl.pull.run import EXIT_INTERRUPTED, Budget
+from pinctl.pull.run import Budget, percent_used
 
 if TYPE_CHECKING:
     from pinctl.gc.model import ImageFs
+    from pinctl.model import Status
 
 ImportAction = Literal["imported", "present", "failed"]
 PROGRESS_EVERY = 8 * 1024 * 1024
@@ -77,17 +78,12 @@ class ImportReport:
 
     @property
     def exit_code(self) -> int:
-        if self.interrupted:
-            return EXIT_INTERRUPTED
-        if all(item.ok for item in self.items):
-            return EXIT_OK
-        if all(item.action == "failed" for item in self.items):
-            return EXIT_ERROR
-        return EXIT_PARTIAL
+        return batch_exit_code(self.interrupted, all(item.ok for item in self.items),
+                               all(item.action == "failed" for item in self.items))
 
     @property
-    def status(self) -> str:
-        return {EXIT_OK: "success", EXIT_ERROR: "error"}.get(self.exit_code, "partial")
+    def status(self) -> Status:
+        return batch_status(self.exit_code)
 
 
 @dataclass(frozen=True)
@@ -175,8 +171,8 @@ class ImportRun:
         return items
 
     def _watch(self, _written: int) -> Optional[str]:
-        fs = self.target.filesystem()
-        used = 100.0 * (fs.capacity_bytes - fs.available) / fs.capacity_bytes if fs.capacity_bytes else 100.0
+        # What is being written is on the filesystem already: its claim is not counted again.
+        used = percent_used(self.target.filesystem())
         if used > self.request.max_usage:
             return (f"no room: the image filesystem reached {used:.0f}% while this was written, past the budget "
                     f"of {self.request.max_usage:g}%")

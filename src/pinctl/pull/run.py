@@ -18,18 +18,17 @@ from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, 
 
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth
 from pinctl.display import human_size
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError
+from pinctl.errors import PinctlError, batch_exit_code, batch_status
 
 if TYPE_CHECKING:
     from pinctl.gc.model import ImageFs
-    from pinctl.model import LabelChange
+    from pinctl.model import LabelChange, Status
 
 PullAction = Literal["pulled", "present", "skipped", "failed"]
 PULLED: Final = "pulled"
 PRESENT: Final = "present"
 SKIPPED: Final = "skipped"
 FAILED: Final = "failed"
-EXIT_INTERRUPTED = 130
 # A pulled image takes its compressed blobs plus the unpacked snapshot: about this many times
 # the compressed size for gzip layers (a guess on the safe side).
 DISK_FACTOR = 3
@@ -80,17 +79,12 @@ class PullReport:
 
     @property
     def exit_code(self) -> int:
-        if self.interrupted:
-            return EXIT_INTERRUPTED
-        if all(item.ok for item in self.items):
-            return EXIT_OK
-        if all(item.action == FAILED for item in self.items):
-            return EXIT_ERROR
-        return EXIT_PARTIAL
+        return batch_exit_code(self.interrupted, all(item.ok for item in self.items),
+                               all(item.action == FAILED for item in self.items))
 
     @property
-    def status(self) -> str:
-        return {EXIT_OK: "success", EXIT_ERROR: "error"}.get(self.exit_code, "partial")
+    def status(self) -> Status:
+        return batch_status(self.exit_code)
 
 
 class PullTarget(Protocol):
@@ -135,15 +129,14 @@ class Budget:
         """Reserve room for a pull; why not when it does not fit."""
         with self.lock:
             fs = self.target.filesystem()
-            used = fs.capacity_bytes - fs.available + self.reserved
-            now = 100.0 * used / fs.capacity_bytes if fs.capacity_bytes else 100.0
+            now = percent_used(fs, self.reserved)
             if size is None:
                 if now >= self.max_usage:
                     return (f"no room: the image filesystem is {now:.0f}% used, at or past the budget of "
                             f"{self.max_usage:g}% (the image's size is not known)")
                 return None
             need = DISK_FACTOR * size
-            after = 100.0 * (used + need) / fs.capacity_bytes if fs.capacity_bytes else 100.0
+            after = percent_used(fs, self.reserved + need)
             if after > self.max_usage:
                 return (f"no room: {_mib(size)} compressed (about {_mib(need)} on disk) would take the image "
                         f"filesystem from {now:.0f}% to {after:.0f}%, past the budget of {self.max_usage:g}%")
@@ -154,6 +147,13 @@ class Budget:
         if size is not None:
             with self.lock:
                 self.reserved -= DISK_FACTOR * size
+
+
+def percent_used(fs: ImageFs, extra: int = 0) -> float:
+    """Usage as the disk budget reads it (pull's, and import's, which is the same): a float, not
+    the kubelet's rounded-up integer (ImageFs.usage_percent), with extra bytes counted as used;
+    100 when the filesystem tells no capacity, so nothing fits."""
+    return 100.0 * (fs.capacity_bytes - fs.available + extra) / fs.capacity_bytes if fs.capacity_bytes else 100.0
 
 
 def _mib(size: int) -> str:

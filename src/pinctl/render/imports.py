@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 
-from pinctl.display import human_size, visible
+from pinctl.display import human_size
 from pinctl.model import FORMAT_JSON
 from pinctl.render import output
 from pinctl.render.output import print_table, write_envelope
+from pinctl.render.progress import live_progress
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
@@ -90,42 +90,7 @@ def _print_items(items: list[ImportItem], out: TextIO) -> None:
 
 @contextmanager
 def import_progress(stream: Optional[TextIO] = None) -> Iterator[Progress]:
-    """One spinner line for the archive being imported and the count done, on a terminal only;
-    erased at the end. Nothing of it reaches a pipe or a file."""
-    err = stream or sys.stderr
-    if not err.isatty():
-        yield (lambda _archive, _state: None), (lambda _item: None)
-        return
-    from rich.console import Console, Group
-    from rich.live import Live
-    from rich.spinner import Spinner
-    from rich.text import Text
-
-    lock = threading.Lock()
-    state = {"archive": "", "text": ""}
-    done = {"count": 0}
-    live = Live(Text(""), console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
-                refresh_per_second=8)
-
-    def redraw() -> None:
-        spinner = Spinner("dots", text=f"{visible(state['archive'])}: {state['text']}")
-        live.update(Group(spinner, Text(f"import: {done['count']} done")))
-
-    def heard(archive: str, text: str) -> None:
-        with lock:
-            if not live.is_started:
-                live.start()
-            state.update(archive=archive, text=text)
-            redraw()
-
-    def finished(_item: ImportItem) -> None:
-        with lock:
-            done["count"] += 1
-            if live.is_started:
-                redraw()
-
-    try:
-        yield heard, finished
-    finally:
-        if live.is_started:
-            live.stop()
+    """One spinner line for the archive being imported and "import: N done", on a terminal only;
+    erased at the end. Nothing of it reaches a pipe or a file (render/progress.py)."""
+    with live_progress("import", in_flight=False, stream=stream) as (heard, finished):
+        yield heard, lambda item: finished(item.archive)

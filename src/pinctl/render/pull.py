@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import sys
-import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 
-from pinctl.display import human_size, visible
-from pinctl.errors import EXIT_ERROR, EXIT_OK
-from pinctl.model import FORMAT_JSON, STATUS_ERROR, STATUS_PARTIAL, STATUS_SUCCESS
+from pinctl.display import human_size
+from pinctl.errors import batch_status
+from pinctl.model import FORMAT_JSON
 from pinctl.pins.plans import status_of
 from pinctl.render import output
 from pinctl.render.output import print_table, write_envelope
+from pinctl.render.progress import live_progress
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
@@ -64,9 +64,9 @@ def print_sync_pull(report: SyncPullReport, fmt: OutputFormat, quiet: bool, out:
     out = out or sys.stdout
     results = report.sync.results if report.sync is not None else []
     if fmt == FORMAT_JSON:
-        status = {EXIT_OK: STATUS_SUCCESS, EXIT_ERROR: STATUS_ERROR}.get(report.exit_code, STATUS_PARTIAL)
-        write_envelope(out, command="sync", dry_run=False, status=status, runtime=report.pulled.runtime,
-                           max_usage=report.pulled.max_usage, interrupted=report.pulled.interrupted,
+        write_envelope(out, command="sync", dry_run=False, status=batch_status(report.exit_code),
+                           runtime=report.pulled.runtime, max_usage=report.pulled.max_usage,
+                           interrupted=report.pulled.interrupted,
                            pulls=[pull_dict(item) for item in report.pulled.items],
                            results=[output.result_dict(r) for r in results])
         return
@@ -78,43 +78,7 @@ def print_sync_pull(report: SyncPullReport, fmt: OutputFormat, quiet: bool, out:
 
 @contextmanager
 def pull_progress(stream: Optional[TextIO] = None) -> Iterator[Progress]:
-    """A spinner per image in flight and the total done, on a terminal only; erased at the end.
-    The CRI tells no bytes while it pulls, so no byte counts are shown."""
-    err = stream or sys.stderr
-    if not err.isatty():
-        yield (lambda _ref, _state: None), (lambda _item: None)
-        return
-    from rich.console import Console, Group
-    from rich.live import Live
-    from rich.spinner import Spinner
-    from rich.text import Text
-
-    lock = threading.Lock()
-    states: dict[str, str] = {}
-    done = {"count": 0}
-    live = Live(Text(""), console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
-                refresh_per_second=8)
-
-    def redraw() -> None:
-        spinners = [Spinner("dots", text=f"{visible(ref)}: {state}") for ref, state in states.items()]
-        live.update(Group(*spinners, Text(f"pull: {done['count']} done, {len(states)} in flight")))
-
-    def heard(ref: str, state: str) -> None:
-        with lock:
-            if not live.is_started:
-                live.start()
-            states[ref] = state
-            redraw()
-
-    def finished(item: PullItem) -> None:
-        with lock:
-            states.pop(item.ref, None)
-            done["count"] += 1
-            if live.is_started:
-                redraw()
-
-    try:
-        yield heard, finished
-    finally:
-        if live.is_started:
-            live.stop()
+    """A spinner per image in flight and "pull: N done, M in flight", on a terminal only; erased at
+    the end (render/progress.py). The CRI tells no bytes while it pulls, so no byte counts are shown."""
+    with live_progress("pull", in_flight=True, stream=stream) as (heard, finished):
+        yield heard, lambda item: finished(item.ref)
