@@ -68,6 +68,8 @@ def test_import_pin_shows_pinned_to_the_cri_and_unpacks(node: ContainerdDaemon, 
     one, two = make(path, [images.recipe(f"example.test/imp-{fmt}/one:1", seed=f"{fmt}-one{compress}"),
                            images.recipe(f"example.test/imp-{fmt}/two:1", seed=f"{fmt}-two{compress}")], compress)
     document = imported(node, "--pin", str(path))
+    # The CRI and the content services are the same socket here: named once, with the snapshotter.
+    assert document["runtime"].count(node.address) == 1 and document["runtime"].endswith("(snapshotter native)")
     refs = [*one.refs, *two.refs]
     assert [(i["ref"], i["action"], i["pin"]) for i in document["imports"]] == [
         (ref, "imported", "pinned") for ref in refs]

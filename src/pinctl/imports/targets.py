@@ -33,7 +33,10 @@ class ContainerdImportTarget:
         self.snapshotter = snapshotter
         self.cri = cri
         self.namespace = CRI_NAMESPACE
-        self.name = f"{cri.name} (containerd at {address}, snapshotter {snapshotter})"
+        # The content goes to containerd's own socket, which is most often the CRI's too: name it
+        # only when it is another one.
+        same = cri.runtime.endpoint.removeprefix("unix://") == address
+        self.name = f"{cri.name} ({'' if same else f'containerd at {address}, '}snapshotter {snapshotter})"
 
     def filesystem(self) -> ImageFs:
         return self.cri.filesystem()
