@@ -16,7 +16,8 @@ import pytest
 
 from pinctl.errors import UsageError
 from pinctl.imports.archive import ArchiveRefused, BlobStream, read_archive, tar_size
-from pinctl.imports.layout import DOCKER_LAYER, DOCKER_MANIFEST, GC_CONTENT, OCI_LAYER_ZSTD, Platforms, host, parse_platform, plan_import, unpack_manifest
+from pinctl.imports.layout import (DOCKER_LAYER, DOCKER_MANIFEST, GC_CONTENT, OCI_LAYER_ZSTD, Platforms, host,
+                                   parse_platform, plan_import, unpack_manifest)
 from tests.harness import archives, images
 
 CORPUS = archives.CORPUS

@@ -7,6 +7,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from pinctl.backends._socket import check_socket
+from pinctl.config.settings import LONGEST_TIMEOUT
 from pinctl.errors import EngineError, EngineUnreachable
 
 __all__ = ["check_socket", "in_window", "listing", "open_channel", "translate"]
@@ -19,8 +20,7 @@ WINDOW = 64
 # A listing is one answer that grows with the node (20,000 records at 10,000 images): it may take
 # this many --timeouts while the engine keeps answering a small call within one.
 PATIENCE = 30
-# gRPC's deadline overflows far beyond a day (as --timeout's own bound says).
-LONGEST_DEADLINE = 86400.0
+
 
 class Cancellable(Protocol):
     def cancel(self) -> bool: ...
@@ -121,7 +121,7 @@ def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: fl
     for a dead one."""
     import grpc
 
-    longest = min(timeout * PATIENCE, LONGEST_DEADLINE)
+    longest = min(timeout * PATIENCE, LONGEST_TIMEOUT)
     answer = start(longest)
     while True:
         alive = probe()

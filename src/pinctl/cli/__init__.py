@@ -14,7 +14,8 @@ import click
 from pinctl.cli import check, completion, config, criproxy, gc, importing, ls, pin, pull, sync  # noqa: F401
 from pinctl.cli.options import COMMON_OPTIONS_HEADING, SOURCE_OPTIONS, CommonOption, setting_options  # noqa: F401
 from pinctl.cli.root import PinctlCommand, cli  # noqa: F401
-from pinctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError, PinctlError
+from pinctl.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError,
+                           PinctlError)
 
 # click 8.2+ raises this for a group named without a subcommand; older click prints help itself.
 NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())

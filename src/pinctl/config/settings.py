@@ -12,6 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping, Optional, TypeVar, get_args, get_origin, get_type_hints
 
+# A day at most: a far larger deadline overflows gRPC's and fails every call (the backends cap
+# their own longest wait with it too).
+LONGEST_TIMEOUT = 86400.0
+
 Dialect = Literal["pinctl", "crio"]
 # How a value is checked and documented; read from each attribute's annotation (see _key_type).
 KeyType = Literal["list", "str", "optional-str", "number", "choice"]
@@ -69,10 +73,9 @@ class Settings:
     containerd_address: str = setting(
         "/run/containerd/containerd.sock", help="containerd's socket.", example="/run/containerd/containerd.sock",
         env="CONTAINERD_ADDRESS", flag="--address", short="-a", metavar="SOCKET", flag_help="containerd socket.")
-    # A day at most: a far larger deadline overflows gRPC's and fails every call.
     timeout: float = setting(
         2.0, help="Seconds to wait for each answer from the engine.", example=5.0, flag="--timeout", metavar="SECONDS",
-        flag_help="Seconds to wait for each answer from the engine.", bounds=(0.05, 86400.0))
+        flag_help="Seconds to wait for each answer from the engine.", bounds=(0.05, LONGEST_TIMEOUT))
     containerd_config: Optional[str] = setting(
         None, help="containerd config to read the CRI sandbox image and (containerd 2.x) pinned_images from.", example="/etc/containerd/config.toml",
         env="PINCTL_CONTAINERD_CONFIG", flag="--containerd-config", metavar="PATH",

@@ -23,7 +23,8 @@ from pinctl.config.files import NotRegularFile, list_directory, open_guarded, os
 from pinctl.errors import ConfigError
 from pinctl.imports.archive import ArchiveRefused
 from pinctl.imports.run import ImportItem, ImportRequest, ImportRun, ImportTarget
-from pinctl.model import ACTION_ALREADY_PINNED, ACTION_FAILED, ACTION_PINNED, ACTION_PRUNED, PIN_LABEL, PIN_VALUE, VERDICT_ALREADY, VERDICT_WRITTEN, Action, ItemResult, LabelChange, StoredImage
+from pinctl.model import (ACTION_ALREADY_PINNED, ACTION_FAILED, ACTION_PINNED, ACTION_PRUNED, PIN_LABEL, PIN_VALUE,
+                          VERDICT_ALREADY, VERDICT_WRITTEN, Action, ItemResult, LabelChange, StoredImage)
 from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:

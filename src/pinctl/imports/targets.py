@@ -7,9 +7,11 @@ import os
 from typing import IO, TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.backends.containerd_import import ContainerdImporter, Unpacked, read_cri_snapshotter
+from pinctl.backends.cri import socket_path
 from pinctl.errors import EngineError, UsageError
 from pinctl.imports.archive import DOCUMENT_LIMIT, Archive, ArchiveRefused, BlobStream, read_archive
-from pinctl.imports.layout import GC_SNAPSHOT, UNCOMPRESSED, Image, Manifest, Plan, Platforms, plan_import, unpack_manifest
+from pinctl.imports.layout import (GC_SNAPSHOT, UNCOMPRESSED, Image, Manifest, Plan, Platforms, plan_import,
+                                   unpack_manifest)
 from pinctl.imports.run import Loaded, Watch
 from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DOCKER_NAMESPACE
 from pinctl.pull.targets import CriTarget, DockerTarget
@@ -35,7 +37,7 @@ class ContainerdImportTarget:
         self.namespace = CRI_NAMESPACE
         # The content goes to containerd's own socket, which is most often the CRI's too: name it
         # only when it is another one.
-        same = cri.runtime.endpoint.removeprefix("unix://") == address
+        same = socket_path(cri.runtime.endpoint) == address
         self.name = f"{cri.name} ({'' if same else f'containerd at {address}, '}snapshotter {snapshotter})"
 
     def filesystem(self) -> ImageFs:
