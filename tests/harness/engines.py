@@ -52,6 +52,13 @@ class GoEngine:
     # "-X" settings, so the binary reports the version it was built from.
     version_vars: tuple[str, ...] = ()
     unavailable: str = ""
+    # Build tags (``-tags``), for ``method="build"``.
+    tags: tuple[str, ...] = ()
+    # Link against the host's C libraries (CGO_ENABLED=1): CRI-O needs libseccomp.
+    cgo: bool = False
+    # C helpers built with ``make -C <dir>`` in the module copy and installed beside the
+    # binary: (make directory, file it builds relative to the module root, name in bin/).
+    companions: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def import_path(self) -> str:
@@ -87,12 +94,33 @@ ENGINES: dict[str, EngineEntry] = {
         ),
     ),
     "crictl-1.37": GoEngine("sigs.k8s.io/cri-tools", "v1.37.0", "crictl", package="cmd/crictl", method="install"),
+    # The only version the Go module proxy serves (its version list is refused). Its version is
+    # a constant in internal/version (no -X); the tags are its Makefile's minus btrfs,
+    # devicemapper and ostree, which need C libraries this machine lacks. CRI-O refuses to start
+    # without pinns (pinns/Makefile writes bin/pinns).
+    "crio-1.34": GoEngine(
+        "github.com/cri-o/cri-o",
+        "v1.34.0",
+        "crio",
+        package="cmd/crio",
+        tags=(
+            "containers_image_ostree_stub",
+            "containers_image_openpgp",
+            "exclude_graphdriver_btrfs",
+            "btrfs_noversion",
+            "exclude_graphdriver_devicemapper",
+            "seccomp",
+        ),
+        cgo=True,
+        companions=(("pinns", "bin/pinns", "pinns"),),
+    ),
 }
 
 # What the fixtures mean by "the newest cri-dockerd" (the one with pin selectors).
 CRI_DOCKERD_OLD = "cri-dockerd-0.4.3"
 CRI_DOCKERD_NEW = "cri-dockerd-0.4.10"
 CRICTL = "crictl-1.37"
+CRIO = "crio-1.34"
 
 
 def debian_engines() -> dict[str, DebianEngine]:

@@ -10,6 +10,10 @@ A build holds ``<cache>/.<name>.lock`` (``flock``), so concurrent test runs on o
 build it once. Nothing is installed system-wide and the repository holds no third-party code:
 the go command downloads each module into its own module cache and builds from there.
 
+Each step prints one line to stderr (``crio build: go build ./cmd/crio ...``) and a long one
+says every minute that it is still running: a build can take minutes on a busy machine, and
+pytest shows stderr with ``-s`` and in a failure's report.
+
 Which go: the newest go command found (``/usr/local/go/bin/go``, every ``go`` on PATH,
 Debian's ``/usr/lib/go-*``). ``scripts/bootstrap --test`` installs Debian's golang-go for the
 relay, which is older than what these modules need, and may come first on PATH.
@@ -27,6 +31,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -38,6 +43,9 @@ DOWNLOAD_TIMEOUT_S = 600.0
 # cri-dockerd takes 90 s on two idle cores with a cold build cache; leave room for a busy machine.
 BUILD_TIMEOUT_S = 1800.0
 VERSION_TIMEOUT_S = 30.0
+# How often a running step says it still is.
+HEARTBEAT_S = 60.0
+MAKE_TIMEOUT_S = 300.0
 
 
 class GoBuildError(debs.EngineUnavailable):
@@ -137,7 +145,8 @@ def binary(name: str) -> pathlib.Path:
     try:
         with debs._locked(root / f".{name}.lock"):
             built = target / "bin" / spec.binary
-            if _stamp_fits(read_stamp(name), wanted) and os.access(built, os.X_OK):
+            companions = [target / "bin" / installed for _, _, installed in spec.companions]
+            if _stamp_fits(read_stamp(name), wanted) and all(os.access(p, os.X_OK) for p in (built, *companions)):
                 return built
             seconds = _build(spec, go, target)
             stamp = {**wanted, "seconds": seconds, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -163,7 +172,7 @@ def build_seconds(name: str) -> dict[str, float]:
 
 
 def _stamp_of(spec: GoEngine, go: GoToolchain) -> dict[str, object]:
-    return {
+    stamp: dict[str, object] = {
         "module": spec.module,
         "version": spec.version,
         "package": spec.package,
@@ -171,6 +180,14 @@ def _stamp_of(spec: GoEngine, go: GoToolchain) -> dict[str, object]:
         "version_vars": list(spec.version_vars),
         "go": go.version,
     }
+    # Only when set, so the stamps of engines built before these fields existed still fit.
+    if spec.tags:
+        stamp["tags"] = list(spec.tags)
+    if spec.cgo:
+        stamp["cgo"] = True
+    if spec.companions:
+        stamp["companions"] = [list(companion) for companion in spec.companions]
+    return stamp
 
 
 def _stamp_fits(stamp: dict[str, object], wanted: dict[str, object]) -> bool:
@@ -183,6 +200,7 @@ def _build(spec: GoEngine, go: GoToolchain, target: pathlib.Path) -> dict[str, f
     work = pathlib.Path(tempfile.mkdtemp(prefix="build.", dir=target))
     try:
         began = time.monotonic()
+        _say(spec, f"go mod download {spec.module}@{spec.version} ({go.version})")
         module_dir = _download(go, spec)
         downloaded = time.monotonic()
         out_dir = work / "out"
@@ -190,13 +208,27 @@ def _build(spec: GoEngine, go: GoToolchain, target: pathlib.Path) -> dict[str, f
         if spec.method == "build":
             _build_in_copy(go, spec, module_dir, work / "src", out_dir / spec.binary)
         else:
+            _say(spec, f"go install {spec.import_path}@{spec.version} (minutes the first time)")
             _install(go, spec, out_dir)
         built = time.monotonic()
+        for directory, made, installed in spec.companions:
+            _say(spec, f"make -C {directory}")
+            _make(spec, work / "src", directory, made, out_dir / installed)
+        made_all = time.monotonic()
         (target / "bin").mkdir(exist_ok=True)
-        os.replace(out_dir / spec.binary, target / "bin" / spec.binary)
-        return {"download": round(downloaded - began, 1), "build": round(built - downloaded, 1)}
+        for installed in (spec.binary, *(companion[2] for companion in spec.companions)):
+            os.replace(out_dir / installed, target / "bin" / installed)
+        seconds = {"download": round(downloaded - began, 1), "build": round(built - downloaded, 1)}
+        if spec.companions:
+            seconds["companions"] = round(made_all - built, 1)
+        _say(spec, f"done in {made_all - began:.0f} s: {target / 'bin' / spec.binary}")
+        return seconds
     finally:
         _remove_tree(work)
+
+
+def _say(spec: GoEngine, text: str) -> None:
+    print(f"{spec.binary} build: {text}", file=sys.stderr, flush=True)
 
 
 def _download(go: GoToolchain, spec: GoEngine) -> pathlib.Path:
@@ -221,17 +253,37 @@ def _build_in_copy(
     The module cache is read-only and go may need to update go.mod or go.sum (-mod=mod
     lets it, and ignores a vendor/ directory that disagrees with go.mod): build a copy.
     """
+    _say(spec, f"copy {module_dir.name} out of the module cache")
     shutil.copytree(module_dir, src, symlinks=True)
     _make_writable(src)
     package = f"./{spec.package}" if spec.package else "."
-    args = ["build", "-trimpath", "-mod=mod", *_ldflags(spec), "-o", str(output), package]
-    _run(go, args, f"go build {spec.import_path}@{spec.version}", BUILD_TIMEOUT_S, cwd=src)
+    tags = ["-tags", " ".join(spec.tags)] if spec.tags else []
+    args = ["build", "-trimpath", "-mod=mod", *tags, *_ldflags(spec), "-o", str(output), package]
+    # cgo: CRI-O links libseccomp (Debian's libseccomp-dev, found through pkg-config).
+    env = _go_env(CGO_ENABLED="1") if spec.cgo else None
+    _say(spec, f"go build {package}{' with cgo' if spec.cgo else ''} (minutes the first time)")
+    _run(go, args, f"go build {spec.import_path}@{spec.version}", BUILD_TIMEOUT_S, cwd=src, env=env, spec=spec)
+
+
+def _make(spec: GoEngine, src: pathlib.Path, directory: str, made: str, output: pathlib.Path) -> None:
+    """A C helper of the module (CRI-O's pinns) with its own Makefile, copied to ``output``."""
+    if shutil.which("make") is None:
+        raise GoBuildError(f"make not found: {spec.binary} needs it for {directory}/ (scripts/test-packages.txt)")
+    try:
+        proc = subprocess.run(
+            ["make", "-C", str(src / directory)], capture_output=True, text=True, timeout=MAKE_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GoBuildError(f"make -C {directory} for {spec.binary}: {exc}") from exc
+    if proc.returncode != 0 or not (src / made).is_file():
+        raise GoBuildError(f"make -C {directory} for {spec.binary} failed (exit {proc.returncode}): {_tail(proc)}")
+    shutil.copy2(src / made, output)
 
 
 def _install(go: GoToolchain, spec: GoEngine, out_dir: pathlib.Path) -> None:
     what = f"{spec.import_path}@{spec.version}"
     args = ["install", "-trimpath", *_ldflags(spec), what]
-    _run(go, args, f"go install {what}", BUILD_TIMEOUT_S, env=_go_env(GOBIN=str(out_dir)))
+    _run(go, args, f"go install {what}", BUILD_TIMEOUT_S, env=_go_env(GOBIN=str(out_dir)), spec=spec)
 
 
 def _ldflags(spec: GoEngine) -> list[str]:
@@ -247,16 +299,36 @@ def _run(
     cwd: pathlib.Path | None = None,
     env: dict[str, str] | None = None,
     check: bool = True,
+    spec: GoEngine | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    argv = [str(go.path), *args]
     try:
-        proc = subprocess.run(
-            [str(go.path), *args], cwd=cwd, capture_output=True, text=True,
-            timeout=timeout, env=env or _go_env(), check=False,
+        child = subprocess.Popen(
+            argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env or _go_env(),
         )
-    except subprocess.TimeoutExpired as exc:
-        raise GoBuildError(f"{what} with {go.version} took over {timeout:.0f}s") from exc
     except OSError as exc:
         raise GoBuildError(f"{what}: {exc}") from exc
+    began = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - began
+        try:
+            stdout, stderr = child.communicate(timeout=max(0.1, min(HEARTBEAT_S, timeout - elapsed)))
+            break
+        except subprocess.TimeoutExpired:
+            elapsed = time.monotonic() - began
+            if elapsed >= timeout:
+                child.kill()
+                child.communicate()
+                raise GoBuildError(f"{what} with {go.version} took over {timeout:.0f}s") from None
+            if spec is not None:
+                _say(spec, f"{what}: still running ({elapsed:.0f} s)")
+        except BaseException:
+            # An interrupted test run must not leave a go build behind.
+            child.kill()
+            child.communicate()
+            raise
+    proc = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
     if check and proc.returncode != 0:
         raise GoBuildError(f"{what} with {go.version} failed (exit {proc.returncode}): {_tail(proc)}")
     return proc
