@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +20,9 @@ from pinctl.pins.patterns import (
     parse_pattern,
     shadowed_by,
 )
+
+if TYPE_CHECKING:
+    from pinctl.model import ImageRow
 
 # Where short names land after normalisation; taken from refs so no registry host is spelled out here.
 HUB = refs.DEFAULT_DOMAIN
@@ -369,3 +372,63 @@ def test_shadowed_by_is_sound_for_any_shape(narrow: Pattern, broad: Pattern, ext
     if shadowed_by(narrow, broad):
         for name in names_near([narrow, broad], extra):
             assert not matches(narrow, name) or matches(broad, name), name
+
+
+# --- the crio dialect matches names only (CRI-O v1.34.0 FilterPinnedImage never sees the ID) ----------
+
+
+def _row(ref: str, image_id: Optional[str]) -> ImageRow:
+    from pinctl.model import Descriptor, ImageRow
+
+    return ImageRow("k8s.io", ref, image_id, Descriptor("m", "sha256:" + "ef" * 32, 1), 1, {})
+
+
+DB_ID = "sha256:" + "db" * 32
+
+
+@pytest.mark.parametrize("text", ["*db*", DB_ID, "sha256:*", "sha256:db*", "*" + DB_ID[10:20] + "*"])
+def test_crio_patterns_never_match_an_image_id(text: str) -> None:
+    from pinctl.pins.policy import Policy, coverage, could_match_an_id, sync_targets
+
+    policy = Policy([parsed(text, "crio")])
+    rows = [_row("registry.example/app:1", DB_ID)]
+    cover = coverage(policy, rows)
+    assert cover.by_image[DB_ID] == [] and cover.by_ref["registry.example/app:1"] == []
+    assert sync_targets(rows, cover) == []
+    assert could_match_an_id(policy.patterns[0]) is False
+
+
+def test_crio_pattern_matches_a_sha256_name_like_any_other_name() -> None:
+    from pinctl.pins.policy import Policy, coverage
+
+    # The CRI lists an image without tags by a digest-only name: a name, so CRI-O may match it.
+    rows = [_row(DB_ID, DB_ID)]
+    for text in ("*db*", DB_ID, "sha256:*"):
+        assert coverage(Policy([parsed(text, "crio")]), rows).by_image[DB_ID] == [0], text
+
+
+def test_pinctl_dialect_still_matches_image_ids() -> None:
+    from pinctl.pins.policy import Policy, coverage, could_match_an_id
+
+    rows = [_row("registry.example/app:1", DB_ID)]
+    for text in (DB_ID, "sha256:db*", "*dbdb*"):
+        assert coverage(Policy([parsed(text)]), rows).by_image[DB_ID] == [0], text
+        assert could_match_an_id(parsed(text)), text
+
+
+def test_mixed_policy_keeps_only_pinctl_hits_on_ids() -> None:
+    from pinctl.pins.policy import Policy, coverage
+
+    rows = [_row("registry.example/app:1", DB_ID)]
+    policy = Policy([parsed("*dbdb*", "crio"), parsed("*dbdb*"), parsed("*app*", "crio")])
+    assert coverage(policy, rows).by_image[DB_ID] == [1, 2]
+
+
+def test_lint_unmatched_ignores_ids_for_crio_patterns() -> None:
+    from pinctl.pins.lint import unmatched
+    from pinctl.pins.policy import Policy
+
+    policy = Policy([parsed("*dbdb*", "crio"), parsed("*dbdb*")])
+    found = unmatched(policy, ["registry.example/app:1"], [DB_ID])
+    assert [(p.pattern, p.kind) for p in found] == [("*dbdb*", "unmatched")] and found[0].source == ""
+    assert len(unmatched(policy, ["registry.example/app:1", DB_ID], [])) == 0

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Sequence
 
 from pinctl.errors import PinctlError
 from pinctl.pins.patterns import PATTERN_GLOB, crio_equivalent, first_shadowing, matches, shadowed_by
-from pinctl.pins.policy import Policy, compile_collecting
+from pinctl.pins.policy import Policy, compile_collecting, matches_ids
 
 if TYPE_CHECKING:
     from pinctl.config.loader import PatternEntry
@@ -68,16 +68,19 @@ def _against_images(policy: Policy, open_node: Callable[[], Node]) -> list[Probl
             rows = node.rows(Policy()).rows
         finally:
             node.close()
-        names = {n for row in rows for n in (row.ref, row.image_id) if n}
+        names = sorted({row.ref for row in rows if row.ref})
+        ids = sorted({row.image_id for row in rows if row.image_id} - set(names))
     except PinctlError as err:
         return [Problem(PROBLEM_ENGINE, "", "", f"cannot check the patterns against images: {err}")]
-    ordered = sorted(names)
-    return unmatched(policy, ordered) + crio_differences(policy, ordered)
+    return unmatched(policy, names, ids) + crio_differences(policy, names)
 
 
-def unmatched(policy: Policy, names: Sequence[str]) -> list[Problem]:
-    hits = policy.matcher.match(names)
-    used = {i for per_name in hits for i in per_name}
+def unmatched(policy: Policy, names: Sequence[str], ids: Sequence[str] = ()) -> list[Problem]:
+    """Patterns that match no name present, nor (in a dialect that matches IDs) any image ID:
+    a crio pattern that only an ID would fit pins nothing under CRI-O."""
+    hits = policy.matcher.match(list(names) + list(ids))
+    used = {i for per_name in hits[: len(names)] for i in per_name}
+    used |= {i for per_id in hits[len(names) :] for i in per_id if matches_ids(policy.patterns[i])}
     return [
         Problem(PROBLEM_UNMATCHED, p.text, p.source, f"{p.text!r} matches no image present")
         for i, p in enumerate(policy.patterns)
@@ -86,7 +89,9 @@ def unmatched(policy: Policy, names: Sequence[str]) -> list[Problem]:
 
 
 def crio_differences(policy: Policy, names: Sequence[str]) -> list[Problem]:
-    """pinctl anchors globs at the start of a name; CRI-O does not. Show where that matters now."""
+    """pinctl anchors globs at the start of a name; CRI-O does not. Show where that matters now.
+
+    names are refs only: CRI-O never matches an image ID."""
 
     problems: list[Problem] = []
     for p in policy.patterns:

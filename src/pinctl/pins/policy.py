@@ -35,11 +35,20 @@ _WHOLE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 _HEX = re.compile(r"[0-9a-f]{0,64}")
 
 
+def matches_ids(pattern: Pattern) -> bool:
+    """Whether the dialect matches image IDs at all. CRI-O (v1.34.0, FilterPinnedImage) tests
+    each of an image's names, never its ID, so the crio dialect does not either; pinctl's own
+    dialect pins by ID by design (sha256:<id>, an ID prefix glob)."""
+    return pattern.dialect != "crio"
+
+
 def could_match_an_id(pattern: Pattern) -> bool:
     """Whether any image ID (sha256:<64 hex>) can match: only then are manifests worth reading.
 
     Errs towards yes: a needless yes costs a read of the manifests, a wrong no a missed pin.
     """
+    if not matches_ids(pattern):
+        return False
     needle = pattern.needle
     if pattern.anchored_start and pattern.anchored_end:
         return _WHOLE_ID.fullmatch(needle) is not None
@@ -83,14 +92,17 @@ class Coverage:
 
 
 def coverage(policy: Policy, rows: Sequence[ImageRow]) -> Coverage:
-    """Match every name of every image once: each ref and each image ID."""
+    """Match every name of every image once: each ref and, for the dialects that match IDs,
+    each image ID. A ref that is itself sha256:... (an image the CRI lists by digest alone) is
+    a name like any other, for every dialect."""
     result = Coverage()
     if not policy:
         return result
-    ids = sorted({row.image_id for row in rows if row.image_id})
+    id_patterns = {i for i, p in enumerate(policy.patterns) if matches_ids(p)}
+    ids = sorted({row.image_id for row in rows if row.image_id}) if id_patterns else []
     names = [row.ref for row in rows] + ids
     hits = policy.matcher.match(names)
-    by_id = dict(zip(ids, hits[len(rows) :]))
+    by_id = {image_id: [i for i in found if i in id_patterns] for image_id, found in zip(ids, hits[len(rows) :])}
     for row, ref_hits in zip(rows, hits):
         result.by_ref[row.ref] = ref_hits
         merged = set(result.by_image.get(row.group_key, [])) | set(ref_hits) | set(by_id.get(row.image_id or "", []))
