@@ -250,8 +250,10 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
     names = {"namespace": pod["metadata"]["namespace"], "name": sandbox_name, "container": found.container}
     assert (found.readiness[0], found.liveness[0]) == ("/readyz", "/healthz")
     ready_line = made.wait_for_log(PROBE_SUCCEEDED.format(kind="Readiness", **names), PROBE_TIMEOUT_S)
-    made.wait_for_log(PROBE_SUCCEEDED.format(kind="Liveness", **names), PROBE_TIMEOUT_S)
-    assert '"Probe failed" probeType="Liveness"' not in made.log_text()
+    alive = made.wait_for_log(PROBE_SUCCEEDED.format(kind="Liveness", **names), PROBE_TIMEOUT_S)
+    # A probe that came before pinctl listened (a busy machine starts it slowly) is refused, and
+    # the manifest's failureThreshold allows for it; once it answered, liveness must never fail.
+    assert '"Probe failed" probeType="Liveness"' not in made.log_text()[alive.end():]
 
     def ready_status() -> dict[str, Any] | None:
         for item in kubelet_pods(made):
