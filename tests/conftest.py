@@ -27,6 +27,7 @@ if _ROOT not in sys.path:
 from tests.harness import cri, debs, images  # noqa: E402
 from tests.harness.containerd import ContainerdDaemon, DaemonError  # noqa: E402
 from tests.harness.engine_fixtures import containerd21, cri_dockerd_043, crictl, docker_images  # noqa: E402, F401  (more engines)
+from tests.harness.crio_fixtures import crio, crio_crictl, crio_registry  # noqa: E402, F401  (CRI-O)
 from tests.harness.kubelet_fixtures import kubelet_binary, kubelet_node  # noqa: E402, F401  (a real kubelet)
 from tests.harness.pod_fixtures import containerd17_pods, containerd21_pods, modern_pod_node, pod_node  # noqa: E402, F401  (real pods)
 
