@@ -25,24 +25,26 @@ own entries, which nobody else can rename or remove there. A drop-in that cannot
 an error, never an absence, and only regular files are read: a FIFO would block forever.
 
 CRI-O's own ``pinned_images`` (``[crio.image]`` in ``crio.conf`` and ``crio.conf.d``) can be
-read too; there drop-ins replace the key, as in CRI-O itself.
+read too (pinctl.config.crio); there drop-ins replace the key, as in CRI-O itself, and an empty
+or blank item is read as CRI-O reads it (an exact name no image has) with a warning.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import stat
+import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from pinctl.config import crio
 from pinctl.config.files import LineIndex, key_line, list_directory, list_item_lines, os_error_text, read_toml
 from pinctl.config.settings import DEFAULT_SOURCE, KEYS, PATTERNS_KEY, KeySpec, Settings
 from pinctl.errors import ConfigError
 
 DEFAULT_PATH = "/etc/pinctl/config.toml"
-CRIO_DEFAULT_PATH = "/etc/crio/crio.conf"
+CRIO_DEFAULT_PATH = crio.CRIO_DEFAULT_PATH
 CONFIG_ENV = "PINCTL_CONFIG"
 DROPIN_DIR = "config.d"
 PATTERNS_FLAG_SOURCE = "flag --pinned-image"
@@ -74,13 +76,15 @@ class Config:
     """The merged configuration: typed settings and where each came from; the patterns of the
     policy with theirs; the files read.
 
-    sources holds every key but pinned_images, whose patterns each carry their own.
+    sources holds every key but pinned_images, whose patterns each carry their own. warnings
+    are what reading found questionable but not wrong (a CRI-O item that pins nothing).
     """
 
     settings: Settings
     sources: Mapping[str, str]
     patterns: list[PatternEntry]
     files: list[str]
+    warnings: tuple[str, ...] = ()
 
     def defaulted(self, key: str) -> bool:
         """Whether no file, variable or flag set key."""
@@ -114,8 +118,11 @@ def load(
     environ: Optional[Mapping[str, str]] = None,
     config_path: Optional[str] = None,
     from_crio: Optional[str] = None,
+    warn: Optional[Callable[[str], None]] = None,
 ) -> Config:
-    """Merge defaults, files, environment and flags; add CRI-O's patterns when from_crio is given."""
+    """Merge defaults, files, environment and flags; add CRI-O's patterns when from_crio is given.
+
+    Each warning goes to warn, else to stderr as pinctl's, and is kept in Config.warnings."""
     env = os.environ if environ is None else environ
     merge = _Merge({name: Value(spec.default, DEFAULT_SOURCE) for name, spec in KEYS.items() if name != PATTERNS_KEY})
     for path, data, text in _pinctl_files(config_path, env):
@@ -126,12 +133,19 @@ def load(
     values = {key: value.value for key, value in merge.values.items()}
     settings = Settings(**values, pinned_images=tuple(text for text, _source in merge.patterns))
     patterns = [PatternEntry(text, source, settings.pattern_dialect) for text, source in merge.patterns]
+    warnings: tuple[str, ...] = ()
     if from_crio is not None:
-        crio_patterns, crio_files = _read_crio(from_crio, explicit=None)
+        crio_patterns, crio_files, warnings = _read_crio(from_crio, explicit=None)
         patterns += crio_patterns
         merge.files += crio_files
+    for warning in warnings:
+        (warn or _to_stderr)(warning)
     sources = MappingProxyType({key: value.source for key, value in merge.values.items()})
-    return Config(settings, sources, patterns, merge.files)
+    return Config(settings, sources, patterns, merge.files, warnings)
+
+
+def _to_stderr(message: str) -> None:
+    sys.stderr.write(f"pinctl: {message}\n")
 
 
 def _main_path(config_path: Optional[str], env: Mapping[str, str]) -> tuple[str, str]:
@@ -354,67 +368,14 @@ def read_crio_patterns(path: str, explicit: Optional[bool] = None) -> list[Patte
     return _read_crio(path, explicit)[0]
 
 
-def _read_crio(path: str, explicit: Optional[bool]) -> tuple[list[PatternEntry], list[str]]:
-    """CRI-O's patterns and the files read for them."""
+def _read_crio(path: str, explicit: Optional[bool]) -> tuple[list[PatternEntry], list[str], tuple[str, ...]]:
+    """CRI-O's patterns, the files read for them and what to warn of (items that pin nothing)."""
+    # This module's CRIO_DEFAULT_PATH, not crio's: tests point it at a sandbox.
     named = path != CRIO_DEFAULT_PATH if explicit is None else explicit
-    chosen: tuple[str, tuple[str, ...]] = ("", ())
-    files: list[str] = []
-    for file, data, text in _crio_files(path, named):
-        files.append(file)
-        found = _crio_pinned(file, data, text)
-        if found is not None:
-            chosen = (file, found)
-    if not files:
+    found = crio.read_crio_config(path, explicit=named)
+    if not found.files:
         # Recent CRI-O packages ship only crio.conf.d, so the default main file may well be
         # missing; but finding no CRI-O config at all cannot be what the operator meant.
         raise ConfigError(f"no CRI-O config at {path} or in {path}.d", "give the path of CRI-O's crio.conf")
-    source, items = chosen
-    return [PatternEntry(item, f"crio {source}", "crio") for item in items], files
-
-
-def _crio_files(path: str, explicit: bool) -> Iterator[tuple[str, Any, str]]:
-    fix = "give the path of CRI-O's crio.conf"
-    main = read_toml(path, "CRI-O config", missing_ok=not explicit, fix=fix)
-    if main is not None:
-        yield (path, *main)
-    for dropin in _crio_dropins(f"{path}.d"):
-        parsed = read_toml(dropin, "CRI-O drop-in", missing_ok=False, fix=f"check {path}.d")
-        if parsed is not None:
-            yield (dropin, *parsed)
-
-
-def _crio_dropins(directory: str) -> list[str]:
-    """Files below a CRI-O drop-in directory in the order Go's filepath.Walk visits them."""
-    try:
-        names = list_directory(directory)
-    except NotADirectoryError:
-        return []
-    except PermissionError:
-        raise ConfigError(f"cannot read CRI-O's drop-ins in {directory}", "run pinctl as root (sudo)") from None
-    except OSError as err:
-        raise ConfigError(f"cannot read CRI-O's drop-ins in {directory}: {os_error_text(err)}",
-                          "give the path of CRI-O's crio.conf") from None
-    found: list[str] = []
-    for name in sorted(names or []):
-        child = os.path.join(directory, name)
-        # As filepath.Walk: a symlink is a file, even one to a directory (which is then an error).
-        found += _crio_dropins(child) if _is_directory_itself(child) else [child]
-    return found
-
-
-def _is_directory_itself(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False  # read as a file, which names the problem
-
-
-def _crio_pinned(path: str, data: dict[str, Any], text: str) -> Optional[tuple[str, ...]]:
-    """The pinned_images a CRI-O file sets, or None when it leaves the key alone."""
-    image = data.get("crio", {}).get("image", {}) if isinstance(data.get("crio"), dict) else {}
-    if not isinstance(image, dict) or PATTERNS_KEY not in image:
-        return None
-    line = key_line(text, PATTERNS_KEY)
-    where = f"{path}:{line}" if line else path
-    example = f"e.g. {PATTERNS_KEY} = {_toml_literal(KEYS[PATTERNS_KEY].example)} under [crio.image]"
-    return _validated(KEYS[PATTERNS_KEY], image[PATTERNS_KEY], where, example)
+    patterns = [PatternEntry(entry.text, f"crio {found.pinned_from}", "crio") for entry in found.pinned_images]
+    return patterns, list(found.files), found.warnings
