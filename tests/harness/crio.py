@@ -384,6 +384,16 @@ class CrioDaemon:
     def is_alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def wait_exited(self, timeout: float = STOP_GRACE_S) -> bool:
+        """Whether crio exits (by itself: a crash) within ``timeout``."""
+        if self._proc is None:
+            return True
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -414,6 +424,8 @@ class CrioDaemon:
             if text.count(RELOAD_FAILED) > failed:
                 raise CrioError(f"{self.engine} refused the reload:\n{self.log_tail()}")
             time.sleep(0.02)
+        if not self.is_alive():
+            raise CrioError(f"{self.engine} exited during the reload\n{self.log_tail()}")
         raise CrioError(f"{self.engine} did not log {RELOADED!r} within {timeout:.0f}s\n{self.log_tail()}")
 
     def version(self) -> tuple[str, str, str]:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.harness import crio as crio_harness
 from tests.harness.crictl import Crictl, by_tag
+from tests.harness.registry import Registry
 from tests.harness.crio import PAUSE_IMAGE, CrioDaemon
 from tests.harness.crio_fixtures import CRIO_TEST_IMAGES, pull, wait_for_pinned
 
@@ -136,6 +137,55 @@ def test_glob_and_keyword_patterns(crio: CrioDaemon, node: Crictl) -> None:
     crio.write_dropin("10-glob.conf", crio_harness.pinned_images_dropin([ALPHA.rsplit("-", 1)[0] + "-be*", "*GAMMA*"]))
     crio.reload()
     wait_for_pinned(node, {BETA, GAMMA, PAUSE_IMAGE})
+
+
+def test_patterns_match_tags_only_unanchored_and_case_insensitive(crio: CrioDaemon, node: Crictl) -> None:
+    # A glob is not anchored at the start: "pinctl-test/crio-alpha*" pins docker.io/pinctl-test/...
+    without_domain = ALPHA.split("/", 1)[1].rsplit(":", 1)[0] + "*"
+    crio.write_dropin("10-glob.conf", crio_harness.pinned_images_dropin([without_domain]))
+    crio.reload()
+    wait_for_pinned(node, {ALPHA, PAUSE_IMAGE})
+    # An exact name is anchored at both ends (the bare "name:tag" pins nothing), but case-insensitive.
+    crio.write_dropin("10-glob.conf", crio_harness.pinned_images_dropin([ALPHA.split("/")[-1], BETA.upper()]))
+    crio.reload()
+    wait_for_pinned(node, {BETA, PAUSE_IMAGE})
+    # The digested name crictl shows is not among the names matched.
+    digested = by_tag(node.images())[GAMMA].repo_digests[0]
+    crio.write_dropin("10-glob.conf", crio_harness.pinned_images_dropin([digested, f"*{digested.split('@')[1]}*"]))
+    crio.reload()
+    wait_for_pinned(node, {PAUSE_IMAGE})
+    # "**", an empty keyword, pins everything.
+    crio.write_dropin("10-glob.conf", crio_harness.pinned_images_dropin(["**"]))
+    crio.reload()
+    wait_for_pinned(node, {ALPHA, BETA, GAMMA, PAUSE_IMAGE})
+
+
+def test_unparsable_dropin_keeps_the_old_pins(crio: CrioDaemon, node: Crictl) -> None:
+    crio.write_dropin("10-pins.conf", crio_harness.pinned_images_dropin([ALPHA]))
+    crio.reload()
+    wait_for_pinned(node, {ALPHA, PAUSE_IMAGE})
+    crio.write_dropin("20-broken.conf", "[crio.image]\npinned_images = [\n")
+    with pytest.raises(crio_harness.CrioError, match="refused the reload"):
+        crio.reload()
+    assert crio.is_alive()
+    wait_for_pinned(node, {ALPHA, PAUSE_IMAGE})
+
+
+def test_a_lone_star_pattern_crashes_crio(
+    crio: CrioDaemon, crio_registry: Registry, crio_crictl: Crictl, tmp_path: pathlib.Path
+) -> None:
+    # "*" is taken as "*...*" with nothing between: CompileRegexpsForPinnedImages slices
+    # pattern[1:0] and panics, in the reload goroutine, so the whole daemon exits. A daemon
+    # of its own, so the session's survives.
+    own = CrioDaemon(tmp_path / "crio", crio_registry.host).start()
+    try:
+        own.write_dropin("10-star.conf", crio_harness.pinned_images_dropin(["*"]))
+        with pytest.raises(crio_harness.CrioError):
+            own.reload()
+        assert own.wait_exited(), own.log_tail()
+        assert "slice bounds out of range" in own.log_text()
+    finally:
+        own.stop()
 
 
 def test_pause_image_stays_pinned_across_reloads(crio: CrioDaemon, node: Crictl) -> None:
