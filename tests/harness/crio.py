@@ -76,16 +76,18 @@ PAUSE_IMAGE = f"{DEFAULT_DOMAIN}/pinctl-test/pause:3.10"
 # Host directories written whatever the config says (see the module's docstring); private
 # directories are bound over them in CRI-O's mount namespace.
 HIDDEN_HOST_DIRS = ("/run", "/var/lib", "/var/cache", "/var/log", "/var/tmp")
-# Where a CRI-O that escaped its roots would write on the host: a test compares them before and after.
+# Where a CRI-O that escaped its roots would write on the host: a test compares them before and
+# after. CRI-O's own files only: skopeo (the registry's pushes, as root) writes its blob-info
+# cache beside them (blob-info-cache-v1.boltdb, where CRI-O's containers/image writes .sqlite),
+# and other test runs on the machine may write /etc/cni/net.d or /var/lib/cni at any time.
 WATCHED_HOST_PATHS = (
-    "/var/lib/containers",
+    "/var/lib/containers/storage",
+    "/var/lib/containers/cache/blob-info-cache-v1.sqlite",
     "/var/lib/crio",
-    "/var/lib/cni",
     "/run/crun",
     "/run/crio",
-    "/run/containers",
+    "/run/containers/storage",
     "/etc/crio",
-    "/etc/cni/net.d",
     "/var/log/crio",
 )
 RELOADED = "Configuration reload completed"

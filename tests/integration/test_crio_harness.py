@@ -202,7 +202,7 @@ def test_nothing_written_outside_its_directories(crio: CrioDaemon, node: Crictl)
     assert crio.host_before, "the snapshot is taken before crio starts"
     assert crio_harness.host_snapshot() == crio.host_before
     # What it did write is in its own tree: the blob-info cache went to the private /var/lib.
-    assert (crio.host_dir / "var-lib" / "containers" / "cache").is_dir()
+    assert (crio.host_dir / "var-lib" / "containers" / "cache" / "blob-info-cache-v1.sqlite").is_file()
 
 
 def _pinned_now(crictl: Crictl) -> set[str]:
