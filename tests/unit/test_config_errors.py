@@ -93,6 +93,7 @@ WRONG_TYPES = [
     ("containerd_address", "5", "must be a non-empty string, got 5"),
     ("containerd_address", '""', 'must be a non-empty string, got ""'),
     ("containerd_config", "true", "must be a string, got true"),
+    ("crio_config", "[1]", "must be a string, got [1]"),
     ("timeout", '"fast"', 'must be a number > 0, got "fast"'),
     ("timeout", "0", "must be a number > 0, got 0"),
     ("timeout", "-1.5", "must be a number > 0, got -1.5"),

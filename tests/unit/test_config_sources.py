@@ -39,6 +39,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
         "namespaces": Value((), "default"),
         "containerd_address": Value("/run/containerd/containerd.sock", "default"),
         "containerd_config": Value(None, "default"),
+        "crio_config": Value(None, "default"),
         "timeout": Value(2.0, "default"),
         "docker_host": Value(None, "default"),
         "docker_containerd_address": Value(None, "default"),
@@ -65,6 +66,7 @@ pattern_dialect = "crio"
 namespaces = ["k8s.io", "moby"]
 containerd_address = "/run/example/containerd.sock"
 containerd_config = "/etc/example/containerd.toml"
+crio_config = "/etc/example/crio.conf"
 timeout = 7
 docker_host = "unix:///run/example-docker.sock"
 docker_containerd_address = "/run/example-docker/containerd.sock"
@@ -79,6 +81,7 @@ metrics_address = "127.0.0.1:9736"
         "namespaces": ("k8s.io", "moby"),
         "containerd_address": "/run/example/containerd.sock",
         "containerd_config": "/etc/example/containerd.toml",
+        "crio_config": "/etc/example/crio.conf",
         "timeout": 7.0,
         "docker_host": "unix:///run/example-docker.sock",
         "docker_containerd_address": "/run/example-docker/containerd.sock",
@@ -291,6 +294,7 @@ ENV_CASES = [
     ("CONTAINERD_NAMESPACE", "example", "namespaces", ("example",)),
     ("CONTAINERD_ADDRESS", "/run/env.sock", "containerd_address", "/run/env.sock"),
     ("PINCTL_CONTAINERD_CONFIG", "/etc/env/containerd.toml", "containerd_config", "/etc/env/containerd.toml"),
+    ("PINCTL_CRIO_CONFIG", "/etc/env/crio.conf", "crio_config", "/etc/env/crio.conf"),
     ("DOCKER_HOST", "tcp://example.test:2375", "docker_host", "tcp://example.test:2375"),
     ("CONTAINER_RUNTIME_ENDPOINT", "unix:///run/env-cri.sock", "runtime_endpoint", "unix:///run/env-cri.sock"),
 ]
@@ -348,6 +352,7 @@ def test_flags_beat_env_and_files(tmp_path: pathlib.Path) -> None:
     env = {"PINCTL_PATTERN_DIALECT": "crio", "CONTAINERD_NAMESPACE": "env", "CONTAINERD_ADDRESS": "/run/env.sock"}
     flags = {"timeout": 0.5, "pattern_dialect": "pinctl", "namespaces": ("flag-a", "flag-b"),
              "containerd_address": "/run/flag.sock", "containerd_config": "/etc/flag.toml",
+             "crio_config": "/etc/flag-crio.conf",
              "docker_host": "unix:///run/flag-docker.sock", "runtime_endpoint": "unix:///run/flag-cri.sock"}
     cfg = load(main, flags=flags, env=env)
     assert cfg.shown()["timeout"] == Value(0.5, "flag")
@@ -355,6 +360,7 @@ def test_flags_beat_env_and_files(tmp_path: pathlib.Path) -> None:
     assert cfg.shown()["namespaces"] == Value(("flag-a", "flag-b"), "flag")
     assert cfg.shown()["containerd_address"] == Value("/run/flag.sock", "flag")
     assert cfg.shown()["containerd_config"] == Value("/etc/flag.toml", "flag")
+    assert cfg.shown()["crio_config"] == Value("/etc/flag-crio.conf", "flag")
     assert cfg.shown()["docker_host"] == Value("unix:///run/flag-docker.sock", "flag")
     assert cfg.shown()["runtime_endpoint"] == Value("unix:///run/flag-cri.sock", "flag")
 

@@ -80,6 +80,10 @@ class Settings:
         None, help="containerd config to read the CRI sandbox image and (containerd 2.x) pinned_images from.", example="/etc/containerd/config.toml",
         env="PINCTL_CONTAINERD_CONFIG", flag="--containerd-config", metavar="PATH",
         default_text="`/etc/containerd/config.toml` when readable")
+    crio_config: Optional[str] = setting(
+        None, help="CRI-O config to read pinned_images and pause_image from (its drop-ins: PATH.d).",
+        example="/etc/crio/crio.conf", env="PINCTL_CRIO_CONFIG", flag="--crio-config", metavar="PATH",
+        default_text="`/etc/crio/crio.conf` on a CRI-O node")
     docker_host: Optional[str] = setting(
         None, help="Docker daemon to talk to, as in DOCKER_HOST.", example="unix:///run/docker.sock",
         env="DOCKER_HOST", flag="--docker-host", metavar="HOST", flag_help="Docker daemon, as in DOCKER_HOST.",
