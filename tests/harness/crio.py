@@ -36,9 +36,10 @@ Registries: no search registries, short names enforced; the default domain
 a mirror, so a pull can never fall back to the network), insecure.
 
 Pins (``[crio.image] pinned_images``), read from ``internal/storage/image.go`` and
-``pkg/config``: an exact name, a trailing ``*`` (a prefix glob, not anchored at the start) or
-``*...*`` (a keyword), case-insensitive, matched against the image's names (tags and digested
-names, never its ID); the ``pause_image`` is always added. The drop-ins are read in
+``pkg/config`` and tried (tests/integration/test_crio_harness.py): an exact name, a trailing
+``*`` (a glob, not anchored at the start) or ``*...*`` (a keyword), case-insensitive, matched
+against the image's tag names only (not its digested names, not its ID); the ``pause_image`` is
+always added; a lone ``*`` panics CRI-O. The drop-ins are read in
 ``filepath.Walk`` order (lexical, subdirectories where their name sorts), every file whatever
 its name, each overriding the keys it sets; SIGHUP reloads them (see docs/development.md,
 "CRI-O", for what the real program did).
