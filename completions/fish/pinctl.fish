@@ -136,7 +136,7 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and not __fish_seen_s
 
 # pinctl config export
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l for -x -a 'crio containerd cri-dockerd' -d 'The runtime whose configuration to write'
-complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l offline -d 'Do not ask the engines; patterns a runtime cannot express are then left out'
+complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -l offline -d 'Do not ask the engines; patterns a runtime cannot express are then left out (an...'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
 complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subcommand_from export' -s a -l address -r -F -d 'containerd socket'

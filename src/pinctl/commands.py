@@ -32,6 +32,7 @@ from pinctl.model import (
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.check.compare import CheckResult, Clock, RuntimeImages
+    from pinctl.config.crio import CrioEntry
     from pinctl.config.loader import Config, PatternEntry
     from pinctl.criproxy.proxy import Proxy
     from pinctl.gc.kubelet import SourcedGcSettings
@@ -232,18 +233,20 @@ def namespaces(node: Node) -> list[tuple[str, bool]]:
     return node.namespaces()
 
 
-def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Optional[Node]) -> Export:
+def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Optional[Node],
+           site: Sequence[CrioEntry] = ()) -> Export:
     """The policy (and docker_pinned_image_labels) as a runtime's configuration; patterns it
-    cannot express are expanded to the references present now (none with node None, i.e.
-    --offline). sha256: IDs are not names."""
+    cannot express are expanded to the names present now, each with its image's ID and digest so
+    that an ID pattern can be written as that image's names (none with node None, i.e. --offline).
+    site: CRI-O's own entries, carried over in a crio drop-in."""
 
     from pinctl.pins import export as exporting
     from pinctl.pins.policy import Policy as EmptyPolicy
 
-    present: Optional[list[str]] = None
+    present: Optional[list[tuple[str, str, str]]] = None
     if node is not None:
-        present = [row.ref for row in node.rows(EmptyPolicy()).rows if not row.ref.startswith("sha256:")]
-    return exporting.export(target, policy, present, docker_labels)
+        present = [(row.ref, row.image_id or "", row.digest) for row in node.rows(EmptyPolicy()).rows]
+    return exporting.export(target, policy, present, docker_labels, site)
 
 @dataclass
 class LintReport:

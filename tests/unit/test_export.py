@@ -106,7 +106,7 @@ def test_crio_dialect_patterns_pass_through_but_need_expansion_elsewhere() -> No
 
 
 @pytest.mark.parametrize(
-    "target, pattern", [("crio", "sha256:" + "ab" * 32), ("containerd", "*fedora*"), ("cri-dockerd", "*fedora*")]
+    "target, pattern", [("containerd", "*fedora*"), ("cri-dockerd", "*fedora*")]
 )
 def test_offline_leaves_out_what_needs_the_images_and_says_so(target: str, pattern: str) -> None:
     result = export(target, policy(pattern), None, [])
@@ -159,3 +159,58 @@ def test_cri_dockerd_label_rules_go_out_as_they_are_and_match_config_labels() ->
     assert selectors.match([], [], {"team.example/keep": "true"}) == "--pinned-image-labels team.example/keep=true"
     assert selectors.match([], [], {"keep": "anything"}) == "--pinned-image-labels keep"
     assert selectors.match([], [], {"team.example/keep": "false"}) is None
+
+
+# -- image-ID patterns: written as the image's names, or refused; never dropped --------------------
+
+IMAGE_ID = "sha256:" + "ab" * 32
+DIGEST = "sha256:" + "cd" * 32
+WITH_IDS = [("registry.example/base/os:1", IMAGE_ID, DIGEST), ("example.test/app:1", "sha256:" + "ef" * 32, DIGEST),
+            (IMAGE_ID, IMAGE_ID, DIGEST)]
+
+
+@pytest.mark.parametrize("pattern", [IMAGE_ID, "sha256:abab*"])
+@pytest.mark.parametrize("target", ["crio", "containerd", "cri-dockerd"])
+def test_an_id_pattern_is_written_as_the_names_of_that_image(target: str, pattern: str) -> None:
+    result = export(target, policy(pattern), WITH_IDS, [])
+    assert "registry.example/base/os:1" in result.text and f"registry.example/base/os@{DIGEST}" in result.text
+    assert "example.test/app" not in result.text and "sha256:abab" not in result.text.replace(DIGEST, "")
+    # Digest references are written for the ID pattern only, not added to every expansion.
+    assert f"example.test/app@{DIGEST}" not in export(target, policy("*app*"), WITH_IDS, []).text
+    assert any(pattern in note and "not image IDs" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("present", [None, [("example.test/app:1", "sha256:" + "ef" * 32, DIGEST)]])
+@pytest.mark.parametrize("target", ["crio", "containerd", "cri-dockerd"])
+def test_an_id_pattern_with_no_such_image_is_refused_with_the_fix(target: str, present: object) -> None:
+    from pinctl.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        export(target, policy("example.test/app:1", IMAGE_ID), present, [])  # type: ignore[arg-type]
+    message = str(info.value)
+    assert IMAGE_ID in message and "(cfg:2)" in message and "\n" not in message
+    assert message.endswith("(pin the image by name, or run export where the image is)")
+
+
+def test_crio_dialect_sha256_patterns_are_names_and_pass_through() -> None:
+    result = export("crio", policy(IMAGE_ID, "sha256:*", dialect="crio"), None, [])
+    assert tomllib.loads(result.text)["crio"]["image"]["pinned_images"] == [IMAGE_ID, "sha256:*"]
+
+
+def test_crio_export_carries_over_the_sites_entries_and_says_how_to_load_it() -> None:
+    from pinctl.config.crio import CrioEntry
+
+    site = [CrioEntry("site.example/keep:1", "/etc/crio/crio.conf.d/10-site.conf", 4), CrioEntry("app:1", "/x", 2)]
+    result = export("crio", policy("app:1", "registry.example/base/*"), PRESENT, [], site=site)
+    assert tomllib.loads(result.text)["crio"]["image"]["pinned_images"] == [
+        "site.example/keep:1", "app:1", refs.normalize("app:1"), "registry.example/base/*"]
+    assert '"site.example/keep:1",  # site: /etc/crio/crio.conf.d/10-site.conf:4' in result.text
+    assert "LAST drop-in" in result.text and "systemctl reload crio" in result.text
+    assert "overrides this one" in result.text
+
+
+def test_containerd_and_cri_dockerd_say_how_the_runtime_reads_it() -> None:
+    text = export("containerd", policy("example.test/app:1"), PRESENT, []).text
+    assert "1.x has no pinned_images" in text and "restart containerd" in text
+    notes = export("cri-dockerd", policy("example.test/app:1"), PRESENT, []).notes
+    assert any("restart cri-dockerd" in note and "0.4.7" in note for note in notes)

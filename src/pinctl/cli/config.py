@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import click
 
@@ -10,6 +10,9 @@ from pinctl.cli.options import common_options, output_options
 from pinctl.cli.root import CONTEXT_SETTINGS, EXIT_CODES_HELP, cli, exit_codes, load_config, load_policy, open_node
 from pinctl.errors import EXIT_OK
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OutputFormat
+
+if TYPE_CHECKING:
+    from pinctl.config.crio import CrioEntry
 
 
 @cli.group("config", context_settings=CONTEXT_SETTINGS)
@@ -57,7 +60,8 @@ def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) 
 @click.option("--for", "target", type=click.Choice(["crio", "containerd", "cri-dockerd"]), required=True,
               help="The runtime whose configuration to write.")
 @click.option("--offline", is_flag=True,
-              help="Do not ask the engines; patterns a runtime cannot express are then left out.")
+              help="Do not ask the engines; patterns a runtime cannot express are then left out "
+                   "(an image-ID pattern is refused).")
 @common_options
 @click.pass_context
 def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> int:
@@ -66,15 +70,32 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
     crio: a crio.conf.d drop-in with [crio.image] pinned_images. containerd: a containerd 2.x
     pinned_images table (exact references). cri-dockerd: --pinned-images and
     --pinned-image-labels flags. Patterns a runtime cannot express are expanded to the images
-    present now, and each such compromise is said on stderr.
+    present now, and each such compromise is said on stderr; an image-ID pattern is written as
+    that image's names, and refused when no such image is present (or with --offline). The crio
+    drop-in carries over CRI-O's own entries (--crio-config) and says how to load it.
     """
     from pinctl import commands
     from pinctl.render import output
 
     cfg = load_config(ctx)
+    site, site_note = _crio_site(cfg.settings.crio_config) if target == "crio" else ((), "")
     node = None if offline else open_node(cfg)
-    result = commands.export(target, load_policy(cfg), cfg.settings.docker_pinned_image_labels, node)
+    result = commands.export(target, load_policy(cfg), cfg.settings.docker_pinned_image_labels, node, site)
     click.echo(result.text, nl=False)
-    for note in result.notes:
+    for note in [*([site_note] if site_note else []), *result.notes]:
         output.warn(note)
     return EXIT_OK
+
+
+def _crio_site(path: Optional[str]) -> tuple[tuple[CrioEntry, ...], str]:
+    """CRI-O's own effective entries, which a drop-in written last replaces and so must carry
+    over; when they cannot be read, a note saying so instead (the export itself still helps)."""
+    from pinctl.config import crio
+    from pinctl.errors import ConfigError
+
+    try:
+        found = crio.read_crio_config(path or crio.CRIO_DEFAULT_PATH, explicit=path is not None)
+    except ConfigError as err:
+        return (), f"CRI-O's own pinned_images were not read ({err}); the drop-in replaces them: add them to it"
+    # Entries pinctl itself put in its drop-in are the policy's, not the site's.
+    return found.site_entries, ""

@@ -2,14 +2,17 @@
 
 Each runtime expresses less than pinctl: containerd takes exact references only, cri-dockerd
 no keywords, CRI-O does not anchor globs. What cannot be said is expanded to the references
-present now, and every such compromise is returned as a note for stderr.
+present now, and every such compromise is returned as a note for stderr. An image-ID pattern
+(pinctl's sha256:<id> or sha256:<prefix>*) is written as the names of the images with that ID
+present now; with none present, or --offline, it is refused, never silently dropped: every
+runtime matches names only. Each text says, in comments, how to make its runtime read it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from pinctl import refs as references
 from pinctl.errors import UsageError
@@ -17,7 +20,14 @@ from pinctl.pins.patterns import PATTERN_EXACT, PATTERN_GLOB, PATTERN_KEYWORD, m
 from pinctl.pins.policy import Policy
 
 if TYPE_CHECKING:
+    from pinctl.config.crio import CrioEntry
     from pinctl.pins.patterns import Pattern
+
+# A name present on the node with its image's ID and its record's manifest digest; a bare name
+# has neither.
+Present = Sequence[Union[str, tuple[str, str], tuple[str, str, str]]]
+_ID_PREFIX = "sha256:"
+_ID_FIX = "pin the image by name, or run export where the image is"
 
 
 @dataclass
@@ -26,11 +36,61 @@ class Export:
     notes: list[str] = field(default_factory=list)
 
 
-def export(target: str, policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str]) -> Export:
-    """present: the references on the node now (no sha256: IDs), for patterns that must be
-    expanded; None when the engines were not asked (--offline)."""
-    render = {"crio": _crio, "containerd": _containerd, "cri-dockerd": _cri_dockerd}[target]
-    return render(policy, None if present is None else sorted(set(present)), label_rules)
+def export(target: str, policy: Policy, present: Optional[Present], label_rules: Sequence[str],
+           site: Sequence[CrioEntry] = ()) -> Export:
+    """present: the names on the node now, each with its image's ID and digest ((ref, image_id,
+    digest)), for patterns that must be expanded; None when the
+    engines were not asked (--offline). site: CRI-O's own effective entries, which a crio
+    drop-in written last replaces and so must carry over."""
+    pairs = None if present is None else [_named(p) for p in present]
+    names = None if pairs is None else sorted({ref for ref, _, _ in pairs if not ref.startswith(_ID_PREFIX)})
+    # Every ID pattern is resolved (or refused) before anything is written.
+    by_id = {i: _by_id(p, pairs) for i, p in enumerate(policy.patterns) if _is_id_pattern(p)}
+    if target == "crio":
+        return _crio(policy, names, label_rules, by_id, site)
+    render = {"containerd": _containerd, "cri-dockerd": _cri_dockerd}[target]
+    return render(policy, names, label_rules, by_id)
+
+
+def _is_id_pattern(pattern: Pattern) -> bool:
+    """pinctl's sha256:<id> and sha256:<hex>* name an image by its ID, which no runtime's own
+    configuration matches (they compare names)."""
+    return pattern.dialect == "pinctl" and pattern.anchored_start and pattern.needle.startswith(_ID_PREFIX)
+
+
+def _named(item: Union[str, tuple[str, str], tuple[str, str, str]]) -> tuple[str, str, str]:
+    if isinstance(item, str):
+        return item, "", ""
+    return (item[0], item[1], item[2]) if len(item) == 3 else (item[0], item[1], "")
+
+
+def _digest_ref(ref: str, digest: str) -> str:
+    """repo@digest for a tagged name, which every runtime matches as a name too; "" otherwise."""
+    if not digest or "@" in ref or ref.startswith(_ID_PREFIX):
+        return ""
+    # A colon after the last slash starts the tag (a registry's port never does).
+    return (ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref) + "@" + digest
+
+
+def _by_id(pattern: Pattern, pairs: Optional[list[tuple[str, str, str]]]) -> tuple[str, ...]:
+    """The names of the images present whose ID the pattern matches (their refs and digest
+    references), or a refusal naming it."""
+    if pairs is None:
+        raise UsageError(f"{pattern.text!r} ({pattern.source}) names an image by its ID, which the runtimes' "
+                         "configurations cannot; --offline lists no images to name it by", _ID_FIX)
+    hits = [(ref, digest) for ref, image_id, digest in pairs if image_id and matches(pattern, image_id)]
+    found = sorted({name for ref, digest in hits for name in (ref, _digest_ref(ref, digest))
+                    if name and not name.startswith(_ID_PREFIX)})
+    if not found:
+        raise UsageError(f"{pattern.text!r} ({pattern.source}) names an image by its ID, and no image with that "
+                         "ID is present here to name it by", _ID_FIX)
+    return tuple(found)
+
+
+def _id_names(p: Pattern, names: tuple[str, ...], runtime: str, notes: list[str]) -> list[str]:
+    notes.append(f"{p.text!r} ({p.source}): {runtime} matches names, not image IDs; written as the "
+                 f"{len(names)} name(s) of that image present now: {', '.join(names)}")
+    return list(names)
 
 
 def _toml_list(items: Sequence[str]) -> str:
@@ -46,11 +106,14 @@ def _expanded(pattern: Pattern, present: Optional[Sequence[str]], why: str, note
     return found
 
 
-def _crio(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str]) -> Export:
+def _crio(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str],
+          by_id: dict[int, tuple[str, ...]], site: Sequence[CrioEntry]) -> Export:
     notes: list[str] = []
     items: list[str] = []
-    for p in policy.patterns:
-        if p.dialect == "crio" or p.kind == PATTERN_KEYWORD:
+    for i, p in enumerate(policy.patterns):
+        if i in by_id:
+            items += _id_names(p, by_id[i], "CRI-O", notes)
+        elif p.dialect == "crio" or p.kind == PATTERN_KEYWORD:
             items.append(p.text)
         elif p.kind == PATTERN_EXACT and p.needle.startswith("sha256:"):
             items += _expanded(p, present, "CRI-O matches names, not image IDs", notes)
@@ -62,11 +125,31 @@ def _crio(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequenc
                          "merely contain the prefix")
     if label_rules:
         notes.append("docker_pinned_image_labels have no CRI-O equivalent; left out")
-    body = "# A crio.conf.d drop-in written by pinctl config export --for crio\n[crio.image]\npinned_images = "
-    return Export(body + _toml_list(list(dict.fromkeys(items))) + "\n", notes)
+    header = [
+        "# A crio.conf.d drop-in written by pinctl config export --for crio.",
+        "# Write it as the LAST drop-in, e.g. /etc/crio/crio.conf.d/zz-pinctl.conf, then reload CRI-O:",
+        "# systemctl reload crio (or kill -HUP $(pidof crio)). The last file that sets pinned_images",
+        "# replaces the lists before it: a later drop-in setting it overrides this one, and this one",
+        "# replaces the site's own list, so the site's effective entries ('# site:') are carried over.",
+        "[crio.image]",
+        "pinned_images = [",
+    ]
+    seen: set[str] = set()
+    lines: list[str] = []
+    for text, comment in [(e.text, f"  # site: {_one_line(e.where)}") for e in site] + [(t, "") for t in items]:
+        if text not in seen:
+            seen.add(text)
+            lines.append(f"  {json.dumps(text)},{comment}")
+    return Export("\n".join([*header, *lines, "]"]) + "\n", notes)
 
 
-def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str]) -> Export:
+def _one_line(text: str) -> str:
+    # A newline in a path would end the comment and break the TOML.
+    return "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text)
+
+
+def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str],
+                by_id: dict[int, tuple[str, ...]]) -> Export:
     """containerd 2.x labels a record when an entry equals its name as a plain string, and its
     CRI names records fully normalised (docker.io/library/x:1), so that is how entries are
     written. None is ever tagless: an entry without a tag pins nothing (containerd issue 13314),
@@ -74,8 +157,10 @@ def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: S
     a whole name:tag is left out with a note."""
     notes: list[str] = []
     refs: list[str] = []
-    for p in policy.patterns:
-        if p.kind == PATTERN_EXACT and p.dialect == "pinctl" and not p.needle.startswith("sha256:"):
+    for i, p in enumerate(policy.patterns):
+        if i in by_id:
+            refs += _whole_names(p, _id_names(p, by_id[i], "containerd", notes), notes)
+        elif p.kind == PATTERN_EXACT and p.dialect == "pinctl" and not p.needle.startswith("sha256:"):
             refs.append(_as_containerd_names_it(p, notes))
             refs += _other_spellings(p, refs[-1], present, notes)
         else:
@@ -84,7 +169,8 @@ def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: S
         notes.append("docker_pinned_image_labels have no containerd equivalent; left out")
     lines = [
         "# containerd 2.x CRI config (version 3), written by pinctl config export --for containerd.",
-        "# Merge the table into /etc/containerd/config.toml; keep your own 'sandbox' entry.",
+        "# Merge the table into /etc/containerd/config.toml; keep your own 'sandbox' entry. containerd 2.x",
+        "# only: 1.x has no pinned_images. Then restart containerd (systemctl restart containerd).",
         "version = 3",
         "",
         "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
@@ -135,14 +221,17 @@ def _is_whole(name: str) -> bool:
         return False
 
 
-def _cri_dockerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str]) -> Export:
+def _cri_dockerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str],
+                 by_id: dict[int, tuple[str, ...]]) -> Export:
     """cri-dockerd (0.4.7+) compares --pinned-images with Docker's names as Docker writes them
     (pins.dockerd): exact names and prefixes go out in that familiar form; what it cannot say
     (keywords, CRI-O's unanchored globs, image IDs) is expanded to the names present now."""
     notes: list[str] = []
     refs: list[str] = []
-    for p in policy.patterns:
-        if p.dialect == "pinctl" and p.kind == PATTERN_GLOB:
+    for i, p in enumerate(policy.patterns):
+        if i in by_id:
+            refs += [references.familiar(name) for name in _id_names(p, by_id[i], "cri-dockerd", notes)]
+        elif p.dialect == "pinctl" and p.kind == PATTERN_GLOB:
             refs.append(references.familiar(p.needle) + "*")
             if p.text != p.text.lower():
                 notes.append(f"{p.text!r} ({p.source}): cri-dockerd compares case-sensitively; written in lower case")
@@ -157,6 +246,6 @@ def _cri_dockerd(policy: Policy, present: Optional[Sequence[str]], label_rules: 
     if label_rules:
         flags.append("--pinned-image-labels=" + ",".join(label_rules))
     if flags:
-        notes.append("cri-dockerd reads these flags from 0.4.7 on; before that, serve the kubelet through pinctl "
-                     "cri-proxy instead")
+        notes.append("cri-dockerd reads these flags from 0.4.7 on: restart cri-dockerd with them added to its "
+                     "command line; before 0.4.7, serve the kubelet through pinctl cri-proxy instead")
     return Export(" ".join(flags) + "\n", notes)
