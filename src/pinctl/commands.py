@@ -10,7 +10,7 @@ every capability (that would add some 60 ms to `pinctl ls`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
@@ -32,7 +32,6 @@ from pinctl.model import (
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.check.compare import CheckResult, Clock, RuntimeImages
-    from pinctl.config.crio import CrioEntry
     from pinctl.config.loader import Config, PatternEntry
     from pinctl.criproxy.proxy import Proxy
     from pinctl.gc.kubelet import SourcedGcSettings
@@ -116,6 +115,12 @@ def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run:
 
     from pinctl.pins import plans as pinning
 
+    crio = node.crio()
+    if crio is not None:
+        from pinctl.node import crio as crio_node
+
+        done = crio_node.change(crio, policy, command, args, dialect, dry_run)
+        return ChangeReport(command, done.results, dry_run, done.warnings)
     plan = pinning.make_plan(node.views(), command, args, dialect, node.refusal)
     report = ChangeReport(command, pinning.apply_plan(plan, dry_run), dry_run)
     if command == pinning.UNPIN and policy is not None and any(r.action in UNPINNED for r in report.results):
@@ -175,6 +180,12 @@ def sync(node: Node, policy: Policy, request: SyncRequest) -> ChangeReport:
     from pinctl.pins import plans as pinning
 
     refuse_empty_prune(policy, request)
+    crio = node.crio()
+    if crio is not None:
+        from pinctl.node import crio as crio_node
+
+        done = crio_node.sync(crio, policy, request.prune, request.dry_run)
+        return ChangeReport("sync", done.results, request.dry_run, done.warnings)
     plan = pinning.make_sync_plan(node.views(), policy, request.prune)
     return ChangeReport("sync", pinning.apply_plan(plan, request.dry_run), request.dry_run)
 
@@ -222,7 +233,8 @@ def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVe
 
     def read() -> CheckResult:
         rows[:] = node.rows(policy).rows
-        return checking.check_runtime(rows, runtime, version, request.refs, frontend)
+        site = crio.check_site() if (crio := node.crio()) is not None else None
+        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site)
 
     wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)
@@ -234,19 +246,18 @@ def namespaces(node: Node) -> list[tuple[str, bool]]:
 
 
 def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Optional[Node],
-           site: Sequence[CrioEntry] = ()) -> Export:
+           crio_config: Optional[str] = None) -> Export:
     """The policy (and docker_pinned_image_labels) as a runtime's configuration; patterns it
     cannot express are expanded to the names present now, each with its image's ID and digest so
     that an ID pattern can be written as that image's names (none with node None, i.e. --offline).
-    site: CRI-O's own entries, carried over in a crio drop-in."""
-
+    A crio drop-in carries over CRI-O's own entries: the CRI-O node's, else those at crio_config."""
+    from pinctl.node import crio as crio_node
     from pinctl.pins import export as exporting
-    from pinctl.pins.policy import Policy as EmptyPolicy
 
-    present: Optional[list[tuple[str, str, str]]] = None
-    if node is not None:
-        present = [(row.ref, row.image_id or "", row.digest) for row in node.rows(EmptyPolicy()).rows]
-    return exporting.export(target, policy, present, docker_labels, site)
+    site, note = crio_node.site_entries(node.crio() if node else None, crio_config) if target == "crio" else ((), "")
+    done = exporting.export(target, policy, None if node is None else node.id_names(), docker_labels, site)
+    return replace(done, notes=[note, *done.notes]) if note else done
+
 
 @dataclass
 class LintReport:
@@ -372,8 +383,6 @@ def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, open_runti
     """Pull every exact reference of the policy the node lacks, then sync on the node as the pulls
     left it (reopen: a first pull may create the namespace). Globs, keywords and image IDs name
     no one image to pull: each is reported as skipped, with why."""
-    from dataclasses import replace
-
     from pinctl import refs as references
     from pinctl.pull import run as pulling
 
@@ -563,8 +572,6 @@ def sync_with_imports(node: Node, reopen: Callable[[], Node], policy: Policy, op
     archive's own; with --prune, the pins an archive no longer gives removed. Then the policy's
     sync on the node as the imports left it. An empty policy prunes only archive pins unless
     --allow-empty-policy (sync's own guard)."""
-    from dataclasses import replace
-
     from pinctl.imports import dirs as import_dirs
     from pinctl.imports import run as importing
     from pinctl.imports.targets import choose_import_target

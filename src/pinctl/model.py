@@ -16,6 +16,8 @@ LabelChange = dict[str, Optional[str]]
 # Which engine an ImageRow's source is; Docker's rows show Docker's image IDs (ImageRow.engine_id).
 SOURCE_CONTAINERD: Final = "containerd"
 SOURCE_DOCKER: Final = "docker"
+# CRI-O, read through the CRI alone: it has no namespaces and no labels (ImageRow.namespace is None).
+SOURCE_CRIO: Final = "cri-o"
 # What an image ID in ls is (JSON id_kind): Docker's image ID, or the config digest the CRI reports.
 IdKind = Literal["docker", "config"]
 ID_DOCKER: Final = "docker"
@@ -35,7 +37,7 @@ ALL_NAMESPACES = "all"
 
 # Why the runtime keeps an image, or pinctl thinks it should (Reason.kind).
 ReasonKind = Literal["label", "sandbox", "containerd-config", "pattern", "docker-label", "ineffective-label",
-                     "ignored"]
+                     "ignored", "crio-config", "crio-pin"]
 REASON_LABEL: Final = "label"  # a reference of the image carries the pin label; detail names it
 REASON_SANDBOX: Final = "sandbox"  # the CRI's sandbox image, which the runtime keeps itself
 # An entry of containerd 2.x's own pinned_images names a reference of the image: containerd labels
@@ -45,6 +47,11 @@ REASON_PATTERN: Final = "pattern"  # a policy pattern covers the image; source s
 REASON_DOCKER_LABEL: Final = "docker-label"  # a config label docker_pinned_image_labels names
 REASON_INEFFECTIVE_LABEL: Final = "ineffective-label"  # looks like a pin, but the CRI does not count it
 REASON_IGNORED: Final = "ignored"  # this containerd's CRI reports no pins at all
+# An item of CRI-O's effective pinned_images that one of the image's names matches, written by the
+# site (detail: the item; source: FILE:LINE). CRI-O pins by it itself: no label is involved.
+REASON_CRIO_CONFIG: Final = "crio-config"
+# The same, for an item pinctl wrote into its own CRI-O drop-in (pin or sync): pinctl's pin on CRI-O.
+REASON_CRIO_PIN: Final = "crio-pin"
 
 # What a pin, unpin or sync did to one reference (ItemResult.action).
 Action = Literal["pinned", "unpinned", "pruned", "adopted", "already-pinned", "already-unpinned",

@@ -40,9 +40,13 @@ PATTERN = Reason("pattern", "example.test/*", "cfg:1")
         ([row("k8s.io"), row("moby", LABEL_K8S)], False, "containerd", "1.7.24", "namespace moby", "pinctl pin -n k8s.io"),
         ([row("k8s.io", PATTERN)], False, "containerd", "1.7.24", "pattern known only to pinctl", "pinctl sync"),
         ([row("k8s.io", Reason("ineffective-label", f"{REF}: x=true"))], False, "containerd", "1.7.24", "ineffective", "pinctl pin"),
-        ([row("k8s.io", PATTERN)], False, "cri-o", "1.30.0", "CRI-O pins only", "export --for crio"),
+        ([row(None, PATTERN)], False, "cri-o", "1.34.0", "pattern known only to pinctl", "pinctl sync"),
+        ([row(None, Reason("crio-config", "x*", "f:1"))], False, "cri-o", "1.34.0", "has not re-read its configuration",
+         "systemctl reload crio"),
+        ([row(None, Reason("sandbox", "p:1", "f:2"))], False, "cri-o", "1.34.0", "has not re-read", "reload crio"),
+        ([row(None)], True, "cri-o", "1.34.0", "has not re-read its configuration", "reload crio"),
         ([row("k8s.io")], True, "containerd", "1.7.24", "nothing pinctl reads explains it", "--containerd-config"),
-        ([], True, "containerd", "1.7.24", "nothing pinctl reads explains it", "--from-crio"),
+        ([], True, "containerd", "1.7.24", "nothing pinctl reads explains it", "--containerd-config"),
     ],
 )
 def test_causes(rows: list[ImageRow], pinned: bool, name: str, version: str, cause_part: str | None, fix_part: str | None) -> None:

@@ -88,7 +88,10 @@ def test_a_classic_docker_image_counts_under_namespace_docker() -> None:
     ([row("k8s.io", Reason("ineffective-label", f"{REF}: x=true"))], False, "containerd", "1.7.24",
      "ineffective-label"),
     ([row(None, Reason("docker-label", "keep"), source="docker")], False, "docker", "26.1.5", "config-label-unread"),
-    ([row("k8s.io", PATTERN)], False, "cri-o", "1.30.0", "labels-ignored"),
+    ([row(None, PATTERN)], False, "cri-o", "1.34.0", "pattern-only"),
+    ([row(None, Reason("label", REF))], False, "cri-o", "1.34.0", "labels-ignored"),
+    ([row(None, Reason("crio-config", "x*", "f:1"))], False, "cri-o", "1.34.0", "not-reloaded"),
+    ([row(None)], True, "cri-o", "1.34.0", "not-reloaded"),
     ([row("k8s.io")], True, "containerd", "1.7.24", "unexplained-pin"),
     ([row("k8s.io", Reason("label", REF))], True, "containerd", "1.7.24", None),
 ])

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, 
 from pinctl.check import dockerd
 from pinctl.model import (
     CRI_NAMESPACE,
+    REASON_CRIO_CONFIG,
+    REASON_CRIO_PIN,
     REASON_DOCKER_LABEL,
     REASON_INEFFECTIVE_LABEL,
     REASON_LABEL,
@@ -24,20 +26,26 @@ from pinctl.pins import labels as pin_labels
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, RuntimeVersion
     from pinctl.backends.cri_dockerd import CriDockerd
+    from pinctl.node.crio import CrioSite
 
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
+# The reload to name when the crio process cannot be told (CrioSite.reload names its pid).
+RELOAD_ANY_CRIO = "systemctl reload crio (or: kill -HUP $(pidof crio))"
 # An ineffective label still says what the operator meant: it counts as wanting a pin.
 WANTED: tuple[ReasonKind, ...] = (
     REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,
+    REASON_CRIO_CONFIG, REASON_CRIO_PIN,
 )
+# What CRI-O pins by itself, as its files say now: if its CRI disagrees, it has not re-read them.
+CRIO_OWN: tuple[ReasonKind, ...] = (REASON_CRIO_CONFIG, REASON_CRIO_PIN, REASON_SANDBOX)
 # check --wait asks again this often: the CRI plugin sees a label change within about a second.
 POLL_SECONDS = 1.0
 
 # Why pinctl and the runtime disagree on an image, as a closed set: metrics count by it, so it
 # must not carry names or versions (CheckItem.cause says those).
 Mismatch = Literal["labels-ignored", "wrong-namespace", "not-caught-up", "ineffective-label", "config-label-unread",
-                   "pattern-only", "unexplained-pin", "unknown-image"]
+                   "pattern-only", "unexplained-pin", "unknown-image", "not-reloaded", "overridden"]
 MISMATCH_LABELS_IGNORED: Final = "labels-ignored"  # the runtime reports no pins from labels (old containerd, cri-dockerd, CRI-O)
 MISMATCH_WRONG_NAMESPACE: Final = "wrong-namespace"  # labelled in a namespace the CRI does not read
 MISMATCH_NOT_CAUGHT_UP: Final = "not-caught-up"  # labelled where the CRI reads; it has not said pinned yet
@@ -46,6 +54,8 @@ MISMATCH_CONFIG_LABEL_UNREAD: Final = "config-label-unread"  # a Docker config l
 MISMATCH_PATTERN_ONLY: Final = "pattern-only"  # a policy pattern the runtime does not know
 MISMATCH_UNEXPLAINED_PIN: Final = "unexplained-pin"  # pinned by the runtime, nothing pinctl reads says why
 MISMATCH_UNKNOWN_IMAGE: Final = "unknown-image"  # a name asked about that the runtime does not know
+MISMATCH_NOT_RELOADED: Final = "not-reloaded"  # CRI-O's files say otherwise than its CRI: not re-read since
+MISMATCH_OVERRIDDEN: Final = "overridden"  # a CRI-O drop-in sorting after pinctl's replaces its pinned_images
 MISMATCHES: tuple[Mismatch, ...] = get_args(Mismatch)
 MISMATCH_NAMED: dict[str, Mismatch] = {name: name for name in MISMATCHES}
 
@@ -84,11 +94,13 @@ def check(
     endpoint: str,
     unknown: Sequence[str] = (),
     frontend: Optional[CriDockerd] = None,
+    crio: Optional[CrioSite] = None,
 ) -> CheckResult:
     """unknown: references asked about that the runtime does not know (ImageStatus found nothing);
-    frontend: the cri-dockerd process behind a runtime that names itself docker, when found."""
+    frontend: the cri-dockerd process behind a runtime that names itself docker, when found;
+    crio: what CRI-O's files say beyond the rows (its reload command, drop-ins overriding pinctl's)."""
     index = _Index(rows)
-    site = _Site(runtime, endpoint, frontend)
+    site = _Site(runtime, endpoint, frontend, crio)
     items = [_item(cri, index.matching(cri), site) for cri in listed]
     items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
                         fix="check the name with pinctl ls, or pull the image", mismatch=MISMATCH_UNKNOWN_IMAGE)
@@ -108,15 +120,15 @@ class RuntimeImages(Protocol):
 
 def check_runtime(
     rows: Sequence[ImageRow], runtime: RuntimeImages, version: RuntimeVersion, refs: Sequence[str] = (),
-    frontend: Optional[CriDockerd] = None,
+    frontend: Optional[CriDockerd] = None, crio: Optional[CrioSite] = None,
 ) -> CheckResult:
     """Every image the runtime lists or, given refs, those asked one by one with ImageStatus."""
     if not refs:
-        return check(rows, runtime.list_images(), version, runtime.endpoint, (), frontend)
+        return check(rows, runtime.list_images(), version, runtime.endpoint, (), frontend, crio)
     statuses = {ref: runtime.image_status(ref) for ref in refs}
     listed = list({s.id: s for s in statuses.values() if s is not None}.values())
     unknown = [ref for ref, status in statuses.items() if status is None]
-    return check(rows, listed, version, runtime.endpoint, unknown, frontend)
+    return check(rows, listed, version, runtime.endpoint, unknown, frontend, crio)
 
 
 class Clock(Protocol):
@@ -177,6 +189,7 @@ class _Site:
     runtime: RuntimeVersion
     endpoint: str
     frontend: Optional[CriDockerd]
+    crio: Optional[CrioSite] = None
 
 
 def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
@@ -190,11 +203,16 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
         # cri-dockerd pins its sandbox image and what its own flags name, and nothing else.
         item.reasons.append(dockerd.own_pin(cri, rows, site.frontend))
         item.desired = True
+    elif cri.pinned and not desired and site.runtime.name == CRIO:
+        reload = site.crio.reload if site.crio else RELOAD_ANY_CRIO
+        item.mismatch, item.cause, item.fix = (
+            MISMATCH_NOT_RELOADED, "CRI-O pins it, but its files as they are now do not: CRI-O has not re-read its "
+            "configuration since they changed", reload)
     elif cri.pinned and not desired:
         item.mismatch = MISMATCH_UNEXPLAINED_PIN
         item.cause = "the CRI says pinned but nothing pinctl reads explains it"
         item.fix = ("it is likely the runtime's sandbox image or in its own pinned_images config; "
-                    "show them with --containerd-config or --from-crio")
+                    "show them with --containerd-config")
     return item
 
 
@@ -224,10 +242,27 @@ def _why_not_pinned(reasons: Sequence[Reason], site: _Site, ref: str) -> Diagnos
         mismatch, cause, fix = dockerd.cause(kinds, site.frontend, site.endpoint)
         return MISMATCH_NAMED[mismatch], cause, fix
     if runtime.name == CRIO:
-        return (MISMATCH_LABELS_IGNORED,
-                "CRI-O pins only what its own pinned_images names; it ignores labels and pinctl's patterns",
-                "add the patterns to CRI-O: pinctl config export --for crio > /etc/crio/crio.conf.d/50-pinctl.conf")
+        return _crio_cause(kinds, site.crio)
     return _containerd_cause(reasons, kinds, runtime, ref)
+
+
+def _crio_cause(kinds: set[ReasonKind], crio: Optional[CrioSite]) -> Diagnosis:
+    """Why CRI-O does not pin an image pinctl expects pinned. Its files are read, so what they pin
+    and its CRI does not is a reload not yet done; a pattern alone is pinctl's, not CRI-O's."""
+    reload = crio.reload if crio else RELOAD_ANY_CRIO
+    if kinds & set(CRIO_OWN):
+        return (MISMATCH_NOT_RELOADED, "CRI-O has not re-read its configuration: its files pin the image, its CRI "
+                "does not yet", reload)
+    if crio is not None and crio.overriding:
+        later = ", ".join(crio.overriding)
+        return (MISMATCH_OVERRIDDEN, f"{later} sorts after pinctl's drop-in {crio.dropin} and sets pinned_images, "
+                "which replaces pinctl's list", f"move its pinned_images into a file sorting before {crio.dropin}, "
+                "then pinctl sync")
+    if REASON_LABEL in kinds or REASON_INEFFECTIVE_LABEL in kinds:
+        return (MISMATCH_LABELS_IGNORED, "CRI-O ignores image labels: it pins what its pinned_images names",
+                "pinctl sync (pinctl writes its own CRI-O drop-in and reloads CRI-O)")
+    return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: CRI-O pins what its own pinned_images names",
+            "pinctl sync (pinctl writes its own CRI-O drop-in and reloads CRI-O)")
 
 
 def _containerd_cause(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any
 
 import click
 
@@ -10,9 +10,6 @@ from pinctl.cli.options import common_options, output_options
 from pinctl.cli.root import CONTEXT_SETTINGS, EXIT_CODES_HELP, cli, exit_codes, load_config, load_policy, open_node
 from pinctl.errors import EXIT_OK
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OutputFormat
-
-if TYPE_CHECKING:
-    from pinctl.config.crio import CrioEntry
 
 
 @cli.group("config", context_settings=CONTEXT_SETTINGS)
@@ -78,24 +75,10 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
     from pinctl.render import output
 
     cfg = load_config(ctx)
-    site, site_note = _crio_site(cfg.settings.crio_config) if target == "crio" else ((), "")
     node = None if offline else open_node(cfg)
-    result = commands.export(target, load_policy(cfg), cfg.settings.docker_pinned_image_labels, node, site)
+    result = commands.export(target, load_policy(cfg), cfg.settings.docker_pinned_image_labels, node,
+                             cfg.settings.crio_config)
     click.echo(result.text, nl=False)
-    for note in [*([site_note] if site_note else []), *result.notes]:
+    for note in result.notes:
         output.warn(note)
     return EXIT_OK
-
-
-def _crio_site(path: Optional[str]) -> tuple[tuple[CrioEntry, ...], str]:
-    """CRI-O's own effective entries, which a drop-in written last replaces and so must carry
-    over; when they cannot be read, a note saying so instead (the export itself still helps)."""
-    from pinctl.config import crio
-    from pinctl.errors import ConfigError
-
-    try:
-        found = crio.read_crio_config(path or crio.CRIO_DEFAULT_PATH, explicit=path is not None)
-    except ConfigError as err:
-        return (), f"CRI-O's own pinned_images were not read ({err}); the drop-in replaces them: add them to it"
-    # Entries pinctl itself put in its drop-in are the policy's, not the site's.
-    return found.site_entries, ""

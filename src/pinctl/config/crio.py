@@ -82,15 +82,17 @@ class _File:
     copies: frozenset[int] = frozenset()  # lines of pinctl's drop-in carrying a '# site:' copy
 
 
-def read_crio_config(path: str = CRIO_DEFAULT_PATH, explicit: bool = False) -> CrioConfig:
-    """CRI-O's effective pinned_images and pause_image from path and path.d.
+def read_crio_config(path: str = CRIO_DEFAULT_PATH, explicit: bool = False,
+                     dropin_dir: Optional[str] = None) -> CrioConfig:
+    """CRI-O's effective pinned_images and pause_image from path and its drop-in directory
+    (dropin_dir, CRI-O's --config-dir; path.d when not given).
 
     Raise ConfigError (one line naming the file, with a fix) on a file that cannot be read or
     parsed; a missing default path with no drop-ins is an empty config (CRI-O's defaults), a
     missing explicit one is an error. As root, files and directories others could change are
     refused (config.files.read_toml): whoever can edit them decides what CRI-O keeps.
     """
-    dropin_dir = f"{path}.d"
+    dropin_dir = dropin_dir or f"{path}.d"
     dropin = os.path.join(dropin_dir, PINCTL_DROPIN_NAME)
     read = [_read_file(file, data, text, file == dropin) for file, data, text in _files(path, dropin_dir, explicit)]
     setting = [f for f in read if f.pinned is not None]
@@ -100,7 +102,8 @@ def read_crio_config(path: str = CRIO_DEFAULT_PATH, explicit: bool = False) -> C
     site = list(site_files[-1].pinned or ()) if site_files else []
     # Items added to pinctl's drop-in by hand (no owner comment) are the site's too: carry them over.
     if own_file is not None:
-        site += [e for e in own_file.pinned or () if e.owner == "site" and e.line not in own_file.copies]
+        site += [e for e in own_file.pinned or ()
+                 if e.owner == "site" and e.path == own_file.path and e.line not in own_file.copies]
     own = tuple(e for e in (own_file.pinned or ()) if e.owner != "site") if own_file else ()
     pause = next((f.pause for f in reversed(read) if f.pause is not None), None)
     overriding = tuple(f.path for f in setting if _sorts_after_dropin(f.path, dropin_dir))
@@ -226,6 +229,11 @@ def _entries(path: str, text: str, items: tuple[str, ...], lines: LineIndex,
             owner = _owner(comment) if is_dropin else "site"
             if is_dropin and (comment or "").strip().startswith("site:"):
                 copies.add(line)
+                # A carried-over copy is named by where the site wrote it: that is what to edit.
+                origin, _, at = (comment or "").strip()[len("site:"):].strip().rpartition(":")
+                if origin and at.isdigit():
+                    found.append(CrioEntry(value, origin, int(at), owner))
+                    continue
             found.append(CrioEntry(value, path, line, owner))
         return tuple(found), frozenset(copies)
     item_lines = list_item_lines(text, PINNED_KEY, items, lines)
@@ -325,15 +333,18 @@ def _comment_safe(text: str) -> str:
 
 
 def write_dropin(path: str, text: str) -> None:
-    """Write path atomically, mode 0644: a temp file in the same directory (the rename must not
-    cross file systems), fsync, rename; the directory is made (0755) when missing."""
+    """Write path atomically, mode 0644: a temp file beside the drop-in directory, not in it
+    (CRI-O reads every file there, dot files too, so a reload must never meet a half-written
+    one; its parent is on the same file system as a rule, which the rename needs), fsync,
+    rename; the directory is made (0755) when missing."""
     directory = os.path.dirname(path) or "."
+    staging = os.path.dirname(os.path.abspath(directory)) or directory
     temp = ""
     try:
         if not os.path.isdir(directory):
             os.makedirs(directory, mode=0o755, exist_ok=True)
             os.chmod(directory, 0o755)  # umask must not narrow what CRI-O needs to read
-        descriptor, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        descriptor, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=staging)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

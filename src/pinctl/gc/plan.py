@@ -19,8 +19,11 @@ from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
 from pinctl.gc.kubelet import read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
+from pinctl.pins import crio as crio_pins
 from pinctl.model import (
     PIN_LABEL,
+    REASON_CRIO_CONFIG,
+    REASON_CRIO_PIN,
     REASON_DOCKER_LABEL,
     REASON_INEFFECTIVE_LABEL,
     REASON_LABEL,
@@ -38,7 +41,8 @@ if TYPE_CHECKING:
     from pinctl.pins.policy import Policy
 
 # What pinctl counts as wanting an image kept (as check does): an ineffective label still says so.
-WANTED_KINDS = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL)
+WANTED_KINDS = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,
+                REASON_CRIO_CONFIG, REASON_CRIO_PIN)
 PruneAction = Literal["removed", "would-remove", "kept", "failed"]
 PRUNE_REMOVED: Final = "removed"
 PRUNE_WOULD_REMOVE: Final = "would-remove"  # a dry run's removal
@@ -227,7 +231,9 @@ def wanted_by_pinctl(images: Sequence[ObservedImage], rows: Sequence[ImageRow]) 
 def _reason_text(kind: str, detail: str) -> str:
     return {REASON_LABEL: f"pin label on {detail}", REASON_SANDBOX: "the sandbox image",
             REASON_PATTERN: f"pattern {detail}", REASON_DOCKER_LABEL: f"Docker label {detail}",
-            REASON_INEFFECTIVE_LABEL: f"ineffective pin label on {detail}"}.get(kind, f"{kind} {detail}")
+            REASON_INEFFECTIVE_LABEL: f"ineffective pin label on {detail}",
+            REASON_CRIO_CONFIG: f"CRI-O pinned_images item {detail}",
+            REASON_CRIO_PIN: f"pinctl's CRI-O item {detail}"}.get(kind, f"{kind} {detail}")
 
 
 # --- gc plan ------------------------------------------------------------------------------------
@@ -454,11 +460,14 @@ def wanted_now(node: Node, policy: Policy) -> Callable[[GcImage], Optional[str]]
     """A re-check of pinctl's own wants for one image: pin labels on its records as they are now
     (read one by one), and policy patterns over its names."""
     views = node.views()
+    crio = node.crio()
 
     def check(image: GcImage) -> Optional[str]:
         names = [ref for ref in image.refs if "@" not in ref] + [image.id]
         if policy and any(policy.matcher.match(names)):
             return "a policy pattern covers it"
+        if crio is not None and crio_pins.reasons_for(image.refs, crio.config()):
+            return "CRI-O's files pin it since planning"
         for view in views:
             for record in view.store.get_images(view.namespace, names):
                 if PIN_LABEL in record.labels:  # an ineffective value still says "keep"

@@ -14,18 +14,19 @@ from pinctl.backends.containerd import ContainerdStore
 from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 from pinctl.backends.docker import DockerEngine
 from pinctl.errors import EngineUnreachable
-from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE
+from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, SOURCE_CRIO
+from pinctl.node import crio as crio_node
 from pinctl.node import docker as docker_service
 from pinctl.node.docker import DockerView, rows_without_records
 from pinctl.pins.listing import Listing, list_images
 from pinctl.pins.plans import NamespaceView
+from pinctl.pins.policy import Policy
 
 if TYPE_CHECKING:
     from pinctl import refs
     from pinctl.backends import FollowableStore, ImageRecords, ImageStore
     from pinctl.backends.cri import RuntimeVersion
     from pinctl.config.loader import Config
-    from pinctl.pins.policy import Policy
 
 # dockerd starts its own containerd here when none is configured for it.
 DOCKER_MANAGED_CONTAINERD = "/run/docker/containerd/containerd.sock"
@@ -182,6 +183,14 @@ class Node:
     def views(self) -> list[NamespaceView]:
         return [view for source in self.sources for view in source.views()]
 
+    def id_names(self) -> list[tuple[str, str, str]]:
+        """(name, image ID, digest) of every row: what config export writes an ID pattern as.
+        CRI-O's IDs come bare from its CRI and get their sha256: prefix; its digest names are rows
+        of their own, since the digest its CRI adds to a tag is no name CRI-O holds."""
+        rows = self.rows(Policy()).rows
+        return [(row.ref, f"sha256:{row.image_id}" if row.source == SOURCE_CRIO and row.image_id else row.image_id or "",
+                 "" if row.source == SOURCE_CRIO else row.digest) for row in rows]
+
     def selected_namespaces(self) -> list[str]:
         """The containerd namespaces read, asking no engine."""
         return [ns for source in self.sources if isinstance(source, ContainerdSource) for ns in source.namespaces]
@@ -207,6 +216,10 @@ class Node:
         """Docker's API, when Docker is one of the sources."""
         return next((source.view.engine for source in self.sources if isinstance(source, DockerSource)), None)
 
+    def crio(self) -> Optional[crio_node.CrioNode]:
+        """The CRI-O this node is, when it is one: its pins are files, not labels."""
+        return next((source.crio for source in self.sources if isinstance(source, crio_node.CrioSource)), None)
+
     def followed(self) -> list[Followed]:
         return [found for source in self.sources if (found := source.follow()) is not None]
 
@@ -230,6 +243,12 @@ def open_node(cfg: Config, warn: Callable[[str], None], absent_ok: bool = False)
     containerd creates a namespace with its first image and they follow it from then on. A one-shot
     command refuses a -n that does not exist: most likely a typo."""
 
+    found = crio_node.detect(cfg, warn)
+    if found is not None:
+        # CRI-O keeps no namespaces: -n names nothing there.
+        if cfg.settings.namespaces:
+            warn(f"CRI-O has no namespaces; -n {','.join(cfg.settings.namespaces)} is ignored on {found.describe()}")
+        return Node([crio_node.CrioSource(found)])
     requested = cfg.settings.namespaces
     store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout, cfg.settings.containerd_config)
     docker = _docker(cfg)

@@ -14,6 +14,8 @@ from pinctl.model import (
     DRIFT_UNCOVERED,
     DRIFT_UNLABELLED,
     REASON_CONTAINERD_CONFIG,
+    REASON_CRIO_CONFIG,
+    REASON_CRIO_PIN,
     REASON_IGNORED,
     REASON_INEFFECTIVE_LABEL,
     REASON_LABEL,
@@ -143,10 +145,10 @@ def annotate_policy(rows: Sequence[ImageRow], policy: Policy) -> None:
 
 def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
     # The runtime keeps (and labels) its sandbox image and its own pinned_images itself:
-    # neither direction is drift.
-    if any(r.kind in (REASON_SANDBOX, REASON_CONTAINERD_CONFIG) for r in row.reasons):
+    # neither direction is drift. On CRI-O, pinctl's own drop-in items are its labels.
+    if any(r.kind in (REASON_SANDBOX, REASON_CONTAINERD_CONFIG, REASON_CRIO_CONFIG) for r in row.reasons):
         return None
-    labelled = any(r.kind == REASON_LABEL for r in row.reasons)
+    labelled = any(r.kind in (REASON_LABEL, REASON_CRIO_PIN) for r in row.reasons)
     if covered and not labelled:
         return DRIFT_UNLABELLED
     if labelled and not covered:

@@ -8,12 +8,15 @@ from pinctl.model import (
     DRIFT_UNCOVERED,
     DRIFT_UNLABELLED,
     REASON_CONTAINERD_CONFIG,
+    REASON_CRIO_CONFIG,
+    REASON_CRIO_PIN,
     REASON_DOCKER_LABEL,
     REASON_IGNORED,
     REASON_INEFFECTIVE_LABEL,
     REASON_LABEL,
     REASON_PATTERN,
     REASON_SANDBOX,
+    SOURCE_CRIO,
     Drift,
     ImageRow,
     Reason,
@@ -40,9 +43,13 @@ def _label_why(row: ImageRow) -> str:
 
 def _other_why(row: ImageRow, reason: Reason) -> str:
     if reason.kind == REASON_SANDBOX:
-        return "sandbox"
+        return "sandbox" if row.source != SOURCE_CRIO else "pause_image"
     if reason.kind == REASON_CONTAINERD_CONFIG:
         return reason.detail  # pinned_images.NAME in FILE: the entry says it all
+    if reason.kind == REASON_CRIO_CONFIG:
+        return f"crio {reason.detail} ({reason.source})"
+    if reason.kind == REASON_CRIO_PIN:
+        return f"pinctl {reason.detail} ({reason.source})"
     if reason.kind == REASON_IGNORED:
         return f"but {reason.detail}"
     if reason.kind == REASON_PATTERN:
