@@ -423,6 +423,7 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
     watcher does. A namespace that does not exist yet is followed as empty (a fresh node)."""
 
     from pinctl.gc.kubelet import read_gc_settings
+    from pinctl.node import crio as crio_node
     from pinctl.node.sources import open_node, open_runtime
     from pinctl.pins.policy import compile_policy
     from pinctl.watch.configfiles import watched_paths
@@ -442,7 +443,7 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
         refuse_empty_prune(policy, SyncRequest(request.prune, False, request.allow_empty_policy, cfg.files))
         runtime = lambda: open_runtime(cfg, lambda note: log("info", note))  # noqa: E731
         return WatchSetup(
-            lambda: open_node(cfg, warn, absent_ok=True), policy, cfg.settings.containerd_address, runtime,
+            lambda: open_node(cfg, warn, absent_ok=True), policy, crio_node.address_shown(cfg), runtime,
             lambda: read_gc_settings(request.kubelet_config), watched_paths(cfg), _dirs_sync(cfg, request, runtime))
 
     watcher = Watcher(load, log, request.prune)

@@ -158,7 +158,7 @@ def test_pin_unpin_and_sync_through_pinctls_dropin_keep_the_sites_items(
     crio.write_dropin(SITE, crio_harness.pinned_images_dropin([BETA]))
     crio.reload()
     pinned = pinctl_json(crio, "pin", ALPHA)
-    assert [(r["ref"], r["action"]) for r in pinned["results"]] == [(ALPHA, "pinned")]
+    assert [(r["ref"], r["action"], r["namespace"]) for r in pinned["results"]] == [(ALPHA, "pinned", "")]
     dropin = crio.dropin_dir / "zz-pinctl.conf"
     assert ALPHA in dropin.read_text() and BETA in dropin.read_text()
     by_tag = {tag: image.pinned for image in node.images() for tag in image.repo_tags}
@@ -235,3 +235,60 @@ def test_a_wrong_socket_is_one_line_naming_the_cri_endpoint(crio: CrioDaemon, tm
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "nothing.sock" in lines[0] and "Traceback" not in done.stderr, done.stderr
+
+
+def tags_pinned(crictl: Crictl) -> dict[str, bool]:
+    return {tag: image.pinned for image in crictl.images() for tag in image.repo_tags}
+
+
+def test_pin_carries_a_site_file_changed_since_pinctls_last_write(crio: CrioDaemon, node: Crictl) -> None:
+    pinctl_json(crio, "pin", ALPHA)
+    # The site's new drop-in sorts before pinctl's, which replaces it: it counts once carried over.
+    crio.write_dropin(SITE, crio_harness.pinned_images_dropin([GAMMA]))
+    crio.reload()
+    assert not tags_pinned(node)[GAMMA]
+    synced = pinctl_json(crio, "sync", "--allow-empty-policy")
+    assert (GAMMA, "pinned") in [(r["ref"], r["action"]) for r in synced["results"]]
+    assert tags_pinned(node)[GAMMA] and tags_pinned(node)[ALPHA]
+
+
+def test_pull_pins_through_the_dropin_and_import_says_crio_cannot(crio: CrioDaemon, node: Crictl,
+                                                                  tmp_path: pathlib.Path) -> None:
+    pulled = pinctl_json(crio, "pull", "--pin", BETA)
+    (item,) = pulled["pulls"]
+    assert item["pin"] == "pinned" and item["namespace"] == "", item
+    assert tags_pinned(node)[BETA]
+    archive = tmp_path / "x.tar"
+    archive.write_bytes(b"")
+    refused = run_pinctl(crio, "import", str(archive))
+    assert refused.returncode == 2
+    assert "CRI-O" in refused.stderr and "containerd" not in refused.stderr and len(refused.stderr.splitlines()) <= 4
+
+
+def test_sync_watch_rewrites_pinctls_dropin_when_another_changes(crio: CrioDaemon, node: Crictl,
+                                                                 tmp_path: pathlib.Path) -> None:
+    policy = tmp_path / "pinctl.toml"
+    policy.write_text(f'pinned_images = ["{APP_2}"]\n')
+    env = {key: value for key, value in os.environ.items() if key not in ("CONTAINERD_ADDRESS", "DOCKER_HOST")}
+    env.update({"CONTAINER_RUNTIME_ENDPOINT": crio.endpoint, "PINCTL_CONFIG": str(policy)})
+    watcher = subprocess.Popen([sys.executable, "-m", "pinctl", "sync", "--watch"], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: tags_pinned(node)[APP_2], "the policy's image pinned")
+        crio.write_dropin(SITE, crio_harness.pinned_images_dropin([FEDORA]))
+        wait_until(lambda: tags_pinned(node)[FEDORA], "the site's new item carried over and CRI-O reloaded")
+        assert tags_pinned(node)[APP_2]
+    finally:
+        watcher.terminate()
+        log, _ = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, log
+    assert "containerd" not in log and "CRI-O's configuration changed" in log, log
+
+
+def wait_until(done: Any, what: str, timeout: float = 90.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f}s: {what}"
+        time.sleep(0.2)

@@ -155,7 +155,13 @@ def _report(engine: DockerEngine, plan: Plan, ids: dict[str, Optional[str]], loa
 def choose_import_target(node: Node, namespaces: Sequence[str], address: str, timeout: float, write_timeout: float,
                          snapshotter: Optional[str], containerd_config: Optional[str],
                          open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]) -> ImportTarget:
-    """Docker for -n moby or a node where only Docker answers; else containerd's k8s.io."""
+    """Docker for -n moby or a node where only Docker answers; else containerd's k8s.io. CRI-O
+    has no import: its CRI can only pull, and its store is its own."""
+    crio = node.crio()
+    if crio is not None:
+        raise UsageError(f"{crio.describe()} has no way to import an archive: its CRI only pulls",
+                         "push the archive to a registry CRI-O reaches (skopeo copy oci-archive:FILE "
+                         "docker://REGISTRY/NAME:TAG), then pinctl pull --pin NAME:TAG")
     wanted = set(namespaces)
     engine = node.docker_engine()
     if wanted == {DOCKER_NAMESPACE} or (not node.selected_namespaces() and engine is not None):

@@ -148,6 +148,17 @@ class CrioNode:
         return CrioSite(reload, config.dropin_path, tuple(config.overriding))
 
 
+def watched_paths(crio: CrioNode) -> tuple[str, ...]:
+    """CRI-O's files whose change can change its effective pinned_images: the main file, the
+    drop-in directory (a file added or removed) and every file read (subdirectories too)."""
+    try:
+        files = crio.config().files
+    except PinctlError:
+        files = ()  # unreadable now: the directory's change shows when it is mended
+    return tuple(dict.fromkeys((crio.config_path, crio.config_dir, *files,
+                                *(os.path.dirname(path) for path in files))))
+
+
 def site_entries(crio: Optional[CrioNode], path: Optional[str]) -> tuple[tuple[CrioEntry, ...], str]:
     """CRI-O's own effective entries, which a drop-in written last replaces and so must carry
     over: the CRI-O node's, else those of the files at path (or CRI-O's default); when they cannot
@@ -193,6 +204,19 @@ def detect(cfg: Config, warn: Callable[[str], None]) -> Optional[CrioNode]:
     if version.name != RUNTIME_NAME:
         return None
     return _node(cfg, runtime, version)
+
+
+def address_shown(cfg: Config) -> str:
+    """The socket a long-running command names before it has opened the node: CRI-O's endpoint
+    where detect() would look there first (no containerd named or at its default), else containerd's."""
+    endpoint = cfg.settings.runtime_endpoint
+    containerd = cfg.settings.containerd_address
+    if cfg.defaulted("containerd_address") and not os.path.exists(containerd):
+        if endpoint is not None and not _same_socket(endpoint, containerd):
+            return endpoint
+        if endpoint is None and os.path.exists(socket_path(DEFAULT_ENDPOINT)):
+            return DEFAULT_ENDPOINT
+    return containerd
 
 
 def _same_socket(endpoint: str, path: str) -> bool:
@@ -310,7 +334,7 @@ def change(crio: CrioNode, policy: Optional[Policy], command: str, args: Sequenc
                                               error="no image on this CRI-O has this name or ID (pinctl ls lists them)"))
         for image in images:
             planned.append((image, _plan_one(image, own, command, argument)))
-    changed = own.items != crio_pins.OwnEntries.of(config).items
+    changed = _dropin_stale(config, own)
     if changed and not dry_run:
         failure = _write_and_reload(crio, config, own)
         if failure is not None:
@@ -358,6 +382,19 @@ def _rows(crio: CrioNode, policy: Policy) -> list[ImageRow]:
     listing = Listing()
     CrioSource(crio).add_rows(listing, policy)
     return listing.rows
+
+
+def _dropin_stale(config: CrioConfig, own: crio_pins.OwnEntries) -> bool:
+    """Whether pinctl's drop-in differs from what it must say now: its own items changed, or a
+    site file did (the drop-in sorts last, so a site item counts only once it is carried over)."""
+    if not own.items and not os.path.exists(config.dropin_path):
+        return False  # nothing of pinctl's: the site's files are effective as they are
+    try:
+        with open(config.dropin_path, encoding="utf-8") as handle:
+            current: Optional[str] = handle.read()
+    except OSError:
+        current = None
+    return current != crio_config.render_dropin(config.site_entries, own.items)
 
 
 def _write_and_reload(crio: CrioNode, config: CrioConfig, own: crio_pins.OwnEntries) -> Optional[str]:
@@ -433,7 +470,7 @@ def sync(crio: CrioNode, policy: Policy, prune: bool, dry_run: bool) -> CrioChan
     outcome.results += [ItemResult(NO_NAMESPACE, text, ACTION_FAILED, error="cannot be said in CRI-O's pinned_images")
                         for text in items.refused]
     future = _future_pins(images, config, own)
-    changed = own.items != crio_pins.OwnEntries.of(config).items
+    changed = _dropin_stale(config, own)
     if changed and not dry_run:
         failure = _write_and_reload(crio, config, own)
         if failure is not None:

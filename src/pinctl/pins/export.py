@@ -127,10 +127,12 @@ def _crio(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequenc
         notes.append("docker_pinned_image_labels have no CRI-O equivalent; left out")
     header = [
         "# A crio.conf.d drop-in written by pinctl config export --for crio.",
-        "# Write it as the LAST drop-in, e.g. /etc/crio/crio.conf.d/zz-pinctl.conf, then reload CRI-O:",
-        "# systemctl reload crio (or kill -HUP $(pidof crio)). The last file that sets pinned_images",
-        "# replaces the lists before it: a later drop-in setting it overrides this one, and this one",
-        "# replaces the site's own list, so the site's effective entries ('# site:') are carried over.",
+        "# Write it as the LAST drop-in (e.g. /etc/crio/crio.conf.d/zz-exported.conf), then",
+        "# reload CRI-O: systemctl reload crio (or kill -HUP $(pidof crio)). The last file",
+        "# that sets pinned_images replaces the lists before it: a later drop-in setting it",
+        "# overrides this one, and this one replaces the site's own list, so the site's",
+        "# effective items ('# site:') are carried over. Where pinctl runs on the node,",
+        "# pinctl sync keeps its own drop-in (zz-pinctl.conf) and reloads CRI-O instead.",
         "[crio.image]",
         "pinned_images = [",
     ]

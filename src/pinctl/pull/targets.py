@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from pinctl.errors import EngineError, UsageError
+from pinctl.errors import EngineError, PinctlError, UsageError
 from pinctl.gc.plan import statfs
 from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DOCKER_NAMESPACE, MANAGED_LABEL, PIN_LABEL
+from pinctl.node import crio as crio_node
 from pinctl.pins import plans as pinning
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from pinctl.backends.registry_auth import RegistryAuth
     from pinctl.gc.model import ImageFs
     from pinctl.model import LabelChange
+    from pinctl.node.crio import CrioNode
     from pinctl.node.sources import Node
     from pinctl.pins.plans import NamespaceView
     from pinctl.pull.run import PullTarget
@@ -26,7 +28,8 @@ class CriTarget:
     def __init__(self, runtime: CriRuntime, version: RuntimeVersion) -> None:
         self.runtime = runtime
         self.name = f"{version} at {runtime.endpoint}"
-        self.namespace = CRI_NAMESPACE
+        # CRI-O keeps no namespaces: its images are in none ("" here, null in JSON).
+        self.namespace = "" if version.name == "cri-o" else CRI_NAMESPACE
 
     def present(self, ref: str) -> bool:
         return self.runtime.image_status(ref) is not None
@@ -86,6 +89,9 @@ class NodeLabels:
         return [view] if view is not None else []
 
     def pin(self, namespace: str, ref: str) -> tuple[str, Optional[str]]:
+        crio = self.node.crio()
+        if crio is not None:
+            return self._crio_pin(crio, ref)
         try:
             plan = pinning.make_plan(self._views(namespace), "pin", [ref], refusal=self.node.refusal)
             results = pinning.apply_plan(plan, dry_run=False)
@@ -94,6 +100,18 @@ class NodeLabels:
         failed = [r for r in results if not r.done]
         if failed or not results:
             return "failed", (failed[0].error if failed else f"no record {ref} in {namespace} after the pull")
+        return results[0].action, None
+
+    @staticmethod
+    def _crio_pin(crio: CrioNode, ref: str) -> tuple[str, Optional[str]]:
+        """On CRI-O a pin is an item of pinctl's drop-in, which a re-pull cannot drop."""
+        try:
+            results = crio_node.change(crio, None, "pin", [ref], "pinctl", dry_run=False).results
+        except PinctlError as err:
+            return "failed", str(err)
+        failed = [r for r in results if not r.done]
+        if failed or not results:
+            return "failed", (failed[0].error if failed else f"CRI-O has no image {ref} after the pull")
         return results[0].action, None
 
     def pin_labels(self, namespace: str, ref: str) -> LabelChange:

@@ -46,10 +46,11 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
         return "sandbox" if row.source != SOURCE_CRIO else "pause_image"
     if reason.kind == REASON_CONTAINERD_CONFIG:
         return reason.detail  # pinned_images.NAME in FILE: the entry says it all
-    if reason.kind == REASON_CRIO_CONFIG:
-        return f"crio {reason.detail} ({reason.source})"
-    if reason.kind == REASON_CRIO_PIN:
-        return f"pinctl {reason.detail} ({reason.source})"
+    if reason.kind in (REASON_CRIO_CONFIG, REASON_CRIO_PIN):
+        # The item is worth showing only when it is not this very name (a pattern, another name).
+        who = "crio" if reason.kind == REASON_CRIO_CONFIG else "pinctl"
+        item = "" if reason.detail.lower() == row.ref.lower() else f" {reason.detail}"
+        return f"{who}{item} ({reason.source})"
     if reason.kind == REASON_IGNORED:
         return f"but {reason.detail}"
     if reason.kind == REASON_PATTERN:
@@ -66,6 +67,15 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
 DRIFT_TEXT: dict[Drift, str] = {
     DRIFT_UNLABELLED: "covered by a pattern, not labelled (pinctl sync)",
     DRIFT_UNCOVERED: "labelled, no pattern covers it",
+}
+# On CRI-O, pins are items of its pinned_images (pinctl's in its own drop-in), not labels.
+CRIO_DRIFT_TEXT: dict[Drift, str] = {
+    DRIFT_UNLABELLED: "covered by a pattern, not in CRI-O's pinned_images (pinctl sync)",
+    DRIFT_UNCOVERED: "pinned by pinctl's drop-in, no pattern covers it",
+}
+CRIO_DRIFT_BRIEF: dict[Drift, str] = {
+    DRIFT_UNLABELLED: "not in CRI-O",
+    DRIFT_UNCOVERED: "no pattern",
 }
 # On a terminal too narrow for the sentences: what is missing.
 DRIFT_BRIEF: dict[Drift, str] = {

@@ -9,8 +9,8 @@ from typing import Any, Callable, Literal, Optional
 
 from pinctl import refs
 from pinctl.display import human_size
-from pinctl.model import ImageRow
-from pinctl.render.cells import DRIFT_BRIEF, DRIFT_TEXT, abbreviate, why
+from pinctl.model import SOURCE_CRIO, ImageRow
+from pinctl.render.cells import CRIO_DRIFT_BRIEF, CRIO_DRIFT_TEXT, DRIFT_BRIEF, DRIFT_TEXT, abbreviate, why
 from pinctl.render.table import give_way
 
 # table: the default view; wide: -o wide; a column may show in both, one, or neither (JSON only).
@@ -62,10 +62,14 @@ def _why(row: ImageRow, cell: Cell) -> str:
 
 
 def _drift(row: ImageRow, cell: Cell) -> str:
+    if row.drift and row.source == SOURCE_CRIO:
+        return CRIO_DRIFT_TEXT[row.drift]
     return DRIFT_TEXT[row.drift] if row.drift else "-"
 
 
 def _drift_brief(row: ImageRow) -> str:
+    if row.drift and row.source == SOURCE_CRIO:
+        return CRIO_DRIFT_BRIEF[row.drift]
     return DRIFT_BRIEF[row.drift] if row.drift else "-"
 
 
@@ -75,7 +79,8 @@ WIDE_ONLY: frozenset[View] = frozenset(("wide",))
 NOWHERE: frozenset[View] = frozenset()
 
 LS_COLUMNS: tuple[Column, ...] = (
-    Column("namespace", "NAMESPACE", lambda r: r.namespace, lambda r, c: r.namespace or "docker"),
+    Column("namespace", "NAMESPACE", lambda r: r.namespace,
+           lambda r, c: r.namespace or ("cri-o" if r.source == SOURCE_CRIO else "docker")),
     Column("ref", "REF", lambda r: r.ref, _ref),
     Column("id", "IMAGE ID", lambda r: r.engine_id,
            lambda r, c: (r.engine_id or "<none>") if c.wide else refs.short_id(r.engine_id)),

@@ -31,6 +31,7 @@ from pinctl.model import (
     ItemResult,
     LogFn,
 )
+from pinctl.node import crio as crio_node
 from pinctl.pins import labels as pin_labels
 from pinctl.pins import plans as pinning
 from pinctl.watch.configfiles import ConfigPoll
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from pinctl.backends import ImageEventStream
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.gc.kubelet import SourcedGcSettings
+    from pinctl.node.crio import CrioNode
     from pinctl.node.sources import Followed, Node
     from pinctl.pins.policy import Policy
 
@@ -52,6 +54,8 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
 BATCH_MAX = 512
 # Signals cancel the stream, which wakes the loop at once; this timeout is only a safety net.
 POLL_SECONDS = 5.0
+# CRI-O has no events: how often its images are read again between changes to its files.
+CRIO_RESYNC_SECONDS = 60.0
 # An event and the position of the followed source (in Node.followed()) it came from.
 SourcedEvent = tuple[int, ImageEvent]
 
@@ -179,6 +183,13 @@ class Watcher:
         whose reads and writes overlap, instead of one round trip after another.
         """
         node = self.settings.open_node()
+        crio = node.crio()
+        if crio is not None:
+            try:
+                self._crio_session(crio)
+            finally:
+                node.close()
+            return
         events: queue.Queue[Optional[SourcedEvent] | PinctlError] = queue.Queue()
         try:
             followed = node.followed()
@@ -200,6 +211,34 @@ class Watcher:
                 stream.cancel()
             self._streams = []
             node.close()
+
+    def _crio_session(self, crio: CrioNode) -> None:
+        """CRI-O sends no image events and keeps its pins in files: pinctl's drop-in is synced at
+        start, whenever one of CRI-O's files changes (another drop-in, the site's edit: carried
+        over at once), and every CRIO_RESYNC_SECONDS (an image-ID pattern names images that came
+        since). Its own write shows as a change too, and the sync after it changes nothing."""
+        files = ConfigPoll(lambda: crio_node.watched_paths(crio), self._crio_files_changed)
+        files.start()
+        try:
+            while not (self._stop.is_set() or self._reload.is_set() or self._resync.is_set()):
+                with self.reading:
+                    done = crio_node.sync(crio, self.settings.policy, self.prune, dry_run=False)
+                self._report(done.results)
+                for note in done.warnings:
+                    self.log("warning", note)
+                self.state.synced([])
+                self._delay = BACKOFF_FIRST
+                changed = sum(r.action in CHANGES for r in done.results)
+                self.log("info", "full sync", runtime=crio.describe(), changed=changed, covered=len(done.results))
+                self._wake.wait(CRIO_RESYNC_SECONDS)
+                self._wake.clear()
+                self.state.turned()
+        finally:
+            files.stop()
+
+    def _crio_files_changed(self, path: str) -> None:
+        self.log("info", "CRI-O's configuration changed, syncing pinctl's drop-in", path=path)
+        self._wake.set()
 
     def _reload_if_asked(self) -> None:
         if not self._reload.is_set():
