@@ -58,6 +58,32 @@ def read(path: pathlib.Path, sink: Optional[MemorySink] = None, platforms: Platf
     return found, plan, sink
 
 
+def test_a_layout_packed_as_tar_c_dir_dot_is_read(tmp_path: pathlib.Path) -> None:
+    # `tar -C dir -cf layout.tar .` writes the root "./" first and every entry below it as "./x".
+    packed = tmp_path / "oci.tar"
+    (info,) = archives.oci_archive(packed, [images.recipe("example.test/dot:1", seed="dot")])
+    layout = tmp_path / "layout"
+    with tarfile.open(packed) as tar:
+        tar.extractall(layout, filter="data")
+    dotted = tmp_path / "dotted.tar"
+    with tarfile.open(dotted, "w") as tar:
+        tar.add(layout, arcname=".")
+    with tarfile.open(dotted) as tar:
+        assert tar.getnames()[0] == "." and all(n == "." or n.startswith("./") for n in tar.getnames())
+    _found, plan, _sink = read(dotted)
+    assert [tuple(image.names) for image in plan.images] == [tuple(info.refs)]
+
+
+def test_a_file_at_the_root_itself_is_still_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "root-file.tar"
+    with tarfile.open(path, "w") as tar:
+        entry = tarfile.TarInfo("./")
+        entry.size = 1
+        tar.addfile(entry, io.BytesIO(b"x"))
+    with pytest.raises(ArchiveRefused, match="outside the archive root"):
+        read(path)
+
+
 @pytest.mark.parametrize("compress", ["", "gzip", "zstd"])
 def test_an_oci_layout_in_any_compression_names_each_image_and_its_gc_labels(tmp_path: pathlib.Path,
                                                                              compress: str) -> None:

@@ -251,6 +251,8 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
 
 def _take(found: Archive, tar: tarfile.TarFile, member: tarfile.TarInfo, sink: BlobSink) -> None:
     archive = found.name
+    if member.isdir() and posixpath.normpath(member.name) == ".":
+        return  # the root itself: `tar -C dir -cf layout.tar .` writes it first, as "./"
     name = _clean(member.name)
     if name is None:
         raise ArchiveRefused(archive, member.name, "names a path outside the archive root")
