@@ -255,3 +255,14 @@ def test_timeout_key_out_of_bounds_is_one_line(config: Path, value: str) -> None
 def test_check_wait_has_no_range_noise_and_is_still_checked(config: Path) -> None:
     result = run("check", "--wait", "-1", config=config)
     assert_one_line(result, 2, "--wait", "at least 0 seconds")
+
+
+@pytest.mark.parametrize("args, choices", [
+    (("completion",), "bash, zsh, fish"),
+    (("config", "export"), "crio, containerd, cri-dockerd"),
+])
+def test_a_missing_choice_is_one_line_listing_the_choices(args: tuple[str, ...], choices: str, config: Path) -> None:
+    done = run(*args, config=config)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "\\n" not in done.stderr and "\t" not in done.stderr, done.stderr
+    assert f"Choose from: {choices}" in done.stderr

@@ -91,7 +91,9 @@ def _usage_message(err: click.UsageError) -> str:
     elif isinstance(err, no_such_command):
         what, name = "command", err.command_name
     else:
-        return err.format_message()
+        # click (8.5) writes a choice's list with "\n\t" between items, escaped in the text it
+        # gives: one line of pinctl's, with plain commas, instead.
+        return " ".join(err.format_message().replace("\\n\\t", " ").split())
     close = closest(name, _candidates(err.ctx, what) or err.possibilities or ())
     return f"no such {what} '{name}'" + (f"; did you mean {' or '.join(close)}?" if close else "")
 
