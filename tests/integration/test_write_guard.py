@@ -168,7 +168,9 @@ def _race(daemon: ContainerdDaemon, ns: str, command: str, image_id: str, refs: 
 
     def repoint_all() -> None:
         started.wait()
-        time.sleep(0.25)  # pinctl's start-up; the moves then overlap its reads and writes
+        # About pinctl's start-up, so the moves overlap its reads and writes; on a busy machine
+        # they may all come first, and the assertions hold for either order.
+        time.sleep(0.25)
         for i, ref in enumerate(victims):
             kind = KINDS[i % 2 + 1] if command == "unpin" else KINDS[i % 3]
             mover.repoint(ref, kind)
@@ -206,8 +208,9 @@ def test_pin_racing_a_repointing_client_never_pins_the_other_image(two_images: A
             assert actions[ref] == "pinned" and labels.get(PIN) == "pinned", ref
         elif moved[ref] != "target-only":
             # Replaced records start from b's labels: a pin there can only be pinctl's, misplaced.
-            assert digest == b.digest and PIN not in labels, (ref, actions[ref])
-        if actions[ref] == ACTION_CHANGED_UNDER_US:
+            # A ref moved before pinctl listed it (a slow start on a busy machine) has no item at all.
+            assert digest == b.digest and PIN not in labels, (ref, actions.get(ref))
+        if actions.get(ref) == ACTION_CHANGED_UNDER_US:
             assert PIN not in labels, ref
     assert set(actions) >= set(refs) - set(moved)
     assert result.returncode == (3 if ACTION_CHANGED_UNDER_US in actions.values() else 0), result.stderr
