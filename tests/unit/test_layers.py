@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,3 +230,16 @@ def test_the_checker_sees_a_cycle_and_an_upward_import() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer_of("pinctl.cli.ls") > layer_of("pinctl.commands") > layer_of("pinctl.node.sources")
     assert layer_of("pinctl.gc.model") < layer_of("pinctl.gc.plan")
+
+
+def test_no_docker_socket_loads_no_docker_library(tmp_path: Path) -> None:
+    # A node without Docker (most): ls asks Docker first, and must not pay for its library.
+    code = ("import sys\n"
+            "from pinctl.backends.docker import DockerEngine\n"
+            "from pinctl.errors import EngineUnreachable\n"
+            f"engine = DockerEngine('unix://{tmp_path}/docker.sock')\n"
+            "try:\n    engine.image_store()\nexcept EngineUnreachable:\n    pass\n"
+            "print(sorted(name for name in ('docker', 'requests') if name in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

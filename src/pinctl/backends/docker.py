@@ -73,11 +73,14 @@ class DockerEngine:
         return EngineError(f"Docker at {self.host}: {text}")
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        # The socket is checked first: with no Docker on the node (the usual case for ls) the
+        # Docker library, some 0.2 s to import, is never loaded.
+        api = self._api()
         import docker
         import requests
 
         try:
-            return getattr(self._api(), method)(*args, **kwargs)
+            return getattr(api, method)(*args, **kwargs)
         except (docker.errors.DockerException, requests.RequestException) as err:
             raise self._fail(err) from None
 
