@@ -150,8 +150,9 @@ def _protected_cells(item: ProtectedImage) -> list[str]:
 
 
 def _risk_cells(risk: AtRisk) -> list[str]:
-    this_run = "deleted" if risk.deleted else ("kept for now: " + ", ".join(p.value for p in risk.protected_now_by)
-                                               if risk.protected_now_by else "not reached")
+    # The JSON's values (too_young) in words, as the other tables write them.
+    kept = ", ".join(p.value.replace("_", " ") for p in risk.protected_now_by)
+    this_run = "deleted" if risk.deleted else (f"kept for now: {kept}" if kept else "not reached")
     position = str(risk.position) if risk.position is not None else "-"
     image = risk.image
     return [_name(image.refs, image.id), refs.short_id(image.id), position, this_run, risk.wanted_because]
