@@ -27,6 +27,11 @@ from tests.harness import cri, debs, images
 from tests.harness.containerd import ContainerdDaemon, DaemonError
 
 DEFAULT_DIR = pathlib.Path("/tmp/pinctl-sandbox")
+# What --help says: the docstring's content, for the shell (no markup, no module path).
+HELP = ("Start a long-lived containerd with sample images under /tmp/pinctl-sandbox, for trying "
+        "pinctl by hand (as root). It keeps running after this exits; a later run re-uses it, "
+        "or starts it again on the same directory when it has stopped, keeping your images, labels "
+        "and policy. --reset starts over with the samples; --stop ends it and removes the directory.")
 DEFAULT_ENGINE = "containerd-1.7"
 PIN_KEY = "io.cri-containerd.pinned"
 POLICY = 'pinned_images = ["example.test/alpha:*", "*beta*"]\n'
@@ -258,7 +263,7 @@ def _unmount(point: pathlib.Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.harness.sandbox", description=__doc__)
+    parser = argparse.ArgumentParser(prog="scripts/sandbox", description=HELP)
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help="stop the sandbox daemon and remove its directory")
     action.add_argument("--reset", action="store_true",

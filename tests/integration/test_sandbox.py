@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,3 +159,11 @@ def test_a_stopped_sandbox_starts_again_as_the_user_left_it(base: Path) -> None:
         assert labels.get(OTHER) == "pinned" and labels[PINNED] == "pinned", labels
     assert sandbox.RESTARTED not in run_script(base, "--reset").stdout
     assert OTHER not in pin_labels(base)
+
+
+def test_help_names_the_script_and_reads_as_plain_text() -> None:
+    done = subprocess.run([sys.executable, "-m", "tests.harness.sandbox", "--help"], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: scripts/sandbox ")
+    assert "``" not in done.stdout and "python -m" not in done.stdout
