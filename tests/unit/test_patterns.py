@@ -432,3 +432,18 @@ def test_lint_unmatched_ignores_ids_for_crio_patterns() -> None:
     found = unmatched(policy, ["registry.example/app:1"], [DB_ID])
     assert [(p.pattern, p.kind) for p in found] == [("*dbdb*", "unmatched")] and found[0].source == ""
     assert len(unmatched(policy, ["registry.example/app:1", DB_ID], [])) == 0
+
+
+def test_a_watchers_batch_never_pins_by_id_through_a_crio_pattern() -> None:
+    # A mixed policy needs IDs (pinctl's sha256: glob), but the crio keyword must still match names only.
+    from pinctl.config.loader import PatternEntry
+    from pinctl.pins.plans import make_batch_sync_plan
+    from pinctl.pins.policy import compile_policy
+    from tests.unit.fakes import FakeStore
+
+    store = FakeStore()
+    store.add("k8s.io", "example.test/app:1", "d")  # its ID is sha256:dddd...
+    store.add("k8s.io", "example.test/other:1", "e")
+    policy = compile_policy([PatternEntry("*ddd*", "f:1", "crio"), PatternEntry("sha256:eee*", "f:2", "pinctl")])
+    plan = make_batch_sync_plan(store, "k8s.io", store.list_images("k8s.io"), policy, prune=False)
+    assert {change.image.name for change in plan.changes} == {"example.test/other:1"}

@@ -286,6 +286,11 @@ def needs_image_ids(policy: Policy) -> bool:
     return any(could_match_an_id(p) for p in policy.patterns)
 
 
+def id_patterns(policy: Policy) -> Policy:
+    """The policy's patterns that may match an image ID, as a policy of their own."""
+    return Policy([p for p in policy.patterns if could_match_an_id(p)])
+
+
 def wanted_names(policy: Policy, names: Sequence[str]) -> set[str]:
     """The names a policy covers by name alone."""
     if not policy:
@@ -302,7 +307,8 @@ def make_batch_sync_plan(
     wanted = wanted_names(policy, names)
     if needs_image_ids(policy):
         rows = build_rows(store, namespace, records).rows
-        by_id = wanted_names(policy, [row.image_id for row in rows if row.image_id])
+        # Only the patterns whose dialect matches IDs: a crio pattern never does (as in coverage).
+        by_id = wanted_names(id_patterns(policy), [row.image_id for row in rows if row.image_id])
         wanted |= {row.ref for row in rows if row.image_id in by_id}
     for image in records:
         _plan_sync_image(plan, store, namespace, image, image.name in wanted, prune)
