@@ -94,6 +94,12 @@ class CriRuntime:
             self._channel = _grpc.open_channel(self.path)
         return self._channel
 
+    def close(self) -> None:
+        """Release the channel; the next call opens a new one."""
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
     def _call(self, stub_name: str, method: str, request: Any) -> Any:
         import grpc
 

@@ -264,7 +264,7 @@ class CrioSource:
         return None
 
     def close(self) -> None:
-        self.crio.runtime.close() if hasattr(self.crio.runtime, "close") else None
+        self.crio.runtime.close()
 
 
 # -- pin, unpin, sync -------------------------------------------------------------------------
@@ -341,7 +341,7 @@ def change(crio: CrioNode, policy: Optional[Policy], command: str, args: Sequenc
             outcome.results += [ItemResult(NO_NAMESPACE, image.shown, ACTION_FAILED, error=failure)
                                 for image, _action in planned]
             return outcome
-    after = {} if dry_run or not changed else _read_back(crio, [image for image, _ in planned], command)
+    after = {} if dry_run or not changed else _read_back(crio, [image for image, _ in planned])
     for image, action in planned:
         outcome.results.append(_result(image, action, after))
     if command == "unpin":
@@ -410,7 +410,7 @@ def _write_and_reload(crio: CrioNode, config: CrioConfig, own: crio_pins.OwnEntr
     return None
 
 
-def _read_back(crio: CrioNode, images: Sequence[_Image], command: str) -> dict[str, Optional[bool]]:
+def _read_back(crio: CrioNode, images: Sequence[_Image]) -> dict[str, Optional[bool]]:
     """What the CRI says of each image once it has applied the files: asked until it agrees with
     what the files now say, or READ_BACK_S passes (then what it says last)."""
     deadline = time.monotonic() + READ_BACK_S
@@ -483,10 +483,10 @@ def sync(crio: CrioNode, policy: Policy, prune: bool, dry_run: bool) -> CrioChan
             outcome.results.append(ItemResult(NO_NAMESPACE, name, ACTION_PINNED))
         elif was and not will:
             outcome.results.append(ItemResult(NO_NAMESPACE, name, ACTION_PRUNED))
-        elif will and _covered(name, image, policy):
+        elif will and _covered(image, policy):
             outcome.results.append(ItemResult(NO_NAMESPACE, name, ACTION_ALREADY_PINNED))
     if changed and not dry_run:
-        said = _read_back(crio, [_Image(image.id, crio_pins.names_of(image), []) for image in images], "sync")
+        said = _read_back(crio, [_Image(image.id, crio_pins.names_of(image), []) for image in images])
         outcome.results = [_checked(result, images, said, future) for result in outcome.results]
     return outcome
 
@@ -498,7 +498,7 @@ def _future_pins(images: Sequence[CriImage], config: CrioConfig, own: crio_pins.
             or crio_pins.pause_matches(config.pause_image, crio_pins.names_of(image)) for image in images}
 
 
-def _covered(name: str, image: CriImage, policy: Policy) -> bool:
+def _covered(image: CriImage, policy: Policy) -> bool:
     return any(matches(pattern, candidate) for pattern in policy.patterns for candidate in crio_pins.names_of(image))
 
 
