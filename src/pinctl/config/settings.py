@@ -83,7 +83,7 @@ class Settings:
     crio_config: Optional[str] = setting(
         None, help="CRI-O config to read pinned_images and pause_image from (its drop-ins: PATH.d).",
         example="/etc/crio/crio.conf", env="PINCTL_CRIO_CONFIG", flag="--crio-config", metavar="PATH",
-        default_text="`/etc/crio/crio.conf` on a CRI-O node")
+        default_text="what the crio process behind the CRI socket runs with (`/etc/crio/crio.conf`)")
     docker_host: Optional[str] = setting(
         None, help="Docker daemon to talk to, as in DOCKER_HOST.", example="unix:///run/docker.sock",
         env="DOCKER_HOST", flag="--docker-host", metavar="HOST", flag_help="Docker daemon, as in DOCKER_HOST.",
