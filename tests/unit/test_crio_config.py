@@ -136,7 +136,7 @@ def test_own_dropin_round_trip(main: pathlib.Path) -> None:
     assert [(e.text, e.owner, e.path) for e in again.own_entries] == [
         ("pin.example/p:1", "pin", dropin), ("sync.example/*", "sync", dropin)]
     assert again.site_entries == first.site_entries
-    assert again.own_entries[0].line == 8  # three header lines, [crio.image], the key, two site items
+    assert again.own_entries[0].line == 9  # four header lines, [crio.image], the key, two site items
 
 
 def test_hand_edited_dropin_is_read_and_its_plain_items_are_the_sites(main: pathlib.Path) -> None:

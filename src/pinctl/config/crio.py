@@ -294,8 +294,9 @@ def render_dropin(site: Sequence[CrioEntry], own: Sequence[tuple[str, Owner]]) -
     """pinctl's drop-in: the site's effective entries, each with '# site: <path>:<line>', then
     pinctl's own with '# pinctl: pin' or '# pinctl: sync'; first of equal items wins."""
     lines = [
-        f"{HEADER_MARK}; do not edit: pinctl rewrites this file, and the last file in crio.conf.d that sets",
-        "# pinned_images replaces the lists before it, so the site's own entries are carried over here.",
+        f"{HEADER_MARK}; do not edit: pinctl rewrites this file. The last file in",
+        "# crio.conf.d that sets pinned_images replaces the lists before it, so the site's",
+        "# own items are carried over here ('# site:'); edit them where they came from.",
         "# Make CRI-O read it: systemctl reload crio (or kill -HUP $(pidof crio)).",
         "[crio.image]",
         f"{PINNED_KEY} = [",
