@@ -129,3 +129,18 @@ def test_a_glob_wider_in_crio_is_said() -> None:
     images = [image(ID_B, ["mirror.example.test/team/app:1"])]
     out = crio_pins.policy_items(compile_policy([PatternEntry("example.test/team/*", "f:1", "pinctl")]), images)
     assert out.notes and "mirror.example.test/team/app:1" in out.notes[0]
+
+
+def test_an_id_prefix_of_two_images_names_neither() -> None:
+    import pytest
+
+    from pinctl.errors import AmbiguousRef
+    from pinctl.node.crio import _wanted
+
+    rows = crio_pins.rows_for([image("abcdef" + "1" * 58, ["example.test/a:1"]),
+                               image("abcdef" + "2" * 58, ["example.test/b:V2"])], config())
+    with pytest.raises(AmbiguousRef):
+        _wanted(rows, "abcdef", "pinctl")
+    assert [img.names for img in _wanted(rows, "abcdef1", "pinctl")] == [["example.test/a:1"]]
+    assert [img.names for img in _wanted(rows, "b:V2", "pinctl")] == []  # a short name is not CRI-O's name
+    assert [img.names for img in _wanted(rows, "example.test/b:v2", "pinctl")] == [["example.test/b:V2"]]

@@ -19,7 +19,7 @@ from pinctl import refs
 from pinctl.backends import procfs
 from pinctl.backends.cri import CriRuntime, socket_path
 from pinctl.config import crio as crio_config
-from pinctl.errors import EngineError, PinctlError
+from pinctl.errors import AmbiguousRef, EngineError, PinctlError
 from pinctl.model import (
     ACTION_ALREADY_PINNED,
     ACTION_ALREADY_UNPINNED,
@@ -314,7 +314,11 @@ def _wanted(rows: Sequence[ImageRow], argument: str, dialect: str) -> list[_Imag
     hits = [image for image in images if named & {name.lower() for name in image.names}]
     if hits or selector.id_prefix is None:
         return hits
-    return [image for image in images if any(id_matches(row, selector.id_prefix) for row in image.rows)]
+    by_id = [image for image in images if any(id_matches(row, selector.id_prefix) for row in image.rows)]
+    if len(by_id) > 1:
+        # Never act on an image the operator may not have meant: as pin does on containerd.
+        raise AmbiguousRef(f"{argument} is the start of {len(by_id)} image IDs", "give more of the ID")
+    return by_id
 
 
 def change(crio: CrioNode, policy: Optional[Policy], command: str, args: Sequence[str], dialect: str,
