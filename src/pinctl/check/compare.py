@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
 
 from pinctl.check import dockerd
+from pinctl.node.crio import RELOAD_ANY_CRIO
 from pinctl.model import (
     CRI_NAMESPACE,
     REASON_CRIO_CONFIG,
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
-# The reload to name when the crio process cannot be told (CrioSite.reload names its pid).
-RELOAD_ANY_CRIO = "systemctl reload crio (or: kill -HUP $(pidof crio))"
 # An ineffective label still says what the operator meant: it counts as wanting a pin.
 WANTED: tuple[ReasonKind, ...] = (
     REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,

@@ -67,6 +67,8 @@ NAME = "crio"
 # CRI-O's own defaults for --config and --config-dir (pkg/config: CrioConfigPath, CrioConfigDropInPath).
 DEFAULT_CONFIG = "/etc/crio/crio.conf"
 DEFAULT_CONFIG_DIR = "/etc/crio/crio.conf.d"
+# The reload to name when the crio process cannot be told (CrioSite.reload names its pid then).
+RELOAD_ANY_CRIO = "systemctl reload crio (or: kill -HUP $(pidof crio))"
 # How the CRI's Version call names CRI-O.
 RUNTIME_NAME = "cri-o"
 
@@ -144,7 +146,7 @@ class CrioNode:
     def check_site(self) -> CrioSite:
         config = self.config()
         reload = (f"kill -HUP {self.process.pid} (or: systemctl reload crio)" if self.process
-                  else "systemctl reload crio (or: kill -HUP $(pidof crio))")
+                  else RELOAD_ANY_CRIO)
         return CrioSite(reload, config.dropin_path, tuple(config.overriding))
 
 
