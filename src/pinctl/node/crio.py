@@ -32,6 +32,7 @@ from pinctl.model import (
     REASON_CRIO_PIN,
     REASON_PATTERN,
     REASON_SANDBOX,
+    Action,
     ImageRow,
     ItemResult,
 )
@@ -333,7 +334,7 @@ def change(crio: CrioNode, policy: Optional[Policy], command: str, args: Sequenc
     config = crio.config()
     own = crio_pins.OwnEntries.of(config)
     outcome = CrioChange()
-    planned: list[tuple[_Image, str]] = []
+    planned: list[tuple[_Image, Action]] = []
     for argument, images in wanted:
         if not images:
             outcome.results.append(ItemResult(NO_NAMESPACE, argument, ACTION_FAILED,
@@ -351,11 +352,11 @@ def change(crio: CrioNode, policy: Optional[Policy], command: str, args: Sequenc
     for image, action in planned:
         outcome.results.append(_result(image, action, after))
     if command == "unpin":
-        outcome.warnings = _still_pinned(crio, policy, [image for image, _ in planned], dry_run)
+        outcome.warnings = _still_pinned(crio, policy, [image for image, _ in planned])
     return outcome
 
 
-def _plan_one(image: _Image, own: crio_pins.OwnEntries, command: str, argument: str) -> str:
+def _plan_one(image: _Image, own: crio_pins.OwnEntries, command: str, argument: str) -> Action:
     if command == "unpin":
         dropped = own.remove(image.names, crio_pins.OWNER_PIN)
         return ACTION_UNPINNED if dropped else ACTION_ALREADY_UNPINNED
@@ -373,7 +374,7 @@ def _asked_name(argument: str, image: _Image) -> Optional[str]:
     return next((name for name in image.names if name.lower() in wanted), None)
 
 
-def _result(image: _Image, action: str, after: dict[str, Optional[bool]]) -> ItemResult:
+def _result(image: _Image, action: Action, after: dict[str, Optional[bool]]) -> ItemResult:
     pinned = after.get(image.id)
     if action == ACTION_PINNED and pinned is False:
         return ItemResult(NO_NAMESPACE, image.shown, ACTION_FAILED,
@@ -381,7 +382,7 @@ def _result(image: _Image, action: str, after: dict[str, Optional[bool]]) -> Ite
     if image.id in after and pinned is None:
         return ItemResult(NO_NAMESPACE, image.shown, ACTION_CHANGED_UNDER_US,
                           error="the image was removed from CRI-O meanwhile")
-    return ItemResult(NO_NAMESPACE, image.shown, action)  # type: ignore[arg-type]
+    return ItemResult(NO_NAMESPACE, image.shown, action)
 
 
 def _rows(crio: CrioNode, policy: Policy) -> list[ImageRow]:
@@ -431,7 +432,7 @@ def _read_back(crio: CrioNode, images: Sequence[_Image]) -> dict[str, Optional[b
         time.sleep(READ_BACK_POLL_S)
 
 
-def _still_pinned(crio: CrioNode, policy: Policy, images: Sequence[_Image], dry_run: bool) -> list[str]:
+def _still_pinned(crio: CrioNode, policy: Policy, images: Sequence[_Image]) -> list[str]:
     """For each image unpin was asked about: what keeps CRI-O pinning it (a site file's item, the
     pause image), or pins it again (a policy pattern at the next sync)."""
     rows = {row.group_key: row for row in _rows(crio, policy)}
