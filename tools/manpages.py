@@ -17,6 +17,7 @@ import click
 
 from pinctl import __version__
 from pinctl.completion.tree import PROG, command_path, contexts, option_names, summary
+from pinctl.config import crio as crio_config
 from pinctl.config import loader as config
 
 # The date of the pages for this version; bump it with __version__, never from the clock.
@@ -39,6 +40,11 @@ OPTION_FILES: dict[str, list[tuple[str, str]]] = {
     "--from-crio": [
         (config.CRIO_DEFAULT_PATH, "CRI-O's configuration, read for [crio.image] pinned_images."),
         (f"{config.CRIO_DEFAULT_PATH}.d/", "CRI-O's drop-ins, below it in lexical order."),
+    ],
+    "--crio-config": [
+        (config.CRIO_DEFAULT_PATH, "CRI-O's configuration on a CRI-O node: pinned_images and pause_image."),
+        (f"{config.CRIO_DEFAULT_PATH}.d/{crio_config.PINCTL_DROPIN_NAME}",
+         "pinctl's own drop-in there, which pin, unpin and sync write (CRI-O is then sent SIGHUP)."),
     ],
     "--docker-host": [("/var/run/docker.sock", "Docker's socket, read when it answers.")],
 }
@@ -349,8 +355,10 @@ alone (*foo) are rejected, naming the pattern and where it came from.
 In the crio dialect patterns are read exactly as CRI-O reads them: a glob matches names that
 contain it anywhere, so registry.example/* also matches myregistry.example/x; an exact name is
 compared literally, without normalising; ** matches every image; and the other forms pinctl
-rejects are literal exact names. A lone * is rejected in both dialects, since CRI-O panics on
-it. pinctl --from-crio reads CRI-O's own pinned_images in this dialect.
+rejects are literal exact names. As in CRI-O v1.34, a pattern is matched against an image's
+names only, never its image ID: its tags, and its digest names in a repository where it has no
+tag. A lone * is rejected in both dialects, since CRI-O panics on it. pinctl --from-crio reads CRI-O's own
+pinned_images in this dialect, and on a CRI-O node pinctl reads CRI-O's files in it.
 """
 
 

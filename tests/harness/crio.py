@@ -27,7 +27,8 @@ from its source (v1.34.0, ``pkg/config``, ``internal/criocli``), and what the ha
 
 Storage is ``vfs`` (the test images are a few bytes; overlay on the test directory's own
 filesystem is not needed), cgroups ``cgroupfs`` (this machine is cgroup v1, no systemd for
-CRI-O to talk to), the runtime Debian's crun with Debian's conmon as its monitor, CNI plugins
+CRI-O to talk to), the runtime Debian's runc with Debian's conmon as its monitor (Debian's crun
+1.8.1 refuses the spec CRI-O 1.34 writes: "unknown version specified"), CNI plugins
 from ``/usr/lib/cni`` with a private, empty network directory (no pod networks: CRI-O starts
 and reports NetworkReady false).
 
@@ -61,7 +62,7 @@ from collections.abc import Sequence
 
 from pinctl.refs import DEFAULT_DOMAIN
 from tests.harness import containerd as ctd
-from tests.harness import cri, engines, gobuild
+from tests.harness import cri, engines, gobuild, pods
 from tests.harness.containerd import DaemonError
 from tests.harness.protowire import Reader
 
@@ -70,7 +71,6 @@ READY_TIMEOUT_S = 90.0
 STOP_GRACE_S = 20.0
 RELOAD_TIMEOUT_S = 30.0
 CONMON = "/usr/bin/conmon"
-CRUN = "/usr/bin/crun"
 CNI_PLUGIN_DIR = "/usr/lib/cni"
 # The harness's pause image: under the default domain, so the loopback registry serves it.
 PAUSE_IMAGE = f"{DEFAULT_DOMAIN}/pinctl-test/pause:3.10"
@@ -85,7 +85,7 @@ WATCHED_HOST_PATHS = (
     "/var/lib/containers/storage",
     "/var/lib/containers/cache/blob-info-cache-v1.sqlite",
     "/var/lib/crio",
-    "/run/crun",
+    "/run/runc",
     "/run/crio",
     "/run/containers/storage",
     "/etc/crio",
@@ -152,6 +152,33 @@ def host_snapshot(paths: Sequence[str] = WATCHED_HOST_PATHS) -> HostSnapshot:
     return snapshot
 
 
+def cgroups_as_mounted(proc_cgroups: str = "/proc/cgroups", mounts: str = "/proc/self/mounts") -> str | None:
+    """``/proc/cgroups`` with a v1 controller that is not mounted shown disabled; None if all are.
+
+    CRI-O takes a controller listed enabled there as usable (opencontainers/cgroups
+    ``GetAllSubsystems``) and then writes its limits into each container's spec: where the
+    kernel has hugetlb but no hierarchy mounts it (this machine), runc fails every container
+    ("cannot set hugetlb limit"). Its mount namespace gets this copy instead: what it then
+    believes is what is mounted.
+    """
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return None  # cgroup v2: /proc/cgroups is not read
+    mounted: set[str] = set()
+    with open(mounts) as handle:
+        for line in handle:
+            fields = line.split()
+            if len(fields) > 3 and fields[2] == "cgroup":
+                mounted.update(fields[3].split(","))
+    lines, changed = [], False
+    with open(proc_cgroups) as handle:
+        for line in handle:
+            fields = line.split()
+            if not line.startswith("#") and len(fields) >= 4 and fields[3] != "0" and fields[0] not in mounted:
+                line, changed = "\t".join([*fields[:3], "0"]) + "\n", True
+            lines.append(line)
+    return "".join(lines) if changed else None
+
+
 class CrioDaemon:
     """One crio process with every path under ``base_dir``, pulling from ``registry_host``."""
 
@@ -173,6 +200,7 @@ class CrioDaemon:
         self.log_level = log_level
         self.binary = binary(engine)
         self.pinns = self.binary.with_name("pinns")
+        self.runc = pods.runc_binary()
         self._temp_dirs: list[pathlib.Path] = []
         self.address = str(self._socket_dir() / "crio.sock")
         self.endpoint = f"unix://{self.address}"
@@ -211,7 +239,7 @@ class CrioDaemon:
             'stream_port = "0"',
             "",
             "[crio.runtime]",
-            'default_runtime = "crun"',
+            'default_runtime = "runc"',
             'cgroup_manager = "cgroupfs"',
             f"namespaces_dir = {q(str(run / 'ns'))}",
             f"pinns_path = {q(str(self.pinns))}",
@@ -223,10 +251,10 @@ class CrioDaemon:
             f"irqbalance_config_file = {q(str(base / 'irqbalance'))}",
             'irqbalance_config_restore_file = "disable"',
             "",
-            "[crio.runtime.runtimes.crun]",
-            f"runtime_path = {q(CRUN)}",
+            "[crio.runtime.runtimes.runc]",
+            f"runtime_path = {q(str(self.runc))}",
             'runtime_type = "oci"',
-            f"runtime_root = {q(str(run / 'crun'))}",
+            f"runtime_root = {q(str(run / 'runc'))}",
             f"monitor_path = {q(CONMON)}",
             'monitor_cgroup = "pod"',
             "",
@@ -327,6 +355,11 @@ class CrioDaemon:
             private = self.host_dir / host_dir.strip("/").replace("/", "-")
             private.mkdir(parents=True, exist_ok=True)
             pairs.append(f"{private}={host_dir}")
+        controllers = cgroups_as_mounted()
+        if controllers is not None:
+            copy = self.host_dir / "proc-cgroups"
+            copy.write_text(controllers)
+            pairs.append(f"{copy}=/proc/cgroups")
         if any(" " in pair or pair.count("=") != 1 for pair in pairs):
             raise CrioError(f"paths under {self.base_dir} must not hold spaces or '='")
         return " ".join(pairs)
@@ -345,9 +378,9 @@ class CrioDaemon:
         """Write the config, start crio and wait until its CRI answers ``Version``."""
         if self.is_alive():
             return self
-        for tool in ("unshare", "setpriv", CONMON, CRUN):
+        for tool in ("unshare", "setpriv", CONMON):
             if shutil.which(tool) is None:
-                raise CrioError(f"{tool} not found (util-linux, conmon, crun: scripts/test-packages.txt)")
+                raise CrioError(f"{tool} not found (util-linux, conmon: scripts/test-packages.txt)")
         if not os.access(self.pinns, os.X_OK):
             raise CrioError(f"pinns is missing beside {self.binary}: delete {self.binary.parent.parent} to rebuild")
         self.write_config()

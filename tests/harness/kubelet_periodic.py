@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
 from tests.harness import cri, cri_pods, images, kubelet, kubelet_build, pods, runnable
+from tests.harness import crio as crio_harness
 
 PERIOD_S = 300.0
 # gc plan runs this long before the second GC run: after every change, before any deletion.
@@ -91,6 +92,7 @@ class PeriodicNode:
         self.base_dir = base_dir
         self.build = build
         self.daemon: Optional[pods.PodsDaemon] = None
+        self.crio_daemon: Optional[crio_harness.CrioDaemon] = None
         self.fs: Optional[kubelet.LoopFs] = None
         self.kubelet: Optional[kubelet.Kubelet] = None
         self.first_run_at = datetime.datetime.now(datetime.timezone.utc)
@@ -106,12 +108,30 @@ class PeriodicNode:
         self._cleanups.append(lambda: context.__exit__(None, None, None))
         return self.daemon
 
+    def crio(self, registry_host: str, fs_bytes: int = NODE_FS_BYTES) -> crio_harness.CrioDaemon:
+        """A CRI-O pulling from ``registry_host``, its storage root on a fresh loop fs of ``fs_bytes``.
+
+        The loop fs is mounted before CRI-O starts, so its mount namespace has it; pods the
+        kubelet left are removed through the CRI before CRI-O stops (conmon would outlive it).
+        """
+        runnable.busybox_path()
+        fs = kubelet.LoopFs(self.base_dir / "node" / "imagefs", fs_bytes).open()
+        self._cleanups.append(fs.close)
+        made = crio_harness.CrioDaemon(fs.path / "crio", registry_host)
+        self._cleanups.append(made.stop)
+        made.start()
+        self._cleanups.append(lambda: remove_all_pods(made.address))
+        self.crio_daemon, self.fs = made, fs
+        return made
+
     def on_close(self, cleanup: Callable[[], object]) -> None:
         """Run ``cleanup`` when the node closes, before the runtime stops (last in, first out)."""
         self._cleanups.append(cleanup)
 
     @property
     def address(self) -> str:
+        if self.crio_daemon is not None:
+            return self.crio_daemon.address
         assert self.daemon is not None
         return self.daemon.address
 
@@ -208,6 +228,14 @@ class PeriodicNode:
         while self._cleanups:
             with contextlib.suppress(Exception):
                 self._cleanups.pop()()
+
+
+def remove_all_pods(address: str) -> None:
+    """Every pod sandbox stopped and removed through the CRI (what is already gone is skipped)."""
+    for sandbox in cri_pods.list_pod_sandboxes(address):
+        for call in (cri_pods.stop_pod_sandbox, cri_pods.remove_pod_sandbox):
+            with contextlib.suppress(cri.CriError):
+                call(address, sandbox.id)
 
 
 def _unescape(text: str) -> str:

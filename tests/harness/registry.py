@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Iterable, Optional
 
-from tests.harness import images
+from tests.harness import images, runnable
 from tests.harness.containerd import V3_IMAGES_TABLE, ContainerdDaemon
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
@@ -93,6 +93,19 @@ class Registry:
             if cert_dir:
                 args[2:2] = ["--dest-cert-dir", str(cert_dir)]
             subprocess.run(args, check=True, capture_output=True, timeout=120)
+        return info
+
+
+    def push_runnable(self, work: pathlib.Path, recipe: runnable.RunnableRecipe) -> images.ImageInfo:
+        """A runnable image (busybox and its payload, uncompressed) copied to its one reference here."""
+        (ref,) = recipe.refs
+        work.mkdir(parents=True, exist_ok=True)
+        archive = work / f"runnable-{recipe.seed.replace('/', '_').replace(':', '_')}.tar"
+        (info,) = runnable.build_runnable_archive(archive, [recipe])
+        # One image in the layout: skopeo needs no name to find it. Level 0 keeps sizes exact.
+        subprocess.run([SKOPEO_BIN, "copy", "--quiet", "--dest-tls-verify=false", "--dest-compress-format", "gzip",
+                        "--dest-compress-level", "0", f"oci-archive:{archive}", f"docker://{ref}"],
+                       check=True, capture_output=True, timeout=120)
         return info
 
 

@@ -12,7 +12,8 @@ Scenarios: the threshold step stopping at the low threshold; exited containers o
 protecting their image; the minimum age counted from the kubelet's detection pass; the
 maximum age; a shortfall; pins against the real GC (containerd 1.6.20, where the label alone
 does not count, directly and through ``pinctl cri-proxy`` with a policy-only image too); an
-image mounted as a volume (ImageVolume) on containerd 2.1.
+image mounted as a volume (ImageVolume) on containerd 2.1; a CRI-O node, its pins from the
+site's drop-in, ``pinctl pin`` and ``pinctl sync`` (tests/integration/gc_crio_scenario.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tests.harness.cri_dockerd import CriDockerd
 from tests.harness.docker import DockerDaemon
 from tests.harness.engine_fixtures import go_binary
 from tests.harness.kubelet import GcPolicy, StaticPod
+from tests.harness.registry import Registry
 from tests.harness.kubelet_periodic import (
     FILL_AHEAD_S,
     MIB,
@@ -48,6 +50,7 @@ from tests.harness.kubelet_periodic import (
     run_all,
 )
 from tests.harness.runnable import SANDBOX_SEED, RunnableRecipe, build_runnable_archive, runnable_recipe
+from tests.integration import gc_crio_scenario
 from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import ProxyProcess, built_relay
 
@@ -384,7 +387,7 @@ def _image_mounts(address: str, container_id: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def periodic(kubelet_binary: kubelet_build.KubeletBuild,
+def periodic(kubelet_binary: kubelet_build.KubeletBuild, crio_registry: Registry,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
     # Every engine fetched or built before the threads start: one that cannot be had skips
     # here (fails in CI) instead of failing its scenario.
@@ -394,11 +397,13 @@ def periodic(kubelet_binary: kubelet_build.KubeletBuild,
         except debs.EngineUnavailable as exc:
             engine_unavailable(f"{engine} unavailable: {exc}")
     go_binary(engines.CRI_DOCKERD_OLD)
+    go_binary(engines.CRIO)
     relay = built_relay()
     scenarios: dict[str, Scenario] = {
         "threshold_stop": threshold_stop, "exited_containers": exited_containers, "minimum_age": minimum_age,
         "maximum_age": maximum_age, "shortfall": shortfall, "pins_direct": pins_direct,
         "pins_through_proxy": pins_through_proxy(relay), "image_volume": image_volume, "seed": seed_setup(relay),
+        "crio": gc_crio_scenario.crio_pins(crio_registry),
     }
     began = time.monotonic()
     outcomes = run_all(scenarios, tmp_path_factory.mktemp("periodic"), kubelet_binary)
@@ -558,3 +563,10 @@ def test_the_seed_users_labelled_image_survives_through_cri_proxy(periodic: dict
     assert [(c.id, c.state) for c in run.containers_after if c.id == notes["sleeper_container"]] == [
         (notes["sleeper_container"], "running")]
     assert notes["runtime_errors"] == []
+
+
+def test_on_crio_what_pinctl_and_the_site_pinned_survives_and_prune_agrees(periodic: dict[str, Outcome]) -> None:
+    run = periodic["crio"].get()
+    gc_crio_scenario.assert_outcome(run)
+    agreed(run)
+    same_figures(run)

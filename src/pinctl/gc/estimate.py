@@ -24,11 +24,12 @@ passes run when it starts and every 5 minutes after (two loops: image detection 
 itself), and at each eviction under disk pressure. With the kubelet's start time known, an image
 that was there before gets the start time (all of them tie: the kubelet's first pass sees them
 together), and a later one the first 5-minute pass after its record was created; one no pass
-has seen yet is first detected by the GC run itself, so it is below any minimum age at that run. Without the
-start time, the record's creation time. A pass under disk pressure, or the drift of the
-kubelet's loops (each period starts when the previous pass ends), can make the kubelet's time
-earlier than pinctl's by up to one period: pinctl then keeps an image the kubelet may delete,
-never the other way round.
+has seen yet is first detected by the GC run itself, so it is below any minimum age at that
+run. Without the start time, the record's creation time (on CRI-O, whose CRI gives no time,
+when its image store stored the image's top layer). A pass under disk pressure, or the
+drift of the kubelet's loops (each period starts when the previous pass ends), can make the
+kubelet's time earlier than pinctl's by up to one period: pinctl then keeps an image the kubelet
+may delete, never the other way round.
 Sizes and disk: the kubelet counts the CRI size (compressed content), not unpacked snapshots or
 layers shared with other images, so the space a deletion frees on disk differs from its size."""
 

@@ -19,6 +19,8 @@ from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
 from pinctl.gc.kubelet import read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
+from pinctl.node import crio_storage
+from pinctl.node.crio import RUNTIME_NAME as CRIO_RUNTIME_NAME
 from pinctl.pins import crio as crio_pins
 from pinctl.model import (
     PIN_LABEL,
@@ -137,8 +139,15 @@ class CriDomain:
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
         index = RowIndex(rows)
+        filesystems = self.runtime.image_fs_info()
+        if not filesystems:
+            raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
+        mountpoint = filesystems[0].mountpoint
+        # CRI-O's CRI has no times; its image store keeps when each image arrived.
+        arrived = crio_storage.arrival_times(mountpoint) if self.version.name == CRIO_RUNTIME_NAME else {}
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
-                                _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
+                                _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)})
+                                or arrived.get(i.id))
                   for i in self.runtime.list_images()]
         listed = self.runtime.list_containers()
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
@@ -146,10 +155,6 @@ class CriDomain:
                                         started_at=utc(c.started_at), finished_at=utc(c.finished_at))
                       for c in listed]
         self._mounts = {c.id: c.image_mounts for c in listed}
-        filesystems = self.runtime.image_fs_info()
-        if not filesystems:
-            raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
-        mountpoint = filesystems[0].mountpoint
         fs = statfs(mountpoint, "the CRI's ImageFsInfo mount point")
         return Observation(images, containers, fs, f"statfs of {mountpoint}, the CRI's ImageFsInfo mount point",
                            mountpoint)
