@@ -1,5 +1,5 @@
 """Fixtures the integration modules share: a containerd of a test's own, and sockets that are
-not what pinctl expects, for the fault tests."""
+not what pinctl expects, for the fault tests; and the head start of the periodic GC run."""
 
 from __future__ import annotations
 
@@ -14,6 +14,32 @@ import pytest
 from tests.conftest import engine_unavailable
 from tests.harness import cri, debs, images
 from tests.harness.containerd import ContainerdDaemon, DaemonError
+
+# Its scenarios wait 5 minutes for the kubelet's second GC run: they start with the first
+# integration test and the module's tests run after the last other one, so the other integration
+# tests fill the wait. Not the unit tests: some set os.environ, which the scenarios' pinctl and
+# daemons inherit.
+PERIODIC_MODULE = "test_kubelet_gc.py"
+INTEGRATION = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    periodic = [item for item in items if item.path.name == PERIODIC_MODULE]
+    rest = [item for item in items if item.path.name != PERIODIC_MODULE]
+    integration = [index for index, item in enumerate(rest) if INTEGRATION in item.path.parents]
+    if periodic and integration:
+        after = integration[-1] + 1
+        items[:] = rest[:after] + periodic + rest[after:]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def periodic_head_start(request: pytest.FixtureRequest) -> None:
+    """The periodic GC run started in the background, when its module is among the tests."""
+    if any(item.path.name == PERIODIC_MODULE for item in request.session.items):
+        from tests.integration.test_kubelet_gc import start_periodic
+
+        start_periodic(request)
+
 
 # The engines a test's own containerd comes in: the releases whose CRI honours pin labels.
 OWN_ENGINES = {"containerd-1.7": "ctd17", "containerd-2.1": "ctd21"}
