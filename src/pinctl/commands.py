@@ -286,7 +286,8 @@ def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVer
 
     rows = node.rows(policy).rows
     kubelet = gc.kubelet_start_time(runtime.endpoint)
-    return gc.gc_plan(gc.CriDomain(runtime, version), rows, settings, datetime.now(timezone.utc), usage, kubelet)
+    return gc.gc_plan(gc.cri_domain(node, runtime, version), rows, settings, datetime.now(timezone.utc), usage,
+                      kubelet)
 
 
 @dataclass(frozen=True)

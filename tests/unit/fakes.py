@@ -55,6 +55,9 @@ class FakeStore:
     def config_labels(self, namespace: str, config_digests: Iterable[str]) -> dict[str, dict[str, str]]:
         return {digest: {} for digest in config_digests}
 
+    def content_times(self, namespace: str, digests: Iterable[str]) -> dict[str, float]:
+        return {}
+
     def subscribe_images(self) -> NoEvents:
         return NoEvents()
 

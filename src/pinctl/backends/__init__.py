@@ -40,6 +40,10 @@ class ImageRecords(Protocol):
     def config_labels(self, namespace: str, config_digests: Iterable[str]) -> dict[str, dict[str, str]]:
         """The labels in each image config (what `docker inspect` shows as Config.Labels)."""
 
+    def content_times(self, namespace: str, digests: Iterable[str]) -> dict[str, float]:
+        """When each blob (an image's config: its ID) arrived in the namespace, in seconds since
+        the epoch; blobs not held are left out."""
+
     def sandbox_image(self) -> Optional[str]:
         """The image the runtime keeps for pod sandboxes, when its config can be read."""
 

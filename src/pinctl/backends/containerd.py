@@ -197,6 +197,31 @@ class ContainerdStore:
         documents = self._read_json_blobs(namespace, sorted(set(config_digests)))
         return {digest: oci.config_labels(doc) for digest, doc in documents.items() if not isinstance(doc, str)}
 
+    def content_times(self, namespace: str, digests: Iterable[str]) -> dict[str, float]:
+        """When each blob was committed to the namespace's content store (seconds since the
+        epoch); blobs it does not hold are left out. Label updates do not move it."""
+        import grpc
+
+        from pinctl.proto import content_pb2
+
+        stub = self._stub("content")
+        metadata = self._metadata(namespace)
+
+        def start(digest: str) -> Any:
+            return stub.Info.future(content_pb2.InfoRequest(digest=digest), metadata=metadata, timeout=self.timeout)
+
+        times: dict[str, float] = {}
+        for digest, future in _grpc.in_window(sorted(set(digests)), start):
+            try:
+                committed = future.result().info.committed_at
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.NOT_FOUND:
+                    raise self._fail(err) from None
+                continue
+            if committed.seconds > 0:
+                times[digest] = committed.seconds + committed.nanos / 1e9
+        return times
+
     def _read_json_blobs(self, namespace: str, digests: Sequence[str]) -> dict[str, Any]:
         """Read many small blobs at once; a blob that cannot be read maps to its error text."""
         import grpc

@@ -23,6 +23,7 @@ from pinctl.node import crio_storage
 from pinctl.node.crio import RUNTIME_NAME as CRIO_RUNTIME_NAME
 from pinctl.pins import crio as crio_pins
 from pinctl.model import (
+    CRI_NAMESPACE,
     PIN_LABEL,
     REASON_CRIO_CONFIG,
     REASON_CRIO_PIN,
@@ -89,6 +90,12 @@ class GcDomain(Protocol):
         """Delete the image through the runtime that owns it."""
 
 
+# How the CRI's Version call names containerd.
+CONTAINERD_RUNTIME_NAME: Final = "containerd"
+# Image IDs -> when each came to the node (Node.arrivals for the CRI's namespace).
+Arrivals = Callable[[Sequence[str]], dict[str, datetime]]
+
+
 def utc(seconds: Optional[float]) -> Optional[datetime]:
     return datetime.fromtimestamp(seconds, timezone.utc) if seconds is not None else None
 
@@ -130,9 +137,11 @@ def _earliest(index: RowIndex, keys: set[str]) -> Optional[datetime]:
 class CriDomain:
     """The CRI runtime the kubelet talks to: its images, containers and image filesystem."""
 
-    def __init__(self, runtime: CriRuntime, version: RuntimeVersion) -> None:
+    def __init__(self, runtime: CriRuntime, version: RuntimeVersion, arrivals: Optional[Arrivals] = None) -> None:
         self.runtime = runtime
         self.version = version
+        # When each image ID came to the node, on containerd (Node.arrivals in k8s.io).
+        self.arrivals = arrivals
         self.name = f"{version} at {runtime.endpoint}"
         # Each container's image mounts as observe read them (a container's mounts never change).
         self._mounts: dict[str, tuple[str, ...]] = {}
@@ -143,12 +152,11 @@ class CriDomain:
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
         mountpoint = filesystems[0].mountpoint
-        # CRI-O's CRI has no times; its image store keeps when each image arrived.
-        arrived = crio_storage.arrival_times(mountpoint) if self.version.name == CRIO_RUNTIME_NAME else {}
+        listed_images = self.runtime.list_images()
+        arrived = self._arrived(mountpoint, [i.id for i in listed_images])
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
-                                _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)})
-                                or arrived.get(i.id))
-                  for i in self.runtime.list_images()]
+                                arrived.get(i.id) or _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
+                  for i in listed_images]
         listed = self.runtime.list_containers()
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
                                         c.pod_sandbox_id, c.image_mounts, created_at=utc(c.created_at),
@@ -158,6 +166,15 @@ class CriDomain:
         fs = statfs(mountpoint, "the CRI's ImageFsInfo mount point")
         return Observation(images, containers, fs, f"statfs of {mountpoint}, the CRI's ImageFsInfo mount point",
                            mountpoint)
+
+    def _arrived(self, mountpoint: str, image_ids: Sequence[str]) -> dict[str, datetime]:
+        """When each image ID came to the node, as the runtime keeps it: the kubelet dates an
+        image by its ID, so a tag re-pointed to a new image must not lend it the record's age."""
+        if self.version.name == CRIO_RUNTIME_NAME:
+            return crio_storage.arrival_times(mountpoint)  # its CRI has no times; its store has
+        if self.version.name == CONTAINERD_RUNTIME_NAME and self.arrivals is not None:
+            return self.arrivals(image_ids)
+        return {}
 
     def users_now(self, image: GcImage) -> list[str]:
         """Containers naming the image, or mounting it as a volume: mounts are read (a status call
@@ -173,6 +190,11 @@ class CriDomain:
 
     def remove(self, image: GcImage) -> None:
         self.runtime.remove_image(image.id)
+
+
+def cri_domain(node: Node, runtime: CriRuntime, version: RuntimeVersion) -> CriDomain:
+    """The CRI runtime, its images dated by when each ID came to the node's k8s.io namespace."""
+    return CriDomain(runtime, version, lambda ids: node.arrivals(CRI_NAMESPACE, ids))
 
 
 class DockerDomain:
@@ -505,7 +527,7 @@ def prune_domains(node: Node, namespaces: Sequence[str],
     runtime_name = ""
     if not namespaces or "all" in namespaces or "k8s.io" in namespaces:
         runtime, version = open_runtime()
-        domains.append(CriDomain(runtime, version))
+        domains.append(cri_domain(node, runtime, version))
         runtime_name = version.name
     engine = node.docker_engine()
     if engine is not None and runtime_name != "docker":

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from pinctl.backends import cri_dockerd
 from pinctl.backends.containerd import ContainerdStore
 from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 from pinctl.backends.docker import DockerEngine
-from pinctl.errors import EngineUnreachable
+from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, SOURCE_CRIO
 from pinctl.node import crio as crio_node
 from pinctl.node import docker as docker_service
@@ -211,6 +212,20 @@ class Node:
 
                 return NamespaceView(source.store, namespace)
         return None
+
+    def arrivals(self, namespace: str, image_ids: Sequence[str]) -> dict[str, datetime]:
+        """When each image ID came to the namespace, as the kubelet would first see it: the time
+        containerd committed the image's config blob (its ID is that blob's digest). A re-pointed
+        tag keeps its record's creation time, and a label write moves the record's update time,
+        but neither touches the blob. {} where containerd cannot say."""
+        try:
+            view = self.view_of(namespace)
+            if view is None:
+                return {}
+            times = view.store.content_times(namespace, [i for i in image_ids if i.startswith("sha256:")])
+        except PinctlError:
+            return {}
+        return {digest: datetime.fromtimestamp(seconds, timezone.utc) for digest, seconds in times.items()}
 
     def docker_engine(self) -> Optional[DockerEngine]:
         """Docker's API, when Docker is one of the sources."""

@@ -236,7 +236,7 @@ class Checker:
             return self._failed(found, kind, err)
         found = replace(found, runtime=figures.runtime_of(version))
         found = self._check(found, rows, runtime, version)
-        return self._gc(found, rows, runtime, version, sources)
+        return self._gc(found, node, rows, runtime, version, sources)
 
     def _open_runtime(self, sources: CheckSources) -> tuple[CriRuntime, RuntimeVersion]:
         if self._runtime is not None and self._runtime[0] is sources:
@@ -257,13 +257,14 @@ class Checker:
         except PinctlError as err:
             return self._failed(found, CHECK_CRI, err)
 
-    def _gc(self, found: figures.Figures, rows: Sequence[ImageRow], runtime: CriRuntime, version: RuntimeVersion,
-            sources: CheckSources) -> figures.Figures:
+    def _gc(self, found: figures.Figures, node: Node, rows: Sequence[ImageRow], runtime: CriRuntime,
+            version: RuntimeVersion, sources: CheckSources) -> figures.Figures:
         from datetime import datetime, timezone
 
 
         try:
-            report = gc.gc_plan(gc.CriDomain(runtime, version), rows, sources.gc_settings(), datetime.now(timezone.utc))
+            report = gc.gc_plan(gc.cri_domain(node, runtime, version), rows, sources.gc_settings(),
+                                datetime.now(timezone.utc))
         except PinctlError as err:
             return self._failed(found, CHECK_GC, err)
         return replace(found, gc=figures.gc_figures(report))
