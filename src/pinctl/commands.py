@@ -351,6 +351,7 @@ def _pull_refs(node: Node, open_runtime: OpenRuntime, request: PullRequest, want
 
     from pinctl.backends import registry
     from pinctl.backends.registry_auth import load_auths
+    from pinctl.landing.budget import Budget
     from pinctl.pull import run as pulling
     from pinctl.pull.targets import NodeLabels, choose_target
 
@@ -358,7 +359,7 @@ def _pull_refs(node: Node, open_runtime: OpenRuntime, request: PullRequest, want
     target = choose_target(node, request.namespaces, open_runtime)
     if not wanted:
         return pulling.PullReport(target.name, [], request.max_usage)
-    run = pulling.PullRun(target, NodeLabels(node), request, pulling.Budget(target, request.max_usage), auths,
+    run = pulling.PullRun(target, NodeLabels(node), request, Budget(target, request.max_usage), auths,
                           registry.compressed_size, callbacks.progress)
     items, interrupted = pulling.run(run, wanted, callbacks.finished)
     return pulling.PullReport(target.name, items, request.max_usage, interrupted)
@@ -427,7 +428,7 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, 
     from pinctl.node import crio as crio_node
     from pinctl.node.sources import open_node, open_runtime
     from pinctl.pins.policy import compile_policy
-    from pinctl.watch.configfiles import watched_paths
+    from pinctl.service.configfiles import watched_paths
     from pinctl.watch.watcher import Watcher, WatchSetup
 
     first = read_config()
@@ -488,7 +489,7 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
     from pinctl.criproxy.proxy import Proxy
     from pinctl.node.sources import open_node
     from pinctl.pins.policy import compile_policy
-    from pinctl.watch.configfiles import watched_paths
+    from pinctl.service.configfiles import watched_paths
 
     first = read_config()
     compile_policy(first.patterns)  # a bad policy is exit 2 now, not a logged failure later

@@ -1,4 +1,4 @@
-"""Noticing a changed config without SIGHUP (pinctl.watch.configfiles): what is polled, and what
+"""Noticing a changed config without SIGHUP (pinctl.service.configfiles): what is polled, and what
 counts as a change, on a plain directory and on one shaped like a Kubernetes ConfigMap volume."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from pinctl.config import loader
-from pinctl.watch import configfiles
-from pinctl.watch.configfiles import ConfigPoll, fingerprint, watched_paths
+from pinctl.service import configfiles
+from pinctl.service.configfiles import ConfigPoll, fingerprint, watched_paths
 from tests.harness.configmap import ConfigMapVolume
 
 POLICY = 'pinned_images = ["example.test/a/*"]\n'

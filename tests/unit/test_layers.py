@@ -1,5 +1,6 @@
-"""The import graph of src/pinctl: layers that only point down, no cycles, and lazy imports only
-where they keep a heavy third-party module out of `pinctl --help`.
+"""The import graph of src/pinctl: layers that only point down, capabilities (and services) that
+stand side by side, no cycles, and lazy imports only where they keep a heavy third-party module
+out of `pinctl --help`.
 
 Every import counts, also one inside a function; only an `if TYPE_CHECKING:` block is left out,
 since it never runs. README's Layout section and docs/development.md describe the same layers.
@@ -26,12 +27,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("pinctl.backends",)),
     ("pure logic", ("pinctl.pins", "pinctl.gc.model", "pinctl.gc.estimate", "pinctl.gc.kubelet")),
     ("node", ("pinctl.node",)),
-    ("capabilities", ("pinctl.check", "pinctl.gc.plan", "pinctl.pull", "pinctl.watch", "pinctl.criproxy",
-                      "pinctl.imports")),
+    ("shared below capabilities", ("pinctl.landing", "pinctl.service")),
+    ("capabilities", CAPABILITIES := ("pinctl.check", "pinctl.gc.plan", "pinctl.pull", "pinctl.imports")),
+    ("services", SERVICES := ("pinctl.watch", "pinctl.criproxy")),
     ("commands", ("pinctl.commands",)),
     ("rendering and metrics", ("pinctl.render", "pinctl.metrics", "pinctl.completion")),
     ("cli", ("pinctl.cli", "pinctl.__main__")),
 )
+# Side by side: within each group no package imports another. What two capabilities (or the two
+# services) share goes below them: pinctl.landing (pull and import), pinctl.service (the services).
+SIBLING_GROUPS = (CAPABILITIES, SERVICES)
 # Imported lazily so that `pinctl --help` never loads them; one module alone imports prometheus_client.
 HEAVY = ("grpc", "google.protobuf", "rich", "prometheus_client", "yaml", "docker")
 PROMETHEUS_HOME = "pinctl.metrics"
@@ -197,6 +202,23 @@ def test_imports_only_point_down() -> None:
     assert upward == []
 
 
+def sibling_of(module: str, group: tuple[str, ...]) -> str | None:
+    """The member of group that module belongs to (its longest prefix), or None."""
+    found = [member for member in group if module == member or module.startswith(member + ".")]
+    return max(found, key=len) if found else None
+
+
+def sibling_imports(edges: dict[str, set[str]], groups: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Each edge from one member of a group to another member of the same group."""
+    return [f"{source} imports {target} ({theirs} is a sibling of {ours})"
+            for source, targets in sorted(edges.items()) for target in sorted(targets) for group in groups
+            if (ours := sibling_of(source, group)) and (theirs := sibling_of(target, group)) and ours != theirs]
+
+
+def test_capabilities_and_services_stand_side_by_side() -> None:
+    assert sibling_imports(graph(), SIBLING_GROUPS) == []
+
+
 def test_lazy_imports_only_keep_heavy_modules_out_of_help() -> None:
     """Below the edges, an import inside a function is for a module that would load grpc, rich,
     ... at once; any other belongs at the top of the file, where nothing hides a cycle."""
@@ -230,6 +252,12 @@ def test_the_checker_sees_a_cycle_and_an_upward_import() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer_of("pinctl.cli.ls") > layer_of("pinctl.commands") > layer_of("pinctl.node.sources")
     assert layer_of("pinctl.gc.model") < layer_of("pinctl.gc.plan")
+    assert sibling_imports({"pinctl.imports.run": {"pinctl.pull.run", "pinctl.landing.budget"},
+                            "pinctl.criproxy.stats": {"pinctl.watch.health", "pinctl.criproxy.proxy"},
+                            "pinctl.watch.health": {"pinctl.check.compare"}}, SIBLING_GROUPS) == [
+        "pinctl.criproxy.stats imports pinctl.watch.health (pinctl.watch is a sibling of pinctl.criproxy)",
+        "pinctl.imports.run imports pinctl.pull.run (pinctl.pull is a sibling of pinctl.imports)",
+    ]
 
 
 def test_no_docker_socket_loads_no_docker_library(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from pinctl.metrics import serve
 from pinctl.model import PIN_LABEL, ItemResult, Reason
 from pinctl.node.sources import ContainerdSource, Node
 from pinctl.pins.policy import Policy
+from pinctl.service.monitoring import Runtime
 from pinctl.watch import figures
 from pinctl.watch import health as monitor
 
@@ -268,7 +269,7 @@ def test_textfile_is_replaced_whole_and_leaves_no_temporary(tmp_path: Path) -> N
     path.write_text("old\n")
     before = path.stat().st_ino
     metrics.check_textfile_target(str(path))
-    metrics.write_textfile(str(path), metrics.info_families(figures.Runtime("containerd", "1.7.24")))
+    metrics.write_textfile(str(path), metrics.info_families(Runtime("containerd", "1.7.24")))
     assert path.stat().st_ino != before, "renamed over, not written in place"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pinctl.prom"]
     assert samples(path.read_text())[("pinctl_info", (("runtime", "containerd"), ("runtime_version", "1.7.24"),

@@ -12,6 +12,7 @@ import pytest
 from pinctl.backends.registry_auth import PullError, RegistryAuth, is_transient, load_auths, scrub
 from pinctl.errors import ConfigError
 from pinctl.gc.model import ImageFs
+from pinctl.landing.budget import Budget
 from pinctl.model import LabelChange
 from pinctl.pull import run as pull
 
@@ -90,7 +91,7 @@ class FakeLabels:
 
 def make_run(target: FakeTarget, size: Optional[int], retries: int = 2, max_usage: float = 80) -> pull.PullRun:
     request = pull.PullRequest(("r/a:1",), pin=True, retries=retries, max_usage=max_usage)
-    run = pull.PullRun(target, FakeLabels(), request, pull.Budget(target, max_usage), {}, lambda _r, _a: size,
+    run = pull.PullRun(target, FakeLabels(), request, Budget(target, max_usage), {}, lambda _r, _a: size,
                        lambda _r, _s: None)
     return run
 

@@ -13,7 +13,7 @@ import pytest
 
 from pinctl.errors import ConfigError, EngineUnreachable
 from pinctl.pins.policy import compile_policy
-from pinctl.watch import configfiles
+from pinctl.service import configfiles
 from pinctl.watch.watcher import Watcher, WatchSetup
 
 

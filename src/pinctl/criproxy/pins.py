@@ -44,7 +44,7 @@ class ProxySetup:
 
     open_node: Callable[[], Node]
     policy: Policy
-    # The paths whose change asks for a reload (watch.configfiles.watched_paths); none: SIGHUP only.
+    # The paths whose change asks for a reload (service.configfiles.watched_paths); none: SIGHUP only.
     config_paths: Sequence[str] = ()
 
 
@@ -107,7 +107,7 @@ def settled(read: Packed, previous: Optional[PinnedKeys]) -> PinnedKeys:
     resident (a pool is given back only when all its objects are freed), and the next read,
     every 2 s while image calls come, needs pools of its own. At 10,000 images, with image events
     between the reads, the proxy's peak over six reads was 135 MiB with the keys kept as read
-    and 130 MiB with them packed (watch/memory.py took it from 146 to 135 before)."""
+    and 130 MiB with them packed (service/memory.py took it from 146 to 135 before)."""
     fresh = [_unpack(part) for part in read]
     if previous is None:
         return PinnedKeys(*fresh)

@@ -38,8 +38,8 @@ from pinctl.criproxy.stats import (
 )
 from pinctl.errors import PinctlError, UsageError
 from pinctl.model import LogFn
-from pinctl.watch.configfiles import ConfigPoll
-from pinctl.watch.memory import keep_heap_small
+from pinctl.service.configfiles import ConfigPoll
+from pinctl.service.memory import keep_heap_small
 
 if TYPE_CHECKING:
     import grpc
@@ -386,7 +386,7 @@ class Proxy:
             os.unlink(self.listen)
 
     def run(self) -> int:
-        keep_heap_small()  # a pin read lists every record, every 2 s while image calls come: see watch/memory.py
+        keep_heap_small()  # a pin read lists every record, every 2 s while image calls come: see service/memory.py
         self.start()
         poll = self._poll = ConfigPoll(self.pins.config_paths, self._config_changed)
         try:

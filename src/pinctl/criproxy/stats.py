@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Optional, get_args
 
 from pinctl.display import visible
-from pinctl.watch.figures import Runtime
-from pinctl.watch.health import Verdict
+from pinctl.service.monitoring import Runtime, Verdict
 
 if TYPE_CHECKING:
     from pinctl.criproxy.proxy import Proxy

@@ -34,6 +34,7 @@ from pinctl.model import (
     REASON_SANDBOX,
     SOURCE_DOCKER,
 )
+from pinctl.node.imagefs import statfs
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -98,15 +99,6 @@ Arrivals = Callable[[Sequence[str]], dict[str, datetime]]
 
 def utc(seconds: Optional[float]) -> Optional[datetime]:
     return datetime.fromtimestamp(seconds, timezone.utc) if seconds is not None else None
-
-
-def statfs(path: str, what: str) -> ImageFs:
-    try:
-        st = os.statvfs(path)
-    except OSError as err:
-        raise EngineError(f"cannot read the image filesystem at {path} ({what}): {err.strerror}",
-                          "run pinctl on the node itself, where that path is mounted") from None
-    return ImageFs(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
 
 
 class RowIndex:

@@ -1,5 +1,6 @@
 """import: image archives into the runtime that will use them, one archive at a time, within the
-disk budget pull keeps, each reference pinned right after its own record is made.
+disk budget pull keeps too (pinctl.landing.budget), each reference pinned right after its own
+record is made.
 
 An archive is refused whole (ArchiveRefused, one line naming the archive and the entry) before
 any of its images gets a record, so nothing of a broken archive is left named or labelled. The
@@ -20,10 +21,9 @@ from pinctl.display import human_size
 from pinctl.errors import PinctlError, batch_exit_code, batch_status
 from pinctl.imports.archive import ArchiveRefused, tar_size
 from pinctl.imports.layout import Platforms, parse_platform
-from pinctl.pull.run import Budget, percent_used
+from pinctl.landing.budget import Budget, Destination, percent_used
 
 if TYPE_CHECKING:
-    from pinctl.gc.model import ImageFs
     from pinctl.model import Status
 
 ImportAction = Literal["imported", "present", "failed"]
@@ -99,14 +99,8 @@ class Loaded:
 Watch = Callable[[int], Optional[str]]
 
 
-class ImportTarget(Protocol):
+class ImportTarget(Destination, Protocol):
     """The runtime that imports (and will use) the images, and the namespace they land in."""
-
-    name: str
-    namespace: str
-
-    def filesystem(self) -> ImageFs:
-        """The image filesystem's figures now."""
 
     def load(self, archive: str, source: IO[bytes], platforms: Platforms, watch: Watch,
              progress: Callable[[str], None], loaded: Callable[[Loaded], None]) -> list[str]:
@@ -134,7 +128,7 @@ class ImportRun:
     opener: Callable[[str], IO[bytes]] = field(default=lambda path: open_archive(path))
 
     def __post_init__(self) -> None:
-        self.budget = self.budget or Budget(self.target, self.request.max_usage)  # type: ignore[arg-type]
+        self.budget = self.budget or Budget(self.target, self.request.max_usage)
 
     def one(self, path: str) -> list[ImportItem]:
         namespace = self.target.namespace

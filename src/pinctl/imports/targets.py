@@ -13,8 +13,8 @@ from pinctl.imports.archive import DOCUMENT_LIMIT, Archive, ArchiveRefused, Blob
 from pinctl.imports.layout import (GC_SNAPSHOT, UNCOMPRESSED, Image, Manifest, Plan, Platforms, plan_import,
                                    unpack_manifest)
 from pinctl.imports.run import Loaded, Watch
+from pinctl.landing.runtimes import CriTarget, DockerTarget, docker_destination
 from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DOCKER_NAMESPACE
-from pinctl.pull.targets import CriTarget, DockerTarget
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -162,13 +162,10 @@ def choose_import_target(node: Node, namespaces: Sequence[str], address: str, ti
         raise UsageError(f"{crio.describe()} has no way to import an archive: its CRI only pulls",
                          "push the archive to a registry CRI-O reaches (skopeo copy oci-archive:FILE "
                          "docker://REGISTRY/NAME:TAG), then pinctl pull --pin NAME:TAG")
-    wanted = set(namespaces)
-    engine = node.docker_engine()
-    if wanted == {DOCKER_NAMESPACE} or (not node.selected_namespaces() and engine is not None):
-        if engine is None:
-            raise EngineError("Docker is not answering: -n moby imports through Docker's API",
-                              "start dockerd, or set --docker-host")
+    engine = docker_destination(node, namespaces, "imports")
+    if engine is not None:
         return DockerImportTarget(engine, write_timeout)
+    wanted = set(namespaces)
     if wanted and not wanted & {CRI_NAMESPACE, ALL_NAMESPACES}:
         raise UsageError(f"import cannot import into namespace {', '.join(sorted(wanted))}",
                          "import goes into containerd's k8s.io (-n k8s.io, the default) or Docker (-n moby)")

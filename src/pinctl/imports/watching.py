@@ -1,6 +1,6 @@
 """import_dirs under sync --watch: what the watcher runs at each full sync, and the paths it
 polls so that an archive dropped into a directory (or replaced, or removed) is seen within
-the poll's bound (watch.configfiles: every 2 s, settled before it counts)."""
+the poll's bound (service.configfiles: every 2 s, settled before it counts)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from pinctl.criproxy.stats import ProxyFigures
     from pinctl.gc.plan import GcReport
     from pinctl.model import ImageRow
-    from pinctl.watch.figures import CheckFigures, Figures, GcFigures, NodeFigures, Runtime
+    from pinctl.service.monitoring import Runtime
+    from pinctl.watch.figures import CheckFigures, Figures, GcFigures, NodeFigures
     from pinctl.watch.health import Checker, WatchState
 
 Kind = Literal["counter", "gauge", "info"]

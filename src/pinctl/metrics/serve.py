@@ -22,7 +22,7 @@ from pinctl.watch.health import Checker
 
 if TYPE_CHECKING:
     from pinctl.criproxy.proxy import Proxy
-    from pinctl.watch.health import Verdict
+    from pinctl.service.monitoring import Verdict
     from pinctl.watch.watcher import Watcher
 
 EXAMPLE_ADDRESS = "127.0.0.1:9736"

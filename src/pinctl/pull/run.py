@@ -1,7 +1,8 @@
 """pull: fetch images through the runtime that will use them, a few at a time, within a disk
 budget, and pin each right after its pull succeeds.
 
-The budget: before each pull the image filesystem is read (statfs). When the registry tells the
+The budget (pinctl.landing.budget, which import keeps too): before each pull the image
+filesystem is read (statfs). When the registry tells the
 image's compressed size, the pull is refused if usage plus DISK_FACTOR times that size (the
 compressed blobs and their unpacked snapshot) plus what pulls in flight were counted for would
 pass the budget. When the size is not known, the pull is refused only when usage is already at
@@ -17,11 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
 
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth
-from pinctl.display import human_size
 from pinctl.errors import PinctlError, batch_exit_code, batch_status
+from pinctl.landing.budget import Budget, Destination
 
 if TYPE_CHECKING:
-    from pinctl.gc.model import ImageFs
     from pinctl.model import LabelChange, Status
 
 PullAction = Literal["pulled", "present", "skipped", "failed"]
@@ -29,9 +29,6 @@ PULLED: Final = "pulled"
 PRESENT: Final = "present"
 SKIPPED: Final = "skipped"
 FAILED: Final = "failed"
-# A pulled image takes its compressed blobs plus the unpacked snapshot: about this many times
-# the compressed size for gzip layers (a guess on the safe side).
-DISK_FACTOR = 3
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 10.0
 
@@ -87,20 +84,14 @@ class PullReport:
         return batch_status(self.exit_code)
 
 
-class PullTarget(Protocol):
+class PullTarget(Destination, Protocol):
     """The runtime that pulls (and will use) the images, and the namespace they land in."""
-
-    name: str
-    namespace: str
 
     def present(self, ref: str) -> bool:
         """Whether the runtime has an image by this reference now."""
 
     def pull(self, ref: str, auth: Optional[RegistryAuth], timeout: float, cancelled: Callable[[], bool]) -> str:
         """Pull; the image as the runtime names it. PullError, PullCancelled."""
-
-    def filesystem(self) -> ImageFs:
-        """The image filesystem's figures now."""
 
 
 class Labels(Protocol):
@@ -114,50 +105,6 @@ class Labels(Protocol):
 
     def restore(self, namespace: str, ref: str, labels: LabelChange) -> None:
         """Put back pin labels a re-pull dropped."""
-
-
-@dataclass
-class Budget:
-    """The disk budget shared by parallel pulls: what in-flight pulls were counted for."""
-
-    target: PullTarget
-    max_usage: float
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    reserved: int = 0
-
-    def claim(self, size: Optional[int]) -> Optional[str]:
-        """Reserve room for a pull; why not when it does not fit."""
-        with self.lock:
-            fs = self.target.filesystem()
-            now = percent_used(fs, self.reserved)
-            if size is None:
-                if now >= self.max_usage:
-                    return (f"no room: the image filesystem is {now:.0f}% used, at or past the budget of "
-                            f"{self.max_usage:g}% (the image's size is not known)")
-                return None
-            need = DISK_FACTOR * size
-            after = percent_used(fs, self.reserved + need)
-            if after > self.max_usage:
-                return (f"no room: {_mib(size)} compressed (about {_mib(need)} on disk) would take the image "
-                        f"filesystem from {now:.0f}% to {after:.0f}%, past the budget of {self.max_usage:g}%")
-            self.reserved += need
-            return None
-
-    def release(self, size: Optional[int]) -> None:
-        if size is not None:
-            with self.lock:
-                self.reserved -= DISK_FACTOR * size
-
-
-def percent_used(fs: ImageFs, extra: int = 0) -> float:
-    """Usage as the disk budget reads it (pull's, and import's, which is the same): a float, not
-    the kubelet's rounded-up integer (ImageFs.usage_percent), with extra bytes counted as used;
-    100 when the filesystem tells no capacity, so nothing fits."""
-    return 100.0 * (fs.capacity_bytes - fs.available + extra) / fs.capacity_bytes if fs.capacity_bytes else 100.0
-
-
-def _mib(size: int) -> str:
-    return human_size(size)
 
 
 @dataclass

@@ -1,21 +1,19 @@
 """What pull works through: the CRI runtime (Kubernetes' images, namespace k8s.io) or Docker's
-API (namespace moby), and the node's label views for pinning what was pulled."""
+API (namespace moby), both from pinctl.landing, and the node's label views for pinning what was
+pulled."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.errors import EngineError, PinctlError, UsageError
-from pinctl.gc.plan import statfs
-from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DOCKER_NAMESPACE, MANAGED_LABEL, PIN_LABEL
+from pinctl.landing.runtimes import CriTarget, DockerTarget, docker_destination
+from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, MANAGED_LABEL, PIN_LABEL
 from pinctl.node import crio as crio_node
 from pinctl.pins import plans as pinning
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
-    from pinctl.backends.docker import DockerEngine
-    from pinctl.backends.registry_auth import RegistryAuth
-    from pinctl.gc.model import ImageFs
     from pinctl.model import LabelChange
     from pinctl.node.crio import CrioNode
     from pinctl.node.sources import Node
@@ -23,55 +21,13 @@ if TYPE_CHECKING:
     from pinctl.pull.run import PullTarget
 
 
-
-class CriTarget:
-    def __init__(self, runtime: CriRuntime, version: RuntimeVersion) -> None:
-        self.runtime = runtime
-        self.name = f"{version} at {runtime.endpoint}"
-        # CRI-O keeps no namespaces: its images are in none ("" here, null in JSON).
-        self.namespace = "" if version.name == "cri-o" else CRI_NAMESPACE
-
-    def present(self, ref: str) -> bool:
-        return self.runtime.image_status(ref) is not None
-
-    def pull(self, ref: str, auth: Optional[RegistryAuth], timeout: float, cancelled: Callable[[], bool]) -> str:
-        return self.runtime.pull_image(ref, auth, timeout, cancelled)
-
-    def filesystem(self) -> ImageFs:
-        filesystems = self.runtime.image_fs_info()
-        if not filesystems:
-            raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
-        return statfs(filesystems[0].mountpoint, "the CRI's ImageFsInfo mount point")
-
-
-class DockerTarget:
-    def __init__(self, engine: DockerEngine) -> None:
-        self.engine = engine
-        self.name = f"Docker at {engine.host}"
-        self.namespace = DOCKER_NAMESPACE
-        self._root = ""
-
-    def present(self, ref: str) -> bool:
-        return self.engine.image_present(ref) is not None
-
-    def pull(self, ref: str, auth: Optional[RegistryAuth], timeout: float, cancelled: Callable[[], bool]) -> str:
-        return self.engine.pull_image(ref, auth, timeout, cancelled)
-
-    def filesystem(self) -> ImageFs:
-        self._root = self._root or self.engine.root_dir()
-        return statfs(self._root, "Docker's data root")
-
-
 def choose_target(node: Node, namespaces: Sequence[str],
                   open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]]) -> PullTarget:
     """Docker for -n moby or a node where only Docker answers; else the CRI runtime (k8s.io)."""
-    wanted = set(namespaces)
-    engine = node.docker_engine()
-    if wanted == {DOCKER_NAMESPACE} or (not node.selected_namespaces() and engine is not None):
-        if engine is None:
-            raise EngineError("Docker is not answering: -n moby pulls through Docker's API",
-                              "start dockerd, or set --docker-host")
+    engine = docker_destination(node, namespaces, "pulls")
+    if engine is not None:
         return DockerTarget(engine)
+    wanted = set(namespaces)
     if wanted and not wanted & {CRI_NAMESPACE, ALL_NAMESPACES}:
         raise UsageError(f"pull cannot pull into namespace {', '.join(sorted(wanted))}",
                          "pull goes through the CRI (-n k8s.io, the default) or Docker (-n moby)")

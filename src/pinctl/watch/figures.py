@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl.check.compare import MISMATCHES
 from pinctl.model import DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_LABEL, REASON_PATTERN, Drift, ImageRow
+from pinctl.service.monitoring import Runtime
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import RuntimeVersion
@@ -60,14 +61,6 @@ class GcFigures:
     at_risk: int
     at_risk_bytes: int
     at_risk_deleted: int
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """The CRI runtime as it names itself, for the info metric."""
-
-    name: str
-    version: str
 
 
 @dataclass(frozen=True)

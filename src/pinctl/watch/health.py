@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
 
 from pinctl.check.compare import check_runtime
@@ -20,6 +20,7 @@ from pinctl.display import visible
 from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.gc import plan as gc
 from pinctl.model import ACTION_CHANGED_UNDER_US, ACTION_PINNED, ACTION_PRUNED, ItemResult
+from pinctl.service.monitoring import Verdict
 from pinctl.watch import figures
 
 if TYPE_CHECKING:
@@ -50,14 +51,6 @@ CHECK_ERRORS: tuple[CheckError, ...] = get_args(CheckError)
 # The watch loop turns at least every few seconds (events, a poll timeout, a back-off); this long
 # without a turn means it is stuck.
 LIVENESS_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """An answer of /healthz or /readyz: whether all is well, and why, in one line."""
-
-    ok: bool
-    reason: str
 
 
 class WatchState:
