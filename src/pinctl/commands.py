@@ -245,17 +245,19 @@ def namespaces(node: Node) -> list[tuple[str, bool]]:
     return node.namespaces()
 
 
-def export(target: str, policy: Policy, docker_labels: Sequence[str], node: Optional[Node],
-           crio_config: Optional[str] = None) -> Export:
-    """The policy (and docker_pinned_image_labels) as a runtime's configuration; patterns it
-    cannot express are expanded to the names present now, each with its image's ID and digest so
-    that an ID pattern can be written as that image's names (none with node None, i.e. --offline).
-    A crio drop-in carries over CRI-O's own entries: the CRI-O node's, else those at crio_config."""
+def export(target: str, policy: Policy, node: Optional[Node], cfg: Config) -> Export:
+    """The policy (and docker_pinned_image_labels) as a runtime's configuration, patterns it cannot
+    express expanded to the names present now (none with node None: --offline). A crio drop-in
+    carries CRI-O's own entries over; a containerd table fits the containerd at containerd_address."""
     from pinctl.node import crio as crio_node
+    from pinctl.node.sources import containerd_target
     from pinctl.pins import export as exporting
 
-    site, note = crio_node.site_entries(node.crio() if node else None, crio_config) if target == "crio" else ((), "")
-    done = exporting.export(target, policy, None if node is None else node.id_names(), docker_labels, site)
+    s = cfg.settings
+    site, note = crio_node.site_entries(node.crio() if node else None, s.crio_config) if target == "crio" else ((), "")
+    ctd = containerd_target(node, s.containerd_address, s.containerd_config) if target == "containerd" else None
+    done = exporting.export(target, policy, None if node is None else node.id_names(), s.docker_pinned_image_labels,
+                            site, ctd)
     return replace(done, notes=[note, *done.notes]) if note else done
 
 
@@ -351,7 +353,6 @@ def _pull_refs(node: Node, open_runtime: OpenRuntime, request: PullRequest, want
 
     from pinctl.backends import registry
     from pinctl.backends.registry_auth import load_auths
-    from pinctl.landing.budget import Budget
     from pinctl.pull import run as pulling
     from pinctl.pull.targets import NodeLabels, choose_target
 
@@ -359,7 +360,7 @@ def _pull_refs(node: Node, open_runtime: OpenRuntime, request: PullRequest, want
     target = choose_target(node, request.namespaces, open_runtime)
     if not wanted:
         return pulling.PullReport(target.name, [], request.max_usage)
-    run = pulling.PullRun(target, NodeLabels(node), request, Budget(target, request.max_usage), auths,
+    run = pulling.PullRun(target, NodeLabels(node), request, pulling.Budget(target, request.max_usage), auths,
                           registry.compressed_size, callbacks.progress)
     items, interrupted = pulling.run(run, wanted, callbacks.finished)
     return pulling.PullReport(target.name, items, request.max_usage, interrupted)

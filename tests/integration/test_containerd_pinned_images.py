@@ -1,6 +1,9 @@
 """containerd 2.x's own pinned_images, for real on containerd 2.1: `config export --for containerd`
 written into its config makes its CRI pin exactly the policy's images; ls names the entry that
-labels an image; unpin says containerd puts the pin back, which it does at once.
+labels an image; unpin says containerd puts the pin back, which it does at once. The export
+fits the containerd asked and its config file: 2.1 with a version 2 file gets a version 2 table
+(which pins there too), and 1.7, which has no pinned_images, is refused with pinctl sync as the
+fix (and --offline, not knowing, writes what 1.7 starts with and ignores, and says so).
 
 One containerd 2.1 of this module's own, since its config changes and it restarts; the policy's
 images are loaded before the export, which expands the glob and keyword over what is present.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +26,7 @@ from tests.conftest import engine_unavailable
 from tests.harness import cri, debs, images
 from tests.harness.containerd import ContainerdDaemon, DaemonError
 from tests.harness.crictl import Crictl
-from tests.integration.pinctl_runner import pinctl, pinctl_json
+from tests.integration.pinctl_runner import assert_one_line_error, pinctl, pinctl_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,6 +60,12 @@ class Exported:
     table: dict[str, str]
     notes: str
     ids: dict[str, str]  # ref -> image ID
+    text: str  # what export wrote on stdout
+
+
+def header(text: str) -> str:
+    """An export's comment lines as one text."""
+    return " ".join(line[2:] for line in text.splitlines() if line.startswith("# "))
 
 
 def settle(daemon: ContainerdDaemon) -> None:
@@ -94,13 +104,19 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
         daemon.pinned_images = {**table, TAGLESS_ENTRY[0]: TAGLESS_ENTRY[1]}
         daemon.restart()
         settle(daemon)
-        yield Exported(daemon, policy, table, result.stderr, {ref: info.image_id for info in infos for ref in info.refs})
+        yield Exported(daemon, policy, table, result.stderr, {ref: info.image_id for info in infos for ref in info.refs},
+                       result.stdout)
     finally:
         daemon.stop()
 
 
 def test_the_exported_table_is_what_the_policy_means_for_containerd(exported: Exported) -> None:
     assert sorted(exported.table.values()) == sorted(COVERED)
+    # The header is for the containerd asked (2.1) and names the configured containerd_config.
+    said = header(exported.text)
+    assert said.startswith("containerd 2.1.") and "CRI config (version 3)" in said, said
+    assert f"Merge the table into {exported.daemon.config_path};" in said and "/etc/containerd" not in said
+    assert "1.x" not in said and "containerd's version" not in exported.notes
     # Every entry a full name:tag: tagless ones pin nothing in containerd.
     assert all(":" in ref.rsplit("/", 1)[-1] for ref in exported.table.values())
     assert "example.test/pi/glob/*" in exported.notes and "expanded to the 2" in exported.notes
@@ -164,3 +180,101 @@ def test_unpin_says_containerd_pins_it_again_and_containerd_does(exported: Expor
     # write included (1.7 never relabels a record the label was taken from): the pin is back.
     assert within(5, lambda: labelled(daemon, ref)), daemon.images()
     assert cri.by_tag(cri.list_images(daemon.address))[ref].pinned
+
+
+# -- the export fits the containerd and its config file --------------------------------------------
+
+APP, OTHER = "example.test/pi/v2/app:1", "example.test/pi/v2/other:1"
+
+
+class Version2Daemon(ContainerdDaemon):
+    """A containerd whose config is version 2 (what 1.x reads, and 2.x still), with what an
+    export wrote merged in as an operator would: its tables appended."""
+
+    merged = ""
+
+    def render_config(self) -> str:
+        return self._render_v2() + self.merged
+
+
+def own_version2(engine: str, base: pathlib.Path) -> Version2Daemon:
+    daemon = Version2Daemon(engine, base / "daemon")
+    try:
+        daemon.start()
+        images.ensure_sandbox_image(daemon)
+        images.load_images(daemon, base / "archives", [images.recipe(ref, seed=ref) for ref in (APP, OTHER)])
+    except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+        daemon.stop()
+        engine_unavailable(f"{engine} unavailable: {exc}")
+    return daemon
+
+
+def app_policy(base: pathlib.Path) -> dict[str, str]:
+    policy = base / "pinctl.toml"
+    policy.write_text(f'pinned_images = ["{APP}"]\n')
+    return {"PINCTL_CONFIG": str(policy)}
+
+
+def merge(daemon: Version2Daemon, exported: str) -> None:
+    """The export's tables into the daemon's version 2 file (its own `version = 2` is the file's)."""
+    assert tomllib.loads(exported)["version"] == 2
+    daemon.merged = "\n" + exported[exported.index("[plugins."):]
+    daemon.restart()
+
+
+def test_containerd21_with_a_version_2_file_gets_a_version_2_table_that_pins(tmp_path: pathlib.Path) -> None:
+    daemon = own_version2("containerd-2.1", tmp_path)
+    try:
+        result = pinctl(daemon, "config", "export", "--for", "containerd", env=app_policy(tmp_path))
+        assert result.returncode == 0, result.stderr
+        said = header(result.stdout)
+        assert said.startswith("containerd 2.1.") and "(version 2)" in said, said
+        assert f"Merge the table into {daemon.config_path}, which is version 2" in said and "1.x" not in said
+        merge(daemon, result.stdout)
+        listed = cri.wait_for(daemon.address, lambda found: APP in {t for i in found if i.pinned for t in i.repo_tags},
+                              timeout=60)
+        pinned = {tag for image in listed if image.pinned for tag in image.repo_tags}
+        # The version 2 file's sandbox_image stays pinned beside the table's entry.
+        assert pinned == {APP, daemon.sandbox_image}, listed
+    finally:
+        daemon.stop()
+
+
+def test_containerd17_is_refused_in_one_line_with_pinctl_sync_as_the_fix(containerd17: ContainerdDaemon,
+                                                                          tmp_path: pathlib.Path) -> None:
+    result = pinctl(containerd17, "config", "export", "--for", "containerd", env=app_policy(tmp_path))
+    assert_one_line_error(result, 2, "containerd 1.7.", f"at {containerd17.address} has no pinned_images",
+                          "came with containerd 2.0", "run pinctl sync")
+    assert result.stdout == ""
+
+
+def test_containerd17_refuses_to_start_on_the_version_3_config_export_used_to_write(tmp_path: pathlib.Path) -> None:
+    """Why 1.x is refused rather than given a table: merged as before (version = 3), it stops
+    containerd 1.7 from starting at all."""
+    try:
+        binary = debs.engine_dir("containerd-1.7") / "usr" / "bin" / "containerd"
+    except debs.EngineUnavailable as exc:
+        engine_unavailable(f"containerd-1.7 unavailable: {exc}")
+    config = tmp_path / "containerd.toml"
+    config.write_text("version = 3\n" f'root = "{tmp_path}/root"\nstate = "{tmp_path}/state"\n'
+                      f'[grpc]\n  address = "{tmp_path}/c.sock"\n')
+    done = subprocess.run([str(binary), "--config", str(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "unsupported config version `3`" in done.stderr, done.stderr
+
+
+def test_offline_a_version_2_file_gets_a_table_containerd17_starts_with_and_ignores(tmp_path: pathlib.Path) -> None:
+    daemon = own_version2("containerd-1.7", tmp_path)
+    try:
+        result = pinctl(daemon, "config", "export", "--for", "containerd", "--offline", env=app_policy(tmp_path))
+        assert result.returncode == 0, result.stderr
+        said = header(result.stdout)
+        assert "containerd 1.x has no pinned_images and ignores this table" in said, said
+        assert f"{daemon.config_path} is version 2" in result.stderr and "on 1.x run pinctl sync" in result.stderr
+        merge(daemon, result.stdout)
+        listed = cri.by_tag(cri.wait_for_refs(daemon.address, [APP, OTHER]))
+        # 1.7 started with the table and pins neither image by it: no label was written, and its
+        # CRI reports pins by label only.
+        assert not listed[APP].pinned and not listed[OTHER].pinned
+        assert PIN not in {row.ref: row.labels for row in daemon.images()}[APP]
+    finally:
+        daemon.stop()

@@ -3,13 +3,15 @@ and the exit code it carries. Engine behaviour is tested against real engines el
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import pytest
 
 from pinctl import commands
 from pinctl.backends.cri import CriImage, RuntimeVersion
-from pinctl.config.loader import PatternEntry
+from pinctl.config.loader import Config, PatternEntry
+from pinctl.config.settings import Settings
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
 from pinctl.model import PIN_LABEL
 from pinctl.node.sources import ContainerdSource, Node
@@ -116,10 +118,33 @@ def test_check_without_wait_reports_at_once() -> None:
     assert report.exit_code == EXIT_ERROR and report.waited is None
 
 
-def test_export_expands_over_names_not_ids() -> None:
+def config_of(tmp_path: Path, containerd_toml: str = "version = 3\n") -> Config:
+    """Settings naming the fake store's containerd and a containerd config file of its own."""
+    path = tmp_path / "containerd.toml"
+    path.write_text(containerd_toml)
+    return Config(Settings(containerd_address=FakeStore.address, containerd_config=str(path)), {}, [], [])
+
+
+def test_export_expands_over_names_not_ids(tmp_path: Path) -> None:
     store = store_with_images()
-    result = commands.export("containerd", policy_of("example.test/*"), [], node_of(store))
+    store.runtime_version = "2.1.9"
+    result = commands.export("containerd", policy_of("example.test/*"), node_of(store), config_of(tmp_path))
     assert "example.test/bee:1" in result.text and "sha256:" not in result.text
+
+
+def test_export_for_containerd_asks_the_daemon_and_reads_the_configured_file(tmp_path: Path) -> None:
+    store = store_with_images()
+    store.runtime_version = "2.1.9"
+    cfg = config_of(tmp_path, "version = 2\n")
+    result = commands.export("containerd", policy_of("example.test/app:1"), node_of(store), cfg)
+    assert "containerd 2.1.9 CRI config (version 2)" in result.text
+    assert f"Merge the table into {cfg.settings.containerd_config}, which is version 2" in " ".join(
+        line.lstrip("# ") for line in result.text.splitlines())
+    assert result.notes == []
+    store.runtime_version = "1.7.24"
+    with pytest.raises(UsageError, match="containerd 1.7.24 at /fake.sock has no pinned_images") as refused:
+        commands.export("containerd", policy_of("example.test/app:1"), node_of(store), cfg)
+    assert "pinctl sync" in refused.value.hint
 
 
 def test_lint_report_exit_code() -> None:

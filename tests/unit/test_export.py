@@ -9,7 +9,8 @@ import pytest
 
 from pinctl import refs
 from pinctl.config.loader import PatternEntry
-from pinctl.pins.export import export
+from pinctl.errors import UsageError
+from pinctl.pins.export import ContainerdTarget, export
 from pinctl.pins.patterns import matches
 from pinctl.pins.policy import Policy, compile_policy
 
@@ -18,6 +19,8 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
+# A containerd 2.1 whose config is version 3: the table goes out with no note of its own.
+CTD21 = ContainerdTarget("/etc/containerd/config.toml", 3, "2.1.9", "/run/containerd/containerd.sock")
 PRESENT = ["registry.example/base/os:1", "registry.example/base/os:2", "example.test/fedora-tools:3", "example.test/app:1"]
 
 
@@ -33,7 +36,8 @@ def test_crio_drop_in_parses_back_and_warns_about_unanchored_globs() -> None:
 
 
 def test_containerd_takes_exact_references_only() -> None:
-    result = export("containerd", policy("registry.example/base/*", "example.test/app:1"), PRESENT, [])
+    result = export("containerd", policy("registry.example/base/*", "example.test/app:1"), PRESENT, [],
+                    containerd=CTD21)
     parsed = tomllib.loads(result.text)
     table = parsed["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]
     assert sorted(table.values()) == ["example.test/app:1", "registry.example/base/os:1", "registry.example/base/os:2"]
@@ -82,7 +86,8 @@ def test_containerd_table_pins_what_the_policy_wants_as_containerd_compares(text
 
 def test_containerd_table_names_a_tag_and_digest_pull_by_its_digest() -> None:
     digest = "sha256:" + "d" * 64
-    result = export("containerd", policy(f"example.test/app:1@{digest}", "rtbare"), [], [])
+    result = export("containerd", policy(f"example.test/app:1@{digest}", "rtbare"), [], [],
+                    containerd=CTD21)
     assert list(pinned_images(result.text).values()) == [f"example.test/app@{digest}", "docker.io/library/rtbare:latest"]
     [note] = result.notes
     assert "by its digest alone" in note
@@ -214,3 +219,66 @@ def test_containerd_and_cri_dockerd_say_how_the_runtime_reads_it() -> None:
     assert "1.x has no pinned_images" in text and "restart containerd" in text
     notes = export("cri-dockerd", policy("example.test/app:1"), PRESENT, []).notes
     assert any("restart cri-dockerd" in note and "0.4.7" in note for note in notes)
+
+
+def test_containerd_version_is_read_from_what_the_daemon_says() -> None:
+    assert [ContainerdTarget(version=v).major for v in ("1.7.24~ds1", "v2.1.9", "2.1.9+unknown", "", None)] == [
+        1, 2, 2, None, None]
+
+
+@pytest.mark.parametrize("version", ["1.7.24~ds1", "1.6.36", "v1.7.0"])
+def test_containerd_1x_is_refused_in_one_line_naming_pinctl_sync(version: str) -> None:
+    target = ContainerdTarget("/etc/containerd/config.toml", 2, version, "/run/containerd/containerd.sock")
+    with pytest.raises(UsageError) as refused:
+        export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=target)
+    line = str(refused.value)
+    assert "\n" not in line and f"containerd {version} at /run/containerd/containerd.sock has no pinned_images" in line
+    assert "pinctl sync" in refused.value.hint
+
+
+def comment(text: str) -> str:
+    """The header's comment lines as one text."""
+    return " ".join(line[2:] for line in text.splitlines() if line.startswith("# "))
+
+
+@pytest.mark.parametrize("config_version, written", [(3, 3), (2, 2), (1, 3), (None, 3)])
+def test_containerd_2x_gets_the_version_its_file_is_and_the_files_path(config_version: int | None,
+                                                                        written: int) -> None:
+    target = ContainerdTarget("/srv/ctd/config.toml", config_version, "2.1.9", "/run/ctd.sock")
+    result = export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=target)
+    parsed = tomllib.loads(result.text)
+    assert parsed["version"] == written
+    assert pinned_images(result.text) == {"pinctl-1": "example.test/app:1"}
+    said = comment(result.text)
+    assert said.startswith(f"containerd 2.1.9 CRI config (version {written})")
+    assert "/srv/ctd/config.toml" in said and "/etc/containerd" not in said and "restart containerd" in said
+    assert "1.x" not in said and result.notes == []
+    if config_version == 1:
+        assert "is version 1: convert it first (containerd --config /srv/ctd/config.toml config migrate" in said
+    assert all(len(line) <= 80 for line in result.text.splitlines())
+
+
+def test_without_the_daemons_version_a_version_2_file_gets_a_table_for_both_and_the_truth() -> None:
+    """--offline: 1.x and 2.x both read a version 2 file; 2.x reads the table in it (1.x starts and ignores it)."""
+    target = ContainerdTarget("/srv/ctd/config.toml", 2)
+    result = export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=target)
+    assert tomllib.loads(result.text)["version"] == 2
+    assert "containerd 1.x has no pinned_images and ignores this table" in comment(result.text)
+    [note] = result.notes
+    assert "was not asked (--offline)" in note and "/srv/ctd/config.toml is version 2" in note
+    assert "on 1.x run pinctl sync" in note
+
+
+@pytest.mark.parametrize("config_version", [None, 1])
+def test_without_the_daemons_version_no_version_3_is_written_unless_the_file_is(config_version: int | None) -> None:
+    """A version 3 config stops containerd 1.x from starting: not knowing, export writes version 2."""
+    target = ContainerdTarget("/srv/ctd/config.toml", config_version)
+    result = export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=target)
+    assert tomllib.loads(result.text)["version"] == 2
+    assert comment(result.text).startswith("containerd CRI config (version 2)")
+    assert "containerd 1.x has no pinned_images" in comment(result.text) and len(result.notes) == 1
+
+
+def test_a_version_3_file_says_2x_without_the_daemon() -> None:
+    result = export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=ContainerdTarget("/c.toml", 3))
+    assert comment(result.text).startswith("containerd 2.x CRI config (version 3)") and result.notes == []

@@ -436,6 +436,16 @@ def read_config_pins(config_path: Optional[str]) -> list[ConfigPin]:
             if isinstance(ref, str) and ref]
 
 
+def read_config_version(config_path: Optional[str]) -> tuple[str, Optional[int]]:
+    """containerd's config path and the schema `version` it declares: 1 when it has none (as
+    containerd reads it), None when the default file is not there or the value is no number."""
+    read = _read_config(config_path)
+    if read is None:
+        return config_path or DEFAULT_CONFIG, None
+    version = read[1].get("version", 1)
+    return read[0], version if type(version) is int else None
+
+
 def _read_config(config_path: Optional[str]) -> Optional[tuple[str, dict[str, Any]]]:
     """(path, parsed TOML) of containerd's config; None when the default one is absent or unreadable.
 

@@ -65,7 +65,9 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
     """Write the pin policy as a runtime's own configuration, on stdout.
 
     crio: a crio.conf.d drop-in with [crio.image] pinned_images. containerd: a containerd 2.x
-    pinned_images table (exact references). cri-dockerd: --pinned-images and
+    pinned_images table (exact references) for the containerd pinctl reads and its config file
+    (containerd_config), in that file's version; refused for containerd 1.x, which has no
+    pinned_images (pinctl sync writes its pin labels). cri-dockerd: --pinned-images and
     --pinned-image-labels flags. Patterns a runtime cannot express are expanded to the images
     present now, and each such compromise is said on stderr; an image-ID pattern is written as
     that image's names, and refused when no such image is present (or with --offline). The crio
@@ -76,8 +78,7 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
 
     cfg = load_config(ctx)
     node = None if offline else open_node(cfg)
-    result = commands.export(target, load_policy(cfg), cfg.settings.docker_pinned_image_labels, node,
-                             cfg.settings.crio_config)
+    result = commands.export(target, load_policy(cfg), node, cfg)
     click.echo(result.text, nl=False)
     for note in result.notes:
         output.warn(note)

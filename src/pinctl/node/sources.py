@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from pinctl.backends import cri_dockerd
-from pinctl.backends.containerd import ContainerdStore
+from pinctl.backends.containerd import ContainerdStore, read_config_version
 from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 from pinctl.backends.docker import DockerEngine
 from pinctl.errors import EngineUnreachable, PinctlError
@@ -19,6 +19,7 @@ from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, S
 from pinctl.node import crio as crio_node
 from pinctl.node import docker as docker_service
 from pinctl.node.docker import DockerView, rows_without_records
+from pinctl.pins.export import ContainerdTarget
 from pinctl.pins.listing import Listing, list_images
 from pinctl.pins.plans import NamespaceView
 from pinctl.pins.policy import Policy
@@ -287,6 +288,19 @@ def _selected(store: ImageRecords, requested: Sequence[str], absent_ok: bool) ->
     wanted = list(dict.fromkeys(requested or DEFAULT_NAMESPACES))
     present = set(store.namespaces())
     return wanted, [ns for ns in wanted if ns not in present]
+
+
+def containerd_target(node: Optional[Node], address: str, config_path: Optional[str]) -> ContainerdTarget:
+    """The containerd at address, for config export: its version, asked of the daemon when the
+    node reads it (node None: --offline), and the version its config file declares."""
+    path, config_version = read_config_version(config_path)
+    if node is None:
+        return ContainerdTarget(path, config_version)
+    store = next((source.store for source in node.sources
+                  if isinstance(source, ContainerdSource) and source.store.address == address), None)
+    if store is None:
+        return ContainerdTarget(path, config_version, unknown=f"is not known (no containerd answers at {address})")
+    return ContainerdTarget(path, config_version, store.version(), address)
 
 
 def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: DockerView) -> Node:

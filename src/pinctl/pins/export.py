@@ -11,6 +11,7 @@ runtime matches names only. Each text says, in comments, how to make its runtime
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
@@ -36,20 +37,44 @@ class Export:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ContainerdTarget:
+    """The containerd a containerd export is for, as far as it is known: its config file (the
+    containerd_config setting, else containerd's default) and that file's `version` (None: no
+    file there), and the daemon's own version (None: not known, and unknown says why)."""
+
+    config_path: str = "/etc/containerd/config.toml"
+    config_version: Optional[int] = None
+    version: Optional[str] = None
+    address: str = ""
+    unknown: str = "was not asked (--offline)"
+
+    @property
+    def major(self) -> Optional[int]:
+        """The daemon's major version ("1.7.24~ds1" -> 1, "v2.1.9" -> 2); None when not known."""
+        found = re.match(r"v?(\d+)\.", self.version or "")
+        return int(found.group(1)) if found else None
+
+
 def export(target: str, policy: Policy, present: Optional[Present], label_rules: Sequence[str],
-           site: Sequence[CrioEntry] = ()) -> Export:
+           site: Sequence[CrioEntry] = (), containerd: Optional[ContainerdTarget] = None) -> Export:
     """present: the names on the node now, each with its image's ID and digest ((ref, image_id,
     digest)), for patterns that must be expanded; None when the
     engines were not asked (--offline). site: CRI-O's own effective entries, which a crio
-    drop-in written last replaces and so must carry over."""
+    drop-in written last replaces and so must carry over. containerd: the containerd a
+    containerd table is written for; one of 1.x is refused (it has no pinned_images)."""
+    containerd = containerd or ContainerdTarget()
+    if target == "containerd":
+        _refuse_containerd_1(containerd)
     pairs = None if present is None else [_named(p) for p in present]
     names = None if pairs is None else sorted({ref for ref, _, _ in pairs if not ref.startswith(_ID_PREFIX)})
     # Every ID pattern is resolved (or refused) before anything is written.
     by_id = {i: _by_id(p, pairs) for i, p in enumerate(policy.patterns) if _is_id_pattern(p)}
     if target == "crio":
         return _crio(policy, names, label_rules, by_id, site)
-    render = {"containerd": _containerd, "cri-dockerd": _cri_dockerd}[target]
-    return render(policy, names, label_rules, by_id)
+    if target == "containerd":
+        return _for_containerd(_containerd(policy, names, label_rules, by_id), containerd)
+    return _cri_dockerd(policy, names, label_rules, by_id)
 
 
 def _is_id_pattern(pattern: Pattern) -> bool:
@@ -152,7 +177,9 @@ def _one_line(text: str) -> str:
 
 def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: Sequence[str],
                 by_id: dict[int, tuple[str, ...]]) -> Export:
-    """containerd 2.x labels a record when an entry equals its name as a plain string, and its
+    """The entries of containerd 2.x's pinned_images table (its header: _for_containerd).
+
+    containerd 2.x labels a record when an entry equals its name as a plain string, and its
     CRI names records fully normalised (docker.io/library/x:1), so that is how entries are
     written. None is ever tagless: an entry without a tag pins nothing (containerd issue 13314),
     so a tagless exact pattern goes out with the :latest it means, and a present name that is not
@@ -169,16 +196,76 @@ def _containerd(policy: Policy, present: Optional[Sequence[str]], label_rules: S
             refs += _whole_names(p, _expanded(p, present, "containerd pins exact references only", notes), notes)
     if label_rules:
         notes.append("docker_pinned_image_labels have no containerd equivalent; left out")
-    lines = [
-        "# containerd 2.x CRI config (version 3), written by pinctl config export --for containerd.",
-        "# Merge the table into /etc/containerd/config.toml; keep your own 'sandbox' entry. containerd 2.x",
-        "# only: 1.x has no pinned_images. Then restart containerd (systemctl restart containerd).",
-        "version = 3",
-        "",
-        "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
-    ]
-    lines += [f"  {json.dumps(f'pinctl-{n}')} = {json.dumps(ref)}" for n, ref in enumerate(dict.fromkeys(refs), 1)]
-    return Export("\n".join(lines) + "\n", notes)
+    lines = [f"  {json.dumps(f'pinctl-{n}')} = {json.dumps(ref)}" for n, ref in enumerate(dict.fromkeys(refs), 1)]
+    return Export("\n".join(lines) + "\n" if lines else "", notes)
+
+
+# What merges the table: the file, and a restart (containerd reads its config at start only).
+_RESTART = "Then restart containerd (systemctl restart containerd)."
+_ONLY_2X = ("containerd 1.x has no pinned_images and ignores this table: there, pinctl sync writes the pin "
+            "labels its CRI reads.")
+_SYNC_FIX = "its pins are labels: run pinctl sync, which writes them for the policy; sync --watch keeps them written"
+
+
+def _refuse_containerd_1(target: ContainerdTarget) -> None:
+    """containerd 1.x has no pinned_images, and refuses to start on a version 3 config (1.7.24:
+    "unsupported config version `3`"): no table is right for it, so none is written."""
+    major = target.major
+    if major is not None and major < 2:
+        where = f" at {target.address}" if target.address else ""
+        raise UsageError(f"containerd {target.version}{where} has no pinned_images, which came with containerd 2.0",
+                         _SYNC_FIX)
+
+
+def _for_containerd(table: Export, target: ContainerdTarget) -> Export:
+    """The table under the header its file needs: the version that file is (2 or 3; containerd
+    2.x reads the images plugin's pinned_images in both), said to be merged into that file.
+
+    Without the daemon's version, a file that is not version 3 (or none) may be 1.x's: the
+    table is written as version 2, which 1.x starts with and ignores, and that is said on stderr
+    too. Written as version 3 it would stop 1.x from starting."""
+    notes = list(table.notes)
+    path, found = target.config_path, target.config_version
+    known_2x = (target.major or 0) >= 2 or (found or 0) >= 3
+    version = 3 if known_2x and found != 2 else 2
+    name = f"containerd {target.version}" if target.version else "containerd 2.x" if known_2x else "containerd"
+    if found is None:
+        into = f"Write the table into {path} (there is none yet) with a 'sandbox' entry for your pause image."
+    elif found == 2:
+        into = (f"Merge the table into {path}, which is version 2: containerd 2.x reads the table there "
+                "too, and its sandbox_image stays the 'sandbox' entry.")
+    elif found < 2:
+        into = (f"{path} is version {found}: convert it first (containerd --config {path} config migrate "
+                "prints it converted; check its 'sandbox' entry), then merge the table into it under the "
+                "version it then says.")
+    else:
+        into = f"Merge the table into {path}; keep its 'sandbox' entry."
+    header = _wrapped(f"{name} CRI config (version {version}), written by pinctl config export --for "
+                      f"containerd. {into} {_RESTART}")
+    if not known_2x:
+        header += _wrapped(_ONLY_2X)
+        notes.append(f"containerd's version {target.unknown}, and {_file_says(target)}: the table pins on "
+                     "containerd 2.x only; on 1.x run pinctl sync, which writes the pin labels its CRI reads")
+    lines = [*(f"# {line}" for line in header), f"version = {version}", "",
+             "[plugins.'io.containerd.cri.v1.images'.pinned_images]"]
+    return Export("\n".join(lines) + "\n" + table.text, notes)
+
+
+def _file_says(target: ContainerdTarget) -> str:
+    if target.config_version is None:
+        return f"there is no {target.config_path} to tell"
+    return f"{target.config_path} is version {target.config_version}, which containerd 1.x reads too"
+
+
+def _wrapped(text: str, width: int = 78) -> list[str]:
+    """A comment's text in lines that fit a terminal beside the '# '."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 def _as_containerd_names_it(pattern: Pattern, notes: list[str]) -> str:
