@@ -81,3 +81,35 @@ def test_a_descriptor_closed_at_start_is_a_write_error(monkeypatch: pytest.Monke
     with pytest.raises(OutputError) as caught:
         sys.stdout.write("example.test/app:1\n")
     assert str(caught.value) == "cannot write output: Bad file descriptor" and caught.value.fd == 1
+
+
+@pytest.mark.parametrize("buffering", ["python's", "PYTHONUNBUFFERED"])
+def test_stdout_into_a_pipe_goes_out_in_one_write_at_the_end(buffering: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing that fits a pipe's buffer is written whole at the end, whatever the environment
+    asked: `pinctl ls | head -1` then finds pinctl done and exits 0. Written row by row (as an
+    unbuffered stream does), head's exit after the first row met the next write: 141."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    unbuffered = buffering == "PYTHONUNBUFFERED"
+    raw = open(write_end, "wb", buffering=0 if unbuffered else -1)
+    stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=unbuffered)
+    try:
+        monkeypatch.setattr("sys.stdout", stream)
+        monkeypatch.setattr("sys.stderr", io.StringIO())
+        streams.install()
+        import sys
+
+        guarded = sys.stdout
+        assert guarded is not stream
+        rows = [f"k8s.io   example.test/app-{n}:1.0   3ab413910e19   836 B   no   -\n" for n in range(600)]
+        assert 8 * 1024 < sum(map(len, rows)) < 64 * 1024  # past Python's own 8 KiB buffer
+        for row in rows:
+            guarded.write(row)
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 1)  # nothing written yet
+        guarded.flush()
+        assert os.read(read_end, 64 * 1024).decode() == "".join(rows)  # all of it, in one write
+    finally:
+        stream.detach()
+        raw.close()
+        os.close(read_end)

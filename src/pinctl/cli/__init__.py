@@ -31,17 +31,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI and turn every failure into one line on stderr and a documented exit code."""
     try:
-        return _run(argv)
+        code = _run(argv)
+        # Here, not at exit: what stdout still holds (all of it, into a pipe) goes out now, also
+        # after a failure, so a closed pipe or a full disk reaches the handlers below.
+        sys.stdout.flush()
+        return code
     except OutputClosed as err:  # from a command or from a handler's own message
         return _output_failed(err, quiet=True)
     except OutputError as err:
         return _output_failed(err, quiet=False)
+    except BrokenPipeError:  # stdout without pinctl's guard (run() called in-process)
+        _discard(sys.stdout)
+        return EXIT_PIPE
 
 
 def _run(argv: Optional[Sequence[str]]) -> int:
     try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="pinctl", standalone_mode=False)
-        sys.stdout.flush()  # here, not at exit: a write error must still reach the handlers below
         return code if isinstance(code, int) else EXIT_OK
     except NO_ARGS_IS_HELP as err:
         # A group named without its subcommand: show what it offers, as git does.
