@@ -87,3 +87,47 @@ def test_a_narrow_window_sets_why_on_lines_under_its_row() -> None:
 def test_fixed_columns_never_shrink() -> None:
     layout = table.lay_out(["A", "B"], [["x" * 50, "y" * 50]], 60, table.NO_FIT)
     assert layout.widths == {0: 50, 1: 50}  # the terminal wraps what cannot give way
+
+
+CRI_HEADERS = ["REF", "IMAGE ID", "SIZE", "PINNED", "CRI PINNED", "WHY"]
+POLICY_WHY = "pattern example.test/alpha:* (/tmp/pinctl-sandbox/config.toml:1)"
+
+
+def cri_rows(*whys: str) -> list[list[str]]:
+    refs = ["localhost:5000/team/alpha:1.0", "example.test/pause:3.9", "localhost:5000/tools/zeta:0.9"]
+    return [[ref, "3ab413910e19", "1.3 KiB", "yes", "no", why] for ref, why in zip(refs, whys)]
+
+
+def test_a_one_word_why_stays_on_its_row_when_the_others_hang() -> None:
+    """ls --cri at 80 columns: 'sandbox' has its row even though the long WHYs go on under theirs;
+    a reference gives the cell it needs (it keeps 20 at the least)."""
+    layout = table.lay_out(CRI_HEADERS, cri_rows(POLICY_WHY, "sandbox", "-"), 80, table.give_way("REF", "WHY"))
+    assert layout.hang and layout.widths[5] >= len("sandbox")
+    assert table.REF_FLOOR <= layout.widths[0] < len("localhost:5000/team/alpha:1.0")
+    assert sum(layout.widths.values()) + table.GAP * 5 <= 80
+
+
+def test_a_short_why_that_does_not_fit_its_row_goes_whole_under_it() -> None:
+    # Split, it takes the same two lines and reads worse: "label;" on the row, "sandbox" alone under it.
+    assert table.hung("label; sandbox", 9, 80) == ["", "label; sandbox"]
+    assert table.hung("label", 9, 80) == ["label"]
+    # Starting on the row saves a line: it does.
+    long = "label on example.test/beta:2.0; pattern *beta* (/tmp/pinctl-sandbox/config.toml:1)"
+    assert table.hung(long, 9, 80)[0] == "label on"
+
+
+def test_a_reference_is_never_squeezed_below_20_cells() -> None:
+    """Past every step the table may still be too wide (fixed columns): other shaped columns give,
+    the reference keeps REF_FLOOR cells and the line overflows rather than show '…/…a:1.0'."""
+    fit = table.give_way("REF", "WHY", paths=["ARCHIVE"])
+    headers = ["ARCHIVE", "REF", "RESULT", "FIXED", "WHY"]
+    row = ["/var/lib/pinctl/images/agent.tar", "localhost:5000/tools/zeta:0.9", "present, already pinned", "x" * 30, ""]
+    layout = table.lay_out(headers, [row], 80, fit)
+    assert layout.widths[1] == table.REF_FLOOR and layout.widths[0] == table.SQUEEZE_MIN
+    assert shape.shorten_ref(row[1], layout.widths[1], "…") == "localhos…/…/zeta:0.9"
+
+
+def test_a_column_empty_on_every_row_takes_no_space() -> None:
+    fit = table.give_way("REF", "WHY")
+    assert table.lay_out(["REF", "RESULT", "WHY"], [["example.test/app:1", "imported", ""]], 80, fit).columns == [0, 1]
+    assert table.lay_out(["REF", "RESULT", "WHY"], [["example.test/app:1", "failed", "x"]], 80, fit).columns == [0, 1, 2]

@@ -4,11 +4,13 @@ Each table states the order in which its columns give way when it is wider than 
 (Fit.steps): a column that says the same on every row folds into a heading line above the
 table; a column takes its brief form; a column narrows to a floor, shortening its cells by
 its shape (a reference in its middle, a sentence wrapped onto more lines, other text cut with
-an ellipsis). Steps run in order until the table fits, and each takes only what is missing. A
-wrapped last column then gets whatever width is left; with less than ALIGN_MIN cells, or when
-it would take half as many lines again or break inside a word, it continues on full-width lines
-indented by HANG under its row. Pipes and files never come here:
-they get plain columns with every value whole.
+an ellipsis). Steps run in order until the table fits, and each takes only what is missing;
+past them, shaped columns narrow further, never below their least width (Fit.least: a
+reference keeps 20 cells). A column that is empty on every row (Fit.drop_empty) takes no space
+at all. A wrapped last column then gets whatever width is left; with less than ALIGN_MIN
+cells, or when it would take half as many lines again or break inside a word, it continues on
+full-width lines indented by HANG under its row, keeping room on its row for a one-word cell
+("sandbox"). Pipes and files never come here: they get plain columns with every value whole.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ HANG = 4  # indent of a narrow last column's continuation lines
 ALIGN_MIN = 24  # a last column at least this wide continues under itself
 TOKEN_CAP = 32  # a wrapped column need not be wider than this to keep its words whole
 SQUEEZE_MIN = 8  # past every step, shaped columns narrow to this before a line may overflow
+WORD_CAP = 12  # a hanging last column keeps room on its row for one-word cells up to this wide
 Notes = Sequence[tuple[str, str]]
 
 
@@ -46,6 +49,8 @@ class Fit:
 
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     steps: tuple[Give, ...] = ()
+    least: Mapping[str, int] = field(default_factory=dict)  # never narrower, past every step
+    drop_empty: tuple[str, ...] = ()  # left out when no row has anything in it
 
 
 NO_FIT = Fit()
@@ -72,6 +77,9 @@ def lay_out(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, f
     table = [list(row) for row in rows]
     natural = {i: max([shape.cells(h), *(shape.cells(r[i]) for r in table)]) for i, h in enumerate(headers)}
     layout = Layout(list(range(len(headers))), dict(natural), table, [])
+    for column in fit.drop_empty:
+        if column in headers and len(layout.columns) > 1 and not any(r[headers.index(column)].strip() for r in table):
+            layout.columns.remove(headers.index(column))
 
     def excess() -> int:
         return sum(layout.widths[i] for i in layout.columns) + GAP * (len(layout.columns) - 1) - width
@@ -113,8 +121,17 @@ def _hangs(layout: Layout, width: int) -> bool:
     if w < ALIGN_MIN or shape.widest_token(texts) > w:  # under itself it would break inside words
         return True
     under = sum(len(shape.wrap(text, w, w)) for text in texts)
-    hanging = sum(len(shape.wrap(text, w, width - HANG)) for text in texts)
+    hanging = sum(len(hung(text, w, width)) for text in texts)
     return under * 2 > hanging * 3
+
+
+def hung(text: str, w: int, width: int) -> list[str]:
+    """A hanging last column's lines: the first on the row (w cells), the rest at HANG. Text that
+    takes no more lines starting under the row goes there whole ("label; sandbox" rather than
+    "label;" on the row and "sandbox" alone under it); an empty first line says so."""
+    on_row = shape.wrap(text, w, width - HANG)
+    under = shape.wrap(text, 0, width - HANG)
+    return under if shape.cells(text) > w and len(under) <= len(on_row) else on_row
 
 
 def _fold(layout: Layout, headers: Sequence[str], index: int) -> None:
@@ -137,7 +154,11 @@ def _floor(layout: Layout, headers: Sequence[str], index: int, fit: Fit, floor: 
     how = fit.shapes.get(headers[index], "fixed")
     if how == "fixed":
         return layout.widths[index]
-    if how == "wrap" and not (floor == 0 and index == layout.last):
+    if how == "wrap" and floor == 0 and index == layout.last:
+        # Going on under its row, the last column still keeps a one-word cell on the row itself.
+        one_word = [shape.cells(cell) for row in layout.rows if len((cell := row[index]).split()) == 1]
+        return max([header, *(cells for cells in one_word if cells <= WORD_CAP)])
+    if how == "wrap":
         # Narrower than its longest word, a wrapped column would break inside words.
         words = min(TOKEN_CAP, shape.widest_token([row[index] for row in layout.rows]))
         return max(floor, header, words)
@@ -145,10 +166,15 @@ def _floor(layout: Layout, headers: Sequence[str], index: int, fit: Fit, floor: 
 
 
 def _squeeze(layout: Layout, headers: Sequence[str], fit: Fit, excess: int) -> None:
-    """Past every step: the widest shaped column gives a cell at a time, down to SQUEEZE_MIN."""
+    """Past every step: the widest shaped column gives a cell at a time, down to SQUEEZE_MIN, a
+    column's least width, and a wrapped column in the middle to its widest word (as its step)."""
+    least = {i: max(SQUEEZE_MIN, shape.cells(headers[i]), fit.least.get(headers[i], 0)) for i in layout.columns}
+    for i in layout.columns:
+        if fit.shapes.get(headers[i]) == "wrap" and i != layout.last:
+            least[i] = max(least[i], min(TOKEN_CAP, shape.widest_token([row[i] for row in layout.rows])))
     while excess > 0:
         shaped = [i for i in layout.columns if fit.shapes.get(headers[i], "fixed") != "fixed"
-                  and layout.widths[i] > max(SQUEEZE_MIN, shape.cells(headers[i]))]
+                  and layout.widths[i] > least[i]]
         if not shaped:
             return  # what cannot shrink stays whole: the terminal wraps the line
         widest = max(shaped, key=lambda i: layout.widths[i])
@@ -170,7 +196,9 @@ def draw(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, fit
     for heading in layout.headings:
         label, _, value = heading.partition(": ")
         text.append(f"{label}:", style="bold")
-        text.append(f" {value}\n")
+        # A long value (an archive's path) goes on at HANG, as a hanging column does.
+        first, *more = shape.wrap(value, width - shape.cells(label) - 2, width - HANG)
+        text.append((f" {first}" if first else "") + "".join(f"\n{' ' * HANG}{line}" for line in more) + "\n")
     text.append_text(_block([str(h) for h in headers], layout, headers, fit, width, ellipsis, bold=True))
     styles = styles or {}
     for index, cells in enumerate(layout.rows):
@@ -200,7 +228,7 @@ def _block(cells: Sequence[str], layout: Layout, headers: Sequence[str], fit: Fi
         elif how == "ref":
             shown[i] = [shape.shorten_ref(cell, w, ellipsis)]
         elif how == "wrap" and i == layout.last and layout.hang:
-            first, *hanging = shape.wrap(cell, w, width - HANG)
+            first, *hanging = hung(cell, w, width)
             shown[i] = [first]
         elif how == "wrap":
             shown[i] = shape.wrap(cell, w, w)
@@ -240,16 +268,19 @@ LAST_COMFORT = 30  # a wrapped last column keeps this many cells before a refere
 
 
 def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Sequence[str] = (),
-             brief: Sequence[str] = (), wrap: Sequence[str] = ()) -> Fit:
-    """The one give-way order of pinctl's tables, first to last:
+             brief: Sequence[str] = (), wrap: Sequence[str] = (), paths: Sequence[str] = ()) -> Fit:
+    """The one give-way order of pinctl's tables, first to last (last, when empty on every row,
+    takes no space at all):
 
     1. fold: a column saying the same on every row (NAMESPACE) becomes a heading line;
     2. brief: a column takes its short form (DRIFT);
     3. last (WHY and the like) wraps within its column, down to LAST_COMFORT cells;
     4. wrap: a column in the middle wraps, down to its widest word;
-    5. ref is shortened in its middle, down to REF_SOFT cells;
-    6. last starts on the row and goes on in indented full-width lines under it;
-    7. ref is shortened further, down to REF_FLOOR cells.
+    5. paths (import's ARCHIVE) are shortened in their middle, down to REF_FLOOR cells;
+    6. ref is shortened in its middle, down to REF_SOFT cells;
+    7. last starts on the row and goes on in indented full-width lines under it;
+    8. ref is shortened further, down to REF_FLOOR cells, and never below it; a path may still
+       narrow to SQUEEZE_MIN.
     """
     shapes: dict[str, Shape] = {}
     steps = [Give(column, fold=True) for column in fold] + [Give(column, brief=True) for column in brief]
@@ -259,6 +290,9 @@ def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Seq
     for column in wrap:
         shapes[column] = "wrap"
         steps.append(Give(column))
+    for column in paths:
+        shapes[column] = "ref"
+        steps.append(Give(column, REF_FLOOR))
     if ref:
         shapes[ref] = "ref"
         steps.append(Give(ref, REF_SOFT))
@@ -266,4 +300,4 @@ def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Seq
         steps.append(Give(last))
     if ref:
         steps.append(Give(ref, REF_FLOOR))
-    return Fit(shapes, tuple(steps))
+    return Fit(shapes, tuple(steps), least={ref: REF_FLOOR} if ref else {}, drop_empty=(last,) if last else ())
