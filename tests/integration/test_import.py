@@ -163,7 +163,7 @@ def test_a_broken_archive_is_refused_in_one_line_and_nothing_is_named(containerd
     result = run(daemon, "--pin", str(archives.CORPUS / name))
     assert result.returncode == 1, result.stdout + result.stderr
     refusals = [line for line in result.stderr.splitlines() if str(archives.CORPUS / name) in line
-                and not line.startswith("import:")]
+                and not line.startswith("pinctl: import:")]
     assert len(refusals) == 1, result.stderr
     assert EXPECTED[name] in refusals[0] and "Traceback" not in result.stderr
     time.sleep(0.2)
@@ -201,5 +201,5 @@ def test_progress_stays_off_a_pipe(containerd17: ContainerdDaemon, tmp_path: pat
     result = run(daemon, str(path))
     assert result.returncode == 0, result.stderr
     assert "reading" not in result.stderr and "\x1b" not in result.stderr + result.stdout
-    assert result.stderr.strip().splitlines()[-1].startswith("import: 1 imported")
+    assert result.stderr.strip().splitlines()[-1].startswith("pinctl: import: 1 imported")
     assert "example.test/imp/quiet:1" in result.stdout and "imported" in result.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from tests.harness import images
+from tests.harness import archives, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.test_terminal import VENV_BIN, LoadImages, Tmux, pinctl_env
 
@@ -118,3 +118,56 @@ def test_a_pipe_still_gets_whole_values(fit_node: tuple[ContainerdDaemon, Path],
     assert lines.pop() == "EXIT=0"
     assert lines[0].split()[:2] == ["NAMESPACE", "REF"] and any(LONG_REF in line for line in lines)
     assert any(len(line) > 80 for line in lines)  # the terminal wraps them; capture-pane -J joins them again
+
+
+# As the sandbox has them: references up to 29 cells, one of 51, and the CRI sandbox image.
+FIRST_DAY_REFS = ["example.test/day/alpha:1.0", "localhost:5000/team/alpha:1.0", "localhost:5000/tools/zeta:0.9"]
+LONG_ARCHIVED = "localhost:5000/platform/observability/agent-eta:0.9"
+
+
+def test_an_operators_first_day_at_80_columns(containerd17: ContainerdDaemon,
+                                              clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+                                              load_images: LoadImages, tmp_path: Path) -> None:
+    """ls --cri, import and two failures as issue 30 saw them: a one-word WHY on its row, every
+    reference at least 20 cells, each result on one line, an empty WHY left out, and a missing
+    image or archive said in one message."""
+    daemon = clean_k8s_io(containerd17)
+    load_images(daemon, [images.recipe(*FIRST_DAY_REFS[:2], seed="day-alpha"),
+                         images.recipe(FIRST_DAY_REFS[2], seed="day-zeta")])
+    policy = tmp_path / "pinctl-sandbox" / "config.toml"
+    policy.parent.mkdir()
+    policy.write_text('pinned_images = ["*alpha*"]\n')
+    archive = tmp_path / "images" / "node-images-2024-11-30-release.tar"
+    archive.parent.mkdir()
+    archives.oci_archive(archive, [images.recipe(FIRST_DAY_REFS[0], "localhost:5000/team/alpha:1.0", seed="day-alpha"),
+                                   images.recipe(LONG_ARCHIVED, seed="day-eta")])
+    terminal = terminal_at(daemon, policy, tmp_path, 80)
+    try:
+        assert terminal.output_of("cd") == ["EXIT=0"]  # to HOME, tmp_path: the archive by a short path
+        ls = terminal.output_of("pinctl ls --cri")
+        imported = terminal.output_of(f"pinctl import --pin {archive.relative_to(tmp_path)}")
+        missing_archive = terminal.output_of("pinctl import nothere.tar")
+        missing_image = terminal.output_of("pinctl pin epsilon:3.1")
+    finally:
+        terminal.close()
+    sandbox = next(line for line in ls if line.startswith(containerd17.sandbox_image))
+    assert sandbox.split()[-1] == "sandbox" or "    label; sandbox" in ls, "\n".join(ls)
+    assert "    sandbox" not in ls, "\n".join(ls)
+    for command, lines in (("ls --cri", ls), ("import", imported)):
+        assert lines.pop() == "EXIT=0", (command, lines)
+        assert_lines_fit(command, lines, 80)
+    # import: the archive and its one platform fold into headings; no WHY column with nothing in it.
+    assert imported[0] == f"ARCHIVE: {archive.relative_to(tmp_path)}" and imported[1].startswith("PLATFORMS: ")
+    header = imported[2]
+    assert header.split() == ["REF", "RESULT", "SIZE"], "\n".join(imported)
+    end = next(n for n, line in enumerate(imported) if line.startswith("pinctl: import:"))
+    rows, summary = imported[3:end], " ".join(line.strip() for line in imported[end:])
+    refs = [row[:header.index("RESULT")].strip() for row in rows]
+    assert len(refs) == 3 and all(cell_len(ref) >= 20 for ref in refs), "\n".join(imported)
+    assert {row[header.index("RESULT"):header.index("SIZE")].strip() for row in rows} <= {
+        "present, pinned", "present, already pinned", "imported, pinned"}
+    assert summary.startswith("pinctl: import: 1 imported, 2 present"), summary
+    assert missing_archive == ["pinctl: nothere.tar: cannot be opened: no such file or directory", "EXIT=1"]
+    assert missing_image.pop() == "EXIT=1"
+    assert missing_image[0].startswith("pinctl: pin epsilon:3.1: no image epsilon:3.1")
+    assert all(line.startswith("    ") for line in missing_image[1:]), missing_image  # one message, folded

@@ -381,6 +381,17 @@ def test_a_failure_shows_once_on_a_terminal(monkeypatch: pytest.MonkeyPatch, cap
     assert err.strip() == "pinctl: pin: 1 pinned, 1 already pinned, 1 failed"
 
 
+def test_a_lone_failure_on_a_terminal_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """pin epsilon:3.1 with no such image: the error alone, not a table, a note and a summary."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    output.print_results("pin", [FAILED], "failure", False, "table", False, out)
+    assert out.getvalue() == ""
+    assert capsys.readouterr().err.splitlines() == ["pinctl: pin nothing.example/x:1: no image matches "
+                                                    "nothing.example/x:1 in k8s.io"]
+
+
 def test_a_failure_in_a_pipe_is_also_said_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     out = io.StringIO()
     output.print_results("pin", [*RESULTS, FAILED], "partial", False, "table", False, out)

@@ -44,11 +44,18 @@ def print_import(report: ImportReport, fmt: OutputFormat, out: Optional[TextIO] 
                            status=report.status, interrupted=report.interrupted,
                            imports=[import_dict(item) for item in report.items])
         return
+    # One archive that failed (it does not exist, it is refused) is one line on stderr, no more.
+    lone_failure = len(report.items) == 1 and report.items[0].action == "failed" and not report.interrupted
+    if lone_failure and out.isatty():
+        output.warn(_failure_line(report.items[0]))
+        return
     _print_items(report.items, out)
+    if lone_failure:
+        return  # said on stderr under the table already
     done = {action: sum(1 for i in report.items if i.action == action) for action in ("imported", "present", "failed")}
     summary = ", ".join(f"{count} {action}" for action, count in done.items() if count)
     interrupted = "; interrupted" if report.interrupted else ""
-    output.note(f"import: {summary or 'nothing to import'} (through {report.runtime}){interrupted}")
+    output.warn(f"import: {summary or 'nothing to import'} (through {report.runtime}){interrupted}")
 
 
 def print_sync_imports(report: SyncImportReport, fmt: OutputFormat, quiet: bool, out: Optional[TextIO] = None) -> None:
@@ -67,25 +74,53 @@ def print_sync_imports(report: SyncImportReport, fmt: OutputFormat, quiet: bool,
     output.print_results("sync", report.results, report.status, report.sync.dry_run, fmt, quiet, out)
 
 
-# On a terminal WHY wraps, then REF and ARCHIVE are shortened in their middle (render/table.py).
-IMPORT_FIT = give_way("REF", "WHY", wrap=["RESULT"])
+# On a terminal (render/table.py): ARCHIVE and PLATFORMS fold into heading lines when every row
+# says the same, an empty WHY takes no space, WHY wraps, PLATFORMS wraps at its commas, ARCHIVE is
+# shortened before REF, and REF keeps 20 cells at the least. RESULT is never split.
+IMPORT_FIT = give_way("REF", "WHY", fold=["ARCHIVE", "PLATFORMS"], brief=["PLATFORMS"], wrap=["PLATFORMS"],
+                      paths=["ARCHIVE"])
+
+
+def _platforms_brief(platforms: tuple[str, ...]) -> str:
+    """PLATFORMS on a narrow terminal: the architectures alone when every platform is Linux."""
+    if not platforms or not all(p.startswith("linux/") for p in platforms):
+        return ",".join(platforms) or "-"
+    return ",".join(p[len("linux/"):] for p in platforms)
+
+
+def _failed(item: ImportItem) -> bool:
+    return item.action == "failed" or item.pin == "failed"
+
+
+def _failure_line(item: ImportItem) -> str:
+    """archive: ref: why, naming the archive once (a reader's error names it already)."""
+    why = item.why or "failed"
+    where = "" if why.startswith(f"{item.archive}:") else f"{item.archive}: "
+    return f"{where}{item.ref + ': ' if item.ref else ''}{why}"
+
+
+def result_text(action: str, pin: Optional[str]) -> str:
+    """RESULT as people read it: 'present, already pinned' (JSON keeps already-pinned)."""
+    return action + (f", {output.human_word(pin)}" if pin else "")
 
 
 def _print_items(items: list[ImportItem], out: TextIO) -> None:
     # On a terminal a failure's reason gets lines of its own under its row, as pin's do, and
     # is said there only; into a pipe it stays in WHY, where a script reads it.
     on_terminal = out.isatty()
-    failed = [bool(item.why) and (item.action == "failed" or item.pin == "failed") for item in items]
-    rows = [[item.archive, item.ref or "-", item.action + (f", {item.pin}" if item.pin else ""),
+    failed = [bool(item.why) and _failed(item) for item in items]
+    rows = [[item.archive, item.ref or "-", result_text(item.action, item.pin),
              ",".join(item.platforms) or "-", human_size(item.size) if item.size is not None else "-",
              "" if on_terminal and bad else item.why or ""]
             for item, bad in zip(items, failed)]
     notes = [[("error", item.why or "")] if bad else [] for item, bad in zip(items, failed)]
-    print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, fit=IMPORT_FIT, notes=notes)
-    if not out.isatty():
+    brief = {"PLATFORMS": [_platforms_brief(item.platforms) for item in items]}
+    print_table(["ARCHIVE", "REF", "RESULT", "PLATFORMS", "SIZE", "WHY"], rows, out, fit=IMPORT_FIT, notes=notes,
+                brief=brief)
+    if not on_terminal:
         for item in items:
-            if item.action == "failed" or item.pin == "failed":
-                output.warn(f"{item.archive}{': ' + item.ref if item.ref else ''}: {item.why}")
+            if _failed(item):
+                output.warn(_failure_line(item))
 
 
 @contextmanager

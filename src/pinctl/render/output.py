@@ -153,8 +153,9 @@ def print_results(
     command: str, results: Sequence[ItemResult], status: Status, dry_run: bool, fmt: OutputFormat, quiet: bool,
     out: Optional[TextIO] = None,
 ) -> None:
-    """On a terminal each failure shows once, under its row. When the table goes to a pipe or a
-    file, failures are also said on stderr, where the person running the command sees them."""
+    """On a terminal each failure shows once, under its row; a lone item that failed is one line
+    on stderr and nothing else. When the table goes to a pipe or a file, failures are also said on
+    stderr, where the person running the command sees them."""
     out = out or sys.stdout
     # Said in every format: JSON carries it on the item too, but a person running the command
     # must not miss that containerd undoes what it just did.
@@ -166,17 +167,18 @@ def print_results(
         write_envelope(out, command=command, dry_run=dry_run, status=status, results=body)
         return
     on_terminal = not quiet and out.isatty()
+    lone_failure = len(results) == 1 and results[0].failed
     if quiet:
         print_names([r.ref for r in results if r.action in CHANGED], out)
-    elif on_terminal:
+    elif on_terminal and not lone_failure:
         _print_results_fitted(results, dry_run, out, ellipsis="" if fmt == FORMAT_WIDE else _ellipsis(out))
-    else:
+    elif not on_terminal:
         _print_results_plain(results, dry_run, out)
-    if not on_terminal:
+    if not on_terminal or lone_failure:
         for r in results:
             if not r.done:
                 warn(f"{command} {r.ref}: {r.error}")
-    if on_terminal or len(results) != 1 or not results[0].failed:
+    if not lone_failure:
         warn(summary(command, results, dry_run))  # a lone failure on stderr has said it all already
 
 
@@ -211,6 +213,11 @@ ACTION_TEXT: dict[Action, str] = {
 # The order a summary counts them in: changes first, failures last.
 ACTION_ORDER: tuple[Action, ...] = (*CHANGED, ACTION_ALREADY_PINNED, ACTION_ALREADY_UNPINNED, ACTION_CHANGED_UNDER_US,
                                     ACTION_FAILED)
+
+
+def human_word(value: str) -> str:
+    """An action or pin value (JSON's already-pinned) as people read it (already pinned)."""
+    return next((text for action, text in ACTION_TEXT.items() if action == value), value)
 
 
 def action_text(action: Action, dry_run: bool) -> str:

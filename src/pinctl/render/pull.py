@@ -36,8 +36,9 @@ def pull_dict(item: PullItem) -> dict[str, Any]:
     }
 
 
-# On a terminal WHY wraps, then REF is shortened in its middle (render/table.py).
-PULL_FIT = give_way("REF", "WHY", wrap=["RESULT"])
+# On a terminal an empty WHY takes no space, WHY wraps, then REF is shortened in its middle, never
+# below 20 cells (render/table.py). RESULT is never split.
+PULL_FIT = give_way("REF", "WHY")
 
 
 def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
@@ -47,15 +48,24 @@ def print_pull(report: PullReport, fmt: OutputFormat, out: Optional[TextIO] = No
                            status=report.status, interrupted=report.interrupted,
                            pulls=[pull_dict(item) for item in report.items])
         return
-    rows = [[item.ref, item.action + (f", {item.pin}" if item.pin else ""),
-             human_size(item.size) if item.size is not None else "-", item.why or ""]
-            for item in report.items]
-    print_table(["REF", "RESULT", "SIZE", "WHY"], rows, out, fit=PULL_FIT)
+    # One reference that failed is one line on stderr, as pin's and import's are.
+    lone = report.items[0] if len(report.items) == 1 and not report.interrupted else None
+    if lone is not None and lone.action == "failed":
+        output.warn(f"pull {lone.ref}: {lone.why or 'failed'}")
+        if not out.isatty():
+            print_table(["REF", "RESULT", "SIZE", "WHY"], [_row(lone)], out)
+        return
+    print_table(["REF", "RESULT", "SIZE", "WHY"], [_row(item) for item in report.items], out, fit=PULL_FIT)
     done = {action: sum(1 for i in report.items if i.action == action) for action in ("pulled", "present", "skipped",
                                                                                         "failed")}
     summary = ", ".join(f"{count} {action}" for action, count in done.items() if count)
     interrupted = "; interrupted" if report.interrupted else ""
-    output.note(f"pull: {summary or 'nothing to pull'} (through {report.runtime}){interrupted}")
+    output.warn(f"pull: {summary or 'nothing to pull'} (through {report.runtime}){interrupted}")
+
+
+def _row(item: PullItem) -> list[str]:
+    result = item.action + (f", {output.human_word(item.pin)}" if item.pin else "")
+    return [item.ref, result, human_size(item.size) if item.size is not None else "-", item.why or ""]
 
 
 def print_sync_pull(report: SyncPullReport, fmt: OutputFormat, quiet: bool, out: Optional[TextIO] = None) -> None:
