@@ -55,3 +55,8 @@ def human_size(size: int) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{size} B"
+
+
+def counted(count: int, noun: str, plural: Optional[str] = None) -> str:
+    """'1 image', '2 images': a count with its noun in the right number (plural: when not noun+s)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

@@ -15,7 +15,8 @@ from pinctl.gc import plan as gc
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
 from pinctl.gc.kubelet import SourcedGcSettings
 from pinctl.gc.model import GcImage, GcSettings, ImageFs
-from pinctl.model import Descriptor, ImageRow, Reason
+from pinctl.display import human_size
+from pinctl.model import Descriptor, ImageRow, OutputFormat, Reason
 from pinctl.render import gc as gc_output
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -254,14 +255,60 @@ def test_a_dry_run_below_the_target_says_so_and_names_what_could_go(capsys: pyte
     said = prune_summary(capsys, 71, gc.PruneRequest())
     lines = said.splitlines()
     assert lines[0] == "pinctl: prune (dry run): nothing would go (3 kept): usage is 71%, at or below the target of 80%"
-    assert lines[1].startswith("pinctl: 3 image(s) could go with --all-unused: example.test/")
+    assert lines[1].startswith("pinctl: 3 images could go with --all-unused: example.test/")
     assert len(lines[0]) <= 100 and len(lines) == 2
 
 
 def test_a_dry_run_where_everything_is_protected_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     pinned = [image("p", MiB, pinned=True), image("q", MiB, pinned=True)]
     said = prune_summary(capsys, 95, gc.PruneRequest(), pinned)
-    assert said == "pinctl: prune (dry run): nothing would go (2 kept): every image is protected (see WHY)\n"
+    assert said == "pinctl: prune (dry run): nothing would go (2 kept; -o wide says why): every image is protected\n"
     young = [image("y", MiB, NOW)]
     said = prune_summary(capsys, 95, gc.PruneRequest(), young)
     assert "what nothing protects is younger than the minimum age (2m)" in said
+
+
+# -- prune: what goes in the table, what stays in one line; the confirmation fits the window ---
+
+
+def pruned(capsys: pytest.CaptureFixture[str], fmt: OutputFormat, dry_run: bool = False) -> tuple[list[str], str]:
+    found, containers = node_images()
+    domain = FakeDomain(found, containers, used_percent=90)
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    items = gc.apply_prune([plan], lambda _image: None, dry_run=dry_run)
+    out = io.StringIO()
+    gc_output.print_prune(items, dry_run, fmt, out, plans=[plan])
+    return out.getvalue().splitlines(), capsys.readouterr().err
+
+
+def test_a_prune_lists_what_went_and_counts_what_stayed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: a prune that removed one image printed fourteen 'kept' lines. The table holds what
+    went; the kept images are a count, and -o wide (or JSON) lists each with its reason."""
+    lines, err = pruned(capsys, "table")
+    actions = [line.split()[0] for line in lines[1:]]
+    assert actions and set(actions) == {"removed"}, lines
+    assert len(actions) == 3  # a, b and f; c is used, d too young, e pinned
+    assert err == f"pinctl: prune: 3 images removed, {human_size(30 * MiB)} freed; 3 kept; -o wide says why\n"
+    wide, err = pruned(capsys, "wide")
+    assert [line.split()[0] for line in wide[1:]].count("kept") == 3
+    assert err.endswith("; 3 kept\n")
+    _, err = pruned(capsys, "table", dry_run=True)
+    assert err.startswith(f"pinctl: prune (dry run): 3 images would go, freeing {human_size(30 * MiB)}; 3 kept")
+
+
+def test_the_confirmation_names_images_in_the_right_number_and_fits_the_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from .test_output import Terminal
+
+    monkeypatch.setenv("COLUMNS", "80")
+    found, containers = node_images()
+    domain = FakeDomain(found, containers, used_percent=90)
+    domain.name = "containerd 1.7.24~ds1 at unix:///tmp/pinctl-sandbox/s/containerd.sock"
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(all_unused=True), NOW)
+    err = Terminal()
+    gc_output.print_prune_plan([plan], err)
+    lines = err.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert len(lines) == 5, lines  # the header folded onto two lines, one line an image
+    assert " ".join(line.strip() for line in lines[:2]).endswith(f"every unused image: 3 images, {human_size(30 * MiB)}")
+    assert [line.split()[0] for line in lines[2:]] == ["delete"] * 3

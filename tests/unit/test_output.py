@@ -386,7 +386,7 @@ def test_a_lone_failure_on_a_terminal_is_one_line(monkeypatch: pytest.MonkeyPatc
     """pin epsilon:3.1 with no such image: the error alone, not a table, a note and a summary."""
     monkeypatch.setenv("COLUMNS", "80")
     out = Terminal()
-    output.print_results("pin", [FAILED], "failure", False, "table", False, out)
+    output.print_results("pin", [FAILED], "error", False, "table", False, out)
     assert out.getvalue() == ""
     assert capsys.readouterr().err.splitlines() == ["pinctl: pin nothing.example/x:1: no image matches "
                                                     "nothing.example/x:1 in k8s.io"]

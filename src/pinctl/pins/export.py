@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from pinctl import refs as references
+from pinctl.display import counted
 from pinctl.errors import UsageError
 from pinctl.pins.patterns import PATTERN_EXACT, PATTERN_GLOB, PATTERN_KEYWORD, matches
 from pinctl.pins.policy import Policy
@@ -114,7 +115,7 @@ def _by_id(pattern: Pattern, pairs: Optional[list[tuple[str, str, str]]]) -> tup
 
 def _id_names(p: Pattern, names: tuple[str, ...], runtime: str, notes: list[str]) -> list[str]:
     notes.append(f"{p.text!r} ({p.source}): {runtime} matches names, not image IDs; written as the "
-                 f"{len(names)} name(s) of that image present now: {', '.join(names)}")
+                 f"{counted(len(names), 'name')} of that image present now: {', '.join(names)}")
     return list(names)
 
 
@@ -127,7 +128,7 @@ def _expanded(pattern: Pattern, present: Optional[Sequence[str]], why: str, note
         notes.append(f"{pattern.text!r} ({pattern.source}): {why}; left out, since --offline lists no images")
         return []
     found = [name for name in present if matches(pattern, name)]
-    notes.append(f"{pattern.text!r} ({pattern.source}): {why}; expanded to the {len(found)} reference(s) present now")
+    notes.append(f"{pattern.text!r} ({pattern.source}): {why}; expanded to the {counted(len(found), 'reference')} present now")
     return found
 
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TextIO
 
 from pinctl import refs
-from pinctl.display import human_size
+from pinctl.display import counted, human_size
 from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
 from pinctl.render.output import folded, print_table, warn, write_envelope
@@ -73,7 +73,7 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
         _table(["IMAGE", "IMAGE ID", "POSITION", "THIS RUN", "WANTED BECAUSE"],
                [_risk_cells(risk) for risk in plan.at_risk], wide, out, RISK_FIT)
     if plan.wanted_deleted:
-        warn(f"gc plan: {len(plan.wanted_deleted)} image(s) pinctl wants kept would be deleted at "
+        warn(f"gc plan: {counted(len(plan.wanted_deleted), 'image')} pinctl wants kept would be deleted at "
              f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%")
 
 
@@ -256,7 +256,7 @@ def prune_progress(stream: Optional[TextIO] = None) -> Iterator[Callable[[PruneI
             live.start()
         done["images"] += 1
         done["bytes"] += item.size if item.action == "removed" else 0
-        spinner.update(text=f"prune: {done['images']} image(s) handled, {human_size(done['bytes'])} freed; "
+        spinner.update(text=f"prune: {counted(done['images'], 'image')} handled, {human_size(done['bytes'])} freed; "
                             f"last {_name(item.refs, item.image_id)}: {item.action}")
 
     try:
@@ -267,22 +267,31 @@ def prune_progress(stream: Optional[TextIO] = None) -> Iterator[Callable[[PruneI
 
 
 def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -> None:
-    """What a prune would delete, before asking: on stderr, so stdout keeps only the results."""
+    """What a prune would delete, before asking: on stderr, so stdout keeps only the results. Folded
+    to a terminal's window; every name whole, since it is what the operator confirms."""
     out = out or sys.stderr
     for plan in plans:
         target = f"until usage is {plan.target_usage}%" if plan.target_usage is not None else "every unused image"
         total = sum(image.size for image in plan.delete)
-        out.write(f"{plan.domain.name}: {plan.plan.usage_percent}% used; {target}: "
-                  f"{len(plan.delete)} image(s), {human_size(total)}\n")
-        for image in plan.delete:
-            out.write(f"  delete  {_name(image.refs, image.id)}  {refs.short_id(image.id)}  {human_size(image.size)}\n")
+        out.write(folded(f"{plan.domain.name}: {plan.plan.usage_percent}% used; {target}: "
+                         f"{counted(len(plan.delete), 'image')}, {human_size(total)}", out) + "\n")
+        names = [_name(image.refs, image.id) for image in plan.delete]
+        width = max(map(len, names), default=0)
+        for name, image in zip(names, plan.delete):
+            line = f"  delete  {name.ljust(width)}  {refs.short_id(image.id)}  {human_size(image.size)}"
+            out.write(folded(line, out, indent=PLAN_INDENT) + "\n")
     out.flush()
+
+
+PLAN_INDENT = len("  delete  ")  # a delete line folded goes on under its image's name
 
 
 def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, out: Optional[TextIO] = None,
                 plans: Sequence[PrunePlan] = ()) -> None:
-    """Every image: what goes (in the order it goes), then what stays and why. plans: what the
-    items came from, to say why nothing goes when nothing does."""
+    """What goes (in the order it goes) and what failed; with -o wide (and in JSON) also every image
+    that stays, and why. Otherwise the kept images are a count in the summary line: a prune that
+    removed one image is not fourteen lines of what it left. plans: what the items came from, to
+    say why nothing goes when nothing does."""
     out = out or sys.stdout
     failed = any(item.action == "failed" for item in items)
     if fmt == FORMAT_JSON:
@@ -292,25 +301,35 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
         status = "partial" if failed else "success"
         write_envelope(out, command="prune", dry_run=dry_run, status=status, freed_bytes=freed, results=body)
         return
+    wide = fmt == FORMAT_WIDE
+    shown = items if wide else [i for i in items if i.action != "kept"]
     cells = [[i.action.replace("-", " "), _name(i.refs, i.image_id), refs.short_id(i.image_id), human_size(i.size),
-              i.why or "-"] for i in items]
-    _table(["ACTION", "IMAGE", "IMAGE ID", "SIZE", "WHY"], cells, fmt == FORMAT_WIDE, out, PRUNE_FIT)
+              i.why or "-"] for i in shown]
+    if cells:
+        _table(["ACTION", "IMAGE", "IMAGE ID", "SIZE", "WHY"], cells, wide, out, PRUNE_FIT)
     removed = [i for i in items if i.action in ("removed", "would-remove")]
     kept, failures = sum(i.action == "kept" for i in items), sum(i.action == "failed" for i in items)
     command = f"prune{' (dry run)' if dry_run else ''}"
+    why_kept = "" if wide or not kept else KEPT_HINT
     if removed or failures:
-        verb = "would free" if dry_run else "freed"
-        warn(f"{command}: {len(removed)} image(s) {verb} {human_size(sum(i.size for i in removed))}, "
-             f"{kept} kept, {failures} failed")
+        size = human_size(sum(i.size for i in removed))
+        gone = (f"{counted(len(removed), 'image')} would go, freeing {size}" if dry_run
+                else f"{counted(len(removed), 'image')} removed, {size} freed")
+        warn(f"{command}: {gone}; {kept} kept{why_kept}" + (f"; {failures} failed" if failures else ""))
         return
     for plan in plans:
         where = f"{plan.domain.name}: " if len(plans) > 1 else ""
-        warn(f"{command}: {where}nothing would go ({kept} kept): {nothing_goes_because(plan)}")
+        reason = nothing_goes_because(plan)
+        hint = "" if reason.startswith("usage is") else why_kept
+        warn(f"{command}: {where}nothing would go ({kept} kept{hint}): {reason}")
         could = could_go(plan)
         if could:
             names = ", ".join(_name(image.refs, image.id) for image in could[:3])
             more = f" and {len(could) - 3} more" if len(could) > 3 else ""
-            warn(f"{len(could)} image(s) could go with --all-unused: {names}{more}")
+            warn(f"{counted(len(could), 'image')} could go with --all-unused: {names}{more}")
+
+
+KEPT_HINT = "; -o wide says why"
 
 
 def nothing_goes_because(plan: PrunePlan) -> str:
@@ -319,10 +338,10 @@ def nothing_goes_because(plan: PrunePlan) -> str:
     if target is not None and usage <= target:
         return f"usage is {usage}%, at or below the target of {target}%"
     if not plan.plan.order:
-        return "every image is protected (see WHY)"
+        return "every image is protected"
     if all(entry.fate.value == "too_young" for entry in plan.plan.order):
         return f"what nothing protects is younger than the minimum age ({_duration(plan.plan.settings.min_age)})"
-    return "every image is protected (see WHY)"
+    return "every image is protected"
 
 
 def could_go(plan: PrunePlan) -> list[Any]:
