@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from tests.harness import cri, debs, images
+from tests.harness import archives, cri, debs, images
 from tests.harness.containerd import ContainerdDaemon, DaemonError
 
 DEFAULT_DIR = pathlib.Path("/tmp/pinctl-sandbox")
@@ -60,6 +60,28 @@ def sample_recipes() -> list[images.ImageRecipe]:
         images.recipe("example.test/epsilon:3.1", seed="epsilon", labels={"org.example.team": "payments"}),
         images.recipe("localhost:5000/tools/zeta:0.9", seed="zeta", docker_media_types=True),
     ]
+
+
+# The README's `pinctl import` examples, ready in archives/ (images the samples do not hold): an OCI
+# layout, docker save's format gzipped, a zstd-compressed layout, and a two-platform index.
+SAMPLE_ARCHIVES: dict[str, tuple[str, str, list[images.ImageRecipe]]] = {
+    "agent.tar": ("oci", "", [images.recipe("example.test/agent:2.1", seed="agent")]),
+    "csi-node.tar.gz": ("docker", "gzip", [images.recipe("example.test/csi-node:1.9", seed="csi-node")]),
+    "tools.tar.zst": ("oci", "zstd", [images.recipe("localhost:5000/tools/debug:1.0", seed="tools")]),
+    "multiarch.tar": ("oci", "", [images.recipe("example.test/multiarch:1.0", seed="multiarch",
+                                                platforms=("linux/amd64", "linux/arm64"))]),
+}
+
+
+def write_archives(base: pathlib.Path) -> pathlib.Path:
+    """The sample archives in base/archives, each unless the user already has a file of its name."""
+    folder = base / "archives"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (layout, compress, recipes) in SAMPLE_ARCHIVES.items():
+        if not (folder / name).exists():
+            build = archives.oci_archive if layout == "oci" else archives.docker_archive
+            build(folder / name, recipes, compress=compress)
+    return folder
 
 
 def _state_path(base: pathlib.Path) -> pathlib.Path:
@@ -176,6 +198,7 @@ def run_pinctl_ls(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
 
 
 def print_instructions(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
+    folder = daemon.base_dir / "archives"
     print(
         "\n# To use pinctl against the sandbox in your shell:\n"
         f"export CONTAINERD_ADDRESS={daemon.address}\n"
@@ -185,6 +208,7 @@ def print_instructions(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
         f"export CONTAINER_RUNTIME_ENDPOINT=unix://{daemon.address}\n"
         f"export PATH={REPO}/.venv/bin:$PATH\n"
         f"# ctr for comparison: {daemon.bin_dir}/ctr -a {daemon.address} -n k8s.io images ls\n"
+        f"# Archives to import (README, pinctl import): cd {folder}; pinctl import --pin {' '.join(SAMPLE_ARCHIVES)}\n"
         f"# After a reboot or a containerd stop, {_script(daemon.base_dir)} starts it again as you left it\n"
         f"# Start over with: {_script(daemon.base_dir, '--reset')}\n"
         f"# Stop it and remove {daemon.base_dir} with: {_script(daemon.base_dir, '--stop')}"
@@ -296,6 +320,7 @@ def run(base: pathlib.Path, engine: str) -> int:
         populate(daemon)
         _write_state(base, daemon, populated=True)
     policy = write_policy(base)
+    write_archives(base)
     run_pinctl_ls(daemon, policy)
     print_instructions(daemon, policy)
     return 0

@@ -7,6 +7,7 @@ directory; what it did is checked with the engine's own ctr and /proc/self/mount
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -167,3 +168,27 @@ def test_help_names_the_script_and_reads_as_plain_text() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: scripts/sandbox ")
     assert "``" not in done.stdout and "python -m" not in done.stdout
+
+
+def test_the_readmes_import_examples_have_archives_to_import(base: Path) -> None:
+    """Issue 30: archives/ was empty, so README's import example had nothing to import. Each
+    `pinctl import` line of README that names only local archives runs as written from there."""
+    started = run_script(base)
+    folder = base / "archives"
+    assert f"cd {folder}; pinctl import --pin" in started.stdout
+    readme = (ROOT / "README.md").read_text()
+    examples = [line.split("#")[0].split() for line in readme.splitlines() if line.startswith("pinctl import ")]
+    local = [argv for argv in examples if "-n" not in argv]  # -n moby needs Docker
+    assert len(local) >= 3, examples
+    env = {**os.environ, "CONTAINERD_ADDRESS": str(sandbox._read_state(base)["address"]),
+           "PINCTL_CONFIG": str(base / "config.toml"), "PINCTL_CONTAINERD_CONFIG": str(base / "containerd.toml")}
+    pinctl = ROOT / ".venv" / "bin" / "pinctl"
+    for argv in local:
+        done = subprocess.run([str(pinctl), *argv[1:], "-o", "json"], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+        results = json.loads(done.stdout)["imports"]
+        assert results and all(item["action"] in ("imported", "present") for item in results), results
+    labels = pin_labels(base)
+    pinned = [ref for _, _, recipes in sandbox.SAMPLE_ARCHIVES.values() for recipe in recipes for ref in recipe.refs]
+    assert all(labels.get(ref) == "pinned" for ref in pinned), labels

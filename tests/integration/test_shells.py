@@ -452,6 +452,19 @@ def test_man_finds_the_installed_pages(sandbox: Sandbox) -> None:
         assert needle in result.stdout and "NAME" in result.stdout, args
 
 
+def test_man_finds_the_pages_after_the_readmes_set_up() -> None:
+    """Issue 30: after scripts/sandbox (an editable install, which installs no data files) and its
+    `export PATH=.venv/bin:$PATH`, `man pinctl` found nothing. scripts/bootstrap links the pages
+    below .venv/share/man, where man-db looks for a bin/ on PATH; no MANPATH is needed."""
+    man = need("man")
+    env = {"PATH": f"{ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "HOME": "/nonexistent", "MAN_DISABLE_SECCOMP": "1"}
+    for args, page in ((["pinctl"], "pinctl.8"), (["pinctl-import"], "pinctl-import.8"), (["5", "pinctl.conf"],
+                                                                                          "pinctl.conf.5")):
+        found = subprocess.run([man, "-w", *args], env=env, capture_output=True, text=True, timeout=60)
+        assert found.returncode == 0, (args, found.stderr)
+        assert Path(found.stdout.strip()).resolve() == (ROOT / "man" / page).resolve(), found.stdout
+
+
 def test_make_install_honours_destdir_and_prefix(tmp_path: Path) -> None:
     make = need("make")
     subprocess.run([make, "-C", str(ROOT), "install", f"DESTDIR={tmp_path}", "PREFIX=/usr"], check=True,
