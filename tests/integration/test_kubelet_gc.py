@@ -179,6 +179,22 @@ def maximum_age(node: PeriodicNode) -> SecondRun:
     return node.second_run(plan_for(node))
 
 
+def age_then_threshold(node: PeriodicNode) -> SecondRun:
+    """Maximum age 4m and thresholds 55/50 in one run: the age step deletes both never-used
+    images, which would bring usage under 55%; but the threshold step reads cadvisor's sample
+    from before them, runs on the run's starting usage, finds nothing left and falls short."""
+    node.containerd("containerd-1.7")
+    (sleeper,) = node.load_runnable(runnable("example.test/sleeper:1"))
+    unused = node.load_plain(("example.test/unused-6:1", 6), ("example.test/unused-10:1", 10))
+    pod = StaticPod("sleeper", sleeper.refs[0])
+    node.start(GcPolicy(55, LOW, min_age="3s", max_age="4m"), [pod])
+    node.running(pod)
+    node.at(PERIOD_S - FILL_AHEAD_S)
+    node.fill_for(12 * MIB, LOW)  # about 58% used; 16 MiB less would be about 47%
+    node.notes.update(unused={i.image_id for i in unused}, sleeper=sleeper.image_id)
+    return node.second_run(plan_for(node))
+
+
 def shortfall(node: PeriodicNode) -> SecondRun:
     """In-use images (a running and an exited pod) hold most of the space: the walk deletes
     every eligible image and falls short; the kubelet's FreeDiskSpaceFailed text is gc plan's."""
@@ -318,7 +334,8 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         return
     scenarios: dict[str, Scenario] = {
         "threshold_stop": threshold_stop, "exited_containers": exited_containers, "minimum_age": minimum_age,
-        "maximum_age": maximum_age, "shortfall": shortfall, "pins_direct": pins_direct,
+        "maximum_age": maximum_age, "age_then_threshold": age_then_threshold, "shortfall": shortfall,
+        "pins_direct": pins_direct,
         "pins_through_proxy": pins_through_proxy(relay), "image_volume": image_volume,
         "seed": gc_seed_scenario.seed_setup(relay), "crio": gc_crio_scenario.crio_pins(registry),
         "repointed": gc_repoint_scenario.repointed(plan_for),
@@ -427,6 +444,17 @@ def test_the_maximum_age_deletes_at_any_usage(periodic: dict[str, Outcome]) -> N
     assert run.removed_ids[-1] == run.notes["late"]  # first detected last: deleted last
     assert {e["fate"] for e in run.plan["order"] if e["deleted"]} == {"deleted_age"}
     assert {run.notes["pinned"], run.notes["sleeper"]} <= left(run)
+
+
+def test_the_threshold_step_reads_the_usage_from_before_the_age_step(periodic: dict[str, Outcome]) -> None:
+    run = periodic["age_then_threshold"].get()
+    agreed(run)
+    same_figures(run)  # the kubelet logged the run's starting usage, after deleting by age
+    assert set(run.removed_ids) == run.notes["unused"] and run.notes["sleeper"] in left(run)
+    assert {e["fate"] for e in run.plan["order"] if e["deleted"]} == {"deleted_age"}
+    assert run.amount_to_free is not None and run.amount_to_free > 0  # after the age step, from the old figures
+    assert run.plan["outcome"] == "shortfall" and run.outcome.startswith("failed")
+    assert run.plan["message"] == run.error, (run.plan["message"], run.error)
 
 
 def test_a_shortfall_deletes_what_it_can_and_says_what_the_kubelet_says(periodic: dict[str, Outcome]) -> None:

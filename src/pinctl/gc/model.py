@@ -12,7 +12,8 @@ container of every pod in ANY state uses the image whose id equals its ``image_i
 pinned images are left out and the rest sorted by lastUsed, ties by firstDetected (Go's
 unstable sort: equal images come in no defined order). ``freeOldImages`` (when
 ``imageMaximumGCAge`` is set and the kubelet has run longer) deletes what was last used longer
-ago than it, minimum age not consulted. Then statfs: capacity 0 is an error;
+ago than it, minimum age not consulted. Then the image fs figures, cadvisor's sample from
+before those deletions (so they are not counted): capacity 0 is an error;
 ``usage = 100 - available*100 // capacity``; at ``usage >= high`` ``freeSpace`` walks the list,
 skipping images used at the GC time or younger than ``imageMinimumGCAge``, until the CRI sizes
 freed reach ``capacity*(100 - low) // 100 - available``; less is ``FreeDiskSpaceFailed``.
@@ -419,7 +420,7 @@ class _Run:
         aged = self._age_step(candidates) if self.mode == "threshold" else []
         fates.update({image.id: Fate.DELETED_AGE for image in aged})
         remaining = [image for image in candidates if fates[image.id] is Fate.NOT_REACHED]
-        bytes_to_free = self._threshold_target(sum(image.size for image in aged))
+        bytes_to_free = self._threshold_target()
         if bytes_to_free is not None or self.mode == "all_unused":
             fates.update(self._free_space(remaining, bytes_to_free))
 
@@ -440,7 +441,7 @@ class _Run:
             return []
         return [image for image in candidates if image.last_used is None or self.now - image.last_used > max_age]
 
-    def _threshold_target(self, aged_bytes: int) -> Optional[int]:
+    def _threshold_target(self) -> Optional[int]:
         """The threshold step's ``amountToFree``, or None when it does not run (sets the outcome)."""
         if self.mode == "all_unused":
             return None
@@ -448,8 +449,11 @@ class _Run:
         if capacity <= 0:
             self.outcome, self.message = Outcome.INVALID_CAPACITY, INVALID_CAPACITY_MESSAGE
             return None
-        # The kubelet reads statfs after the age step's deletions; each is credited with its CRI size.
-        available = min(capacity, self.fs.available + aged_bytes)
+        # The kubelet's ImageFsStats after the age step come from cadvisor's last housekeeping
+        # sample (every 10-15 s), taken before that step's deletions: they are not credited, and
+        # the threshold step frees from the usage the run started with (issue 31: the real
+        # kubelet logged usage 66 where a credited figure said 46).
+        available = min(capacity, self.fs.available)
         self.threshold_usage = ImageFs(capacity, available).usage_percent
         if self.threshold_usage < self.settings.high_threshold_percent:
             return None
