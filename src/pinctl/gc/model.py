@@ -449,10 +449,7 @@ class _Run:
         if capacity <= 0:
             self.outcome, self.message = Outcome.INVALID_CAPACITY, INVALID_CAPACITY_MESSAGE
             return None
-        # The kubelet's ImageFsStats after the age step come from cadvisor's last housekeeping
-        # sample (every 10-15 s), taken before that step's deletions: they are not credited, and
-        # the threshold step frees from the usage the run started with (issue 31: the real
-        # kubelet logged usage 66 where a credited figure said 46).
+        # cadvisor's sample (every 10-15 s) predates the age step: its deletions are not seen.
         available = min(capacity, self.fs.available)
         self.threshold_usage = ImageFs(capacity, available).usage_percent
         if self.threshold_usage < self.settings.high_threshold_percent:
