@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from tests.harness import debs, engines
 from tests.harness.engines import GoEngine
@@ -301,37 +302,43 @@ def _run(
     check: bool = True,
     spec: GoEngine | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    argv = [str(go.path), *args]
+    say = (lambda text: _say(spec, text)) if spec is not None else None
     try:
-        child = subprocess.Popen(
-            argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env or _go_env(),
-        )
+        proc = run_announced([str(go.path), *args], what, timeout, say, cwd=cwd, env=env or _go_env())
     except OSError as exc:
         raise GoBuildError(f"{what}: {exc}") from exc
+    except subprocess.TimeoutExpired:
+        raise GoBuildError(f"{what} with {go.version} took over {timeout:.0f}s") from None
+    if check and proc.returncode != 0:
+        raise GoBuildError(f"{what} with {go.version} failed (exit {proc.returncode}): {_tail(proc)}")
+    return proc
+
+
+def run_announced(argv: list[str], what: str, timeout: float, say: Callable[[str], None] | None, *,
+                  cwd: pathlib.Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run argv to its end, output captured; ``say`` hears every minute that it is still running.
+    Past ``timeout`` it is killed (TimeoutExpired), and an interrupted test run kills it too."""
+    child = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
     began = time.monotonic()
     while True:
         elapsed = time.monotonic() - began
         try:
             stdout, stderr = child.communicate(timeout=max(0.1, min(HEARTBEAT_S, timeout - elapsed)))
-            break
+            return subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
         except subprocess.TimeoutExpired:
             elapsed = time.monotonic() - began
             if elapsed >= timeout:
                 child.kill()
                 child.communicate()
-                raise GoBuildError(f"{what} with {go.version} took over {timeout:.0f}s") from None
-            if spec is not None:
-                _say(spec, f"{what}: still running ({elapsed:.0f} s)")
+                raise
+            if say is not None:
+                say(f"{what}: still running ({elapsed:.0f} s)")
         except BaseException:
-            # An interrupted test run must not leave a go build behind.
+            # An interrupted test run must not leave a build behind.
             child.kill()
             child.communicate()
             raise
-    proc = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
-    if check and proc.returncode != 0:
-        raise GoBuildError(f"{what} with {go.version} failed (exit {proc.returncode}): {_tail(proc)}")
-    return proc
 
 
 def _tail(proc: subprocess.CompletedProcess[str]) -> str:
@@ -348,3 +355,23 @@ def _remove_tree(tree: pathlib.Path) -> None:
     if tree.exists():
         _make_writable(tree)
         shutil.rmtree(tree, ignore_errors=True)
+
+
+def build_all(names: list[str]) -> int:
+    """Build (or find) each named Go engine, every one that can be had when none is named;
+    each step prints a line. 1 when one could not be built, after trying the rest."""
+    wanted = names or [name for name, spec in engines.ENGINES.items()
+                       if isinstance(spec, GoEngine) and not spec.unavailable]
+    failed = 0
+    for name in wanted:
+        try:
+            print(binary(name))
+        except debs.EngineUnavailable as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            failed = 1
+    return failed
+
+
+if __name__ == "__main__":
+    # ``python -m tests.harness.gobuild [NAME...]``: what scripts/bootstrap --test builds up front.
+    sys.exit(build_all(sys.argv[1:]))

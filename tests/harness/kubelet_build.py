@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-from tests.harness import debs
+from tests.harness import debs, gobuild
 
 # 1.37 is the newest release the module proxy serves; ImageVolume is GA from 1.36, and 1.37
 # still runs on cgroup v1 when told to (failCgroupV1: false), which this machine may need.
@@ -150,9 +150,13 @@ def _go_env(go: pathlib.Path, work: pathlib.Path) -> dict[str, str]:
     return env
 
 
+def _say(text: str) -> None:
+    print(f"kubelet build: {text}", file=sys.stderr, flush=True)
+
+
 def _run(argv: list[str], what: str, cwd: pathlib.Path, env: dict[str, str], timeout: float, log: pathlib.Path) -> str:
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = gobuild.run_announced(argv, what, timeout, _say, cwd=cwd, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise KubeletUnavailable(f"{what} failed: {exc}") from exc
     with open(log, "a") as handle:
@@ -225,6 +229,7 @@ def _build(target: pathlib.Path, version: str) -> None:
         go_version = _run([str(go), "env", "GOVERSION"], "go env", build_dir, env, 60, log).strip()
         began = time.monotonic()
         # Only the .mod file: its go directive and its staging replace lines.
+        _say(f"go list -m k8s.io/kubernetes@{version} (building kubelet {version}; each step prints a line)")
         listed = json.loads(
             _run([str(go), "list", "-m", "-json", f"k8s.io/kubernetes@{version}"], "go list -m", build_dir, env,
                  DOWNLOAD_TIMEOUT_S, log)
@@ -233,15 +238,18 @@ def _build(target: pathlib.Path, version: str) -> None:
         go_directive = str(listed.get("GoVersion") or "1.26.0")
         (build_dir / "go.mod").write_text(wrapper_go_mod(version, go_directive, staging_replacements(mod_text, version)))
         # Resolves and downloads every module the kubelet's packages import, filling go.sum.
+        _say(f"go get {KUBELET_PACKAGE}@{version} (downloads its modules: minutes the first time)")
         _run([str(go), "get", f"{KUBELET_PACKAGE}@{version}"], "go get", build_dir, env, DOWNLOAD_TIMEOUT_S, log)
         downloaded = time.monotonic()
         out = target / "bin" / "kubelet.partial"
         out.parent.mkdir(exist_ok=True)
+        _say(f"go build {KUBELET_PACKAGE} (about 12 minutes on two cores the first time; log {log})")
         _run([str(go), "build", "-o", str(out), "-ldflags", _ldflags(version), KUBELET_PACKAGE], "go build",
              build_dir, env, BUILD_TIMEOUT_S, log)
         built = time.monotonic()
         reported = _run([str(out), "--version"], "kubelet --version", build_dir, env, 60, log).strip()
         out.rename(target / "bin" / "kubelet")
+        _say(f"done in {time.monotonic() - began:.0f} s: {target / 'bin' / 'kubelet'}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     stamp = {

@@ -86,3 +86,26 @@ def test_removals_and_times_are_read_from_the_log(tmp_path: pathlib.Path) -> Non
     used = made.last_used("sha256:53fd", reclaim.start())
     assert used == datetime.datetime(2026, 12, 1, 11, 19, 49, 927247, tzinfo=datetime.timezone.utc)
     assert made.last_used("sha256:ab17", len(LOG)) is None
+
+
+def test_a_long_build_step_says_it_is_still_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.harness import gobuild
+
+    monkeypatch.setattr(gobuild, "HEARTBEAT_S", 0.1)
+    heard: list[str] = []
+    done = gobuild.run_announced(["sh", "-c", "sleep 0.35; echo built"], "go build x", 60, heard.append)
+    assert done.returncode == 0 and done.stdout == "built\n"
+    assert heard and all(line.startswith("go build x: still running (") for line in heard)
+
+
+def test_the_kubelet_build_prints_each_step_and_its_heartbeat(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: pathlib.Path) -> None:
+    from tests.harness import gobuild
+
+    monkeypatch.setattr(gobuild, "HEARTBEAT_S", 0.1)
+    out = kubelet_build._run(["sh", "-c", "sleep 0.35; echo ok"], "go get", tmp_path, {"PATH": "/usr/bin:/bin"}, 60,
+                             tmp_path / "build.log")
+    assert out == "ok\n"
+    assert "kubelet build: go get: still running (" in capsys.readouterr().err
+    assert "(exit 0)" in (tmp_path / "build.log").read_text()
