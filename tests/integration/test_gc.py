@@ -324,7 +324,7 @@ def test_gc_plan_reads_the_real_filesystem_and_simulates_a_fuller_one(modern_pod
     table = run(modern_pod_node.daemon, *args, "--usage", "95")
     assert table.returncode == 1, table.stderr
     assert "95% (simulated, --usage)" in table.stdout and "at risk" in table.stdout
-    assert "WANTED BUT NOT PROTECTED BY THE RUNTIME" in table.stdout
+    assert "WANTED BUT NOT PINNED BY THE RUNTIME" in table.stdout
     assert "would be deleted at the simulated usage of 95%" in table.stderr
     doc = run_json(modern_pod_node.daemon, *args, "--usage", "95", expect=1)
     assert doc["gc"]["filesystem"]["capacity_bytes"] == modern_pod_node.fs.capacity

@@ -312,3 +312,38 @@ def test_the_confirmation_names_images_in_the_right_number_and_fits_the_window(
     assert len(lines) == 5, lines  # the header folded onto two lines, one line an image
     assert " ".join(line.strip() for line in lines[:2]).endswith(f"every unused image: 3 images, {human_size(30 * MiB)}")
     assert [line.split()[0] for line in lines[2:]] == ["delete"] * 3
+
+
+def plan_lines(rows: list[ImageRow], images: list[ObservedImage], containers: list[ObservedContainer],
+               fmt: str = "table", **settings: object) -> list[str]:
+    domain = FakeDomain(images, containers, used_percent=90)
+    out = io.StringIO()
+    report = gc.gc_plan(domain, rows, SourcedGcSettings(GcSettings(**settings), {}), NOW)  # type: ignore[arg-type]
+    gc_output.print_gc_plan(report, fmt, out)  # type: ignore[arg-type]
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("fmt", ["table", "wide"])
+def test_gc_plan_gives_each_image_one_verdict(fmt: str) -> None:
+    """What the run does with an image shows once: in the deletion order (a wanted one marked at
+    risk) or under PROTECTED, never both, whatever it is (too young, wanted, in use); the wanted
+    table says why pinctl wants it, not again what happens to it."""
+    images, containers = node_images()
+    sandbox, young = image("s", 10 * MiB, NOW), images[3]
+    used = ObservedContainer("c2", images[5].id, "running", name="web")
+    rows = [row_for(sandbox, Reason("sandbox", sandbox.refs[0])), row_for(images[5], Reason("pattern", "x/*", "f:1"))]
+    lines = plan_lines(rows, [*images, sandbox], [*containers, used], fmt)
+    text = "\n".join(lines)
+    tables = text.split("\n\n")
+    order, protected, wanted = (next(t for t in tables if t.startswith(head)) for head in (
+        "DELETION ORDER", "PROTECTED", "WANTED BUT NOT PINNED BY THE RUNTIME"))
+    def names(table: str) -> set[str]:
+        return {word for line in table.splitlines() for word in line.split()}
+
+    for name in (sandbox.refs[0], young.refs[0], images[5].refs[0], images[2].refs[0]):
+        assert (name in names(order)) != (name in names(protected)), (name, text)
+    [sandbox_line] = [line for line in order.splitlines() if sandbox.refs[0] in line]
+    assert "skipped: too young until 2026-11-30T12:02:00Z" in sandbox_line and sandbox_line.endswith("at risk")
+    assert "in use by web" in protected
+    assert [line.split()[-1] for line in wanted.splitlines()[2:]] == ["image", "x/*"]
+    assert "deleted" not in wanted and "too young" not in wanted

@@ -580,12 +580,3 @@ def test_every_image_is_deleted_protected_or_waiting(node: Node) -> None:
     waiting = {e.image.id for e in plan.order if e.fate is Fate.NOT_REACHED}
     assert gone | kept | waiting == {image.id for image in images}
     assert not gone & kept and not gone & waiting
-
-
-def test_an_image_kept_for_now_is_said_in_words() -> None:
-    from pinctl.gc.model import AtRisk, GcImage, Protection
-    from pinctl.render.gc import _risk_cells
-
-    image = GcImage("sha256:" + "a" * 64, 10, datetime(2026, 1, 1, tzinfo=timezone.utc), refs=("example.test/a:1",))
-    cells = _risk_cells(AtRisk(image, "pattern example.test/*", 1, None, (Protection.TOO_YOUNG,)))
-    assert cells[3] == "kept for now: too young"

@@ -58,30 +58,36 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
     for line in _summary_lines(report):
         out.write(folded(line, out, SUMMARY_INDENT) + "\n")
     plan = report.plan
+    # One image, one verdict: what the run does with an image shows once, in the order (what goes,
+    # and what pinctl wants kept there) or under PROTECTED (the rest of what stays). The last
+    # table says only why pinctl wants the images the runtime does not pin.
     wanted = {risk.image.id: risk for risk in plan.at_risk}
     shown = plan.order if wide else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
+    in_order = {entry.image.id for entry in shown}
+    young = {p.image.id: p.eligible_at for p in plan.protected if p.eligible_at is not None}
     if shown:
         out.write("\nDELETION ORDER" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
         headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
-        _table(headers, [_order_cells(entry, wanted.get(entry.image.id)) for entry in shown], wide, out, ORDER_FIT)
-    if plan.protected:
+        _table(headers, [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id))
+                         for entry in shown], wide, out, ORDER_FIT)
+    protected = [p for p in plan.protected if p.image.id not in in_order]
+    if protected:
         out.write("\nPROTECTED\n")
-        _table(["IMAGE", "IMAGE ID", "SIZE", "WHY"], [_protected_cells(p) for p in plan.protected], wide, out,
-               WHY_FIT)
+        _table(["IMAGE", "IMAGE ID", "SIZE", "WHY"], [_protected_cells(p) for p in protected], wide, out, WHY_FIT)
     if plan.at_risk:
-        out.write("\nWANTED BUT NOT PROTECTED BY THE RUNTIME\n")
-        _table(["IMAGE", "IMAGE ID", "POSITION", "THIS RUN", "WANTED BECAUSE"],
-               [_risk_cells(risk) for risk in plan.at_risk], wide, out, RISK_FIT)
+        out.write("\nWANTED BUT NOT PINNED BY THE RUNTIME\n")
+        _table(["IMAGE", "IMAGE ID", "WANTED BECAUSE"], [_risk_cells(risk) for risk in plan.at_risk], wide, out,
+               RISK_FIT)
     if plan.wanted_deleted:
         warn(f"gc plan: {counted(len(plan.wanted_deleted), 'image')} pinctl wants kept would be deleted at "
              f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%")
 
 
 # How each table gives way on a terminal (render/table.py): the last column wraps, then the image's
-# reference is shortened in its middle; FATE and THIS RUN wrap under themselves.
+# reference is shortened in its middle; FATE wraps under itself.
 ORDER_FIT = give_way("IMAGE", wrap=["FATE"])
 WHY_FIT = give_way("IMAGE", "WHY")
-RISK_FIT = give_way("IMAGE", "WANTED BECAUSE", wrap=["THIS RUN"])
+RISK_FIT = give_way("IMAGE", "WANTED BECAUSE")
 PRUNE_FIT = give_way("IMAGE", "WHY")
 
 
@@ -128,11 +134,14 @@ def _duration(value: timedelta) -> str:
     return format_duration(value)
 
 
-def _order_cells(entry: OrderEntry, risk: Optional[AtRisk]) -> list[str]:
+def _order_cells(entry: OrderEntry, at_risk: bool, eligible_at: Optional[datetime]) -> list[str]:
     image = entry.image
     freed = human_size(entry.running_total) if entry.running_total is not None else "-"
+    fate = FATE_TEXT.get(entry.fate.value, entry.fate.value)
+    if entry.fate.value == "too_young" and eligible_at is not None:
+        fate += f" until {_iso(eligible_at)}"
     return [str(entry.position), _name(image.refs, image.id), refs.short_id(image.id), human_size(image.size),
-            freed, FATE_TEXT.get(entry.fate.value, entry.fate.value), "at risk" if risk else "-"]
+            freed, fate, "at risk" if at_risk else "-"]
 
 
 def _protected_cells(item: ProtectedImage) -> list[str]:
@@ -150,12 +159,8 @@ def _protected_cells(item: ProtectedImage) -> list[str]:
 
 
 def _risk_cells(risk: AtRisk) -> list[str]:
-    # The JSON's values (too_young) in words, as the other tables write them.
-    kept = ", ".join(p.value.replace("_", " ") for p in risk.protected_now_by)
-    this_run = "deleted" if risk.deleted else (f"kept for now: {kept}" if kept else "not reached")
-    position = str(risk.position) if risk.position is not None else "-"
     image = risk.image
-    return [_name(image.refs, image.id), refs.short_id(image.id), position, this_run, risk.wanted_because]
+    return [_name(image.refs, image.id), refs.short_id(image.id), risk.wanted_because]
 
 
 def gc_dict(report: GcReport) -> dict[str, Any]:
