@@ -19,7 +19,6 @@ from pinctl.model import (
     ACTION_UNPINNED,
     REASON_DOCKER_LABEL,
     REASON_PATTERN,
-    REASON_SANDBOX,
     STATUS_PARTIAL,
     STATUS_SUCCESS,
     ImageRow,
@@ -136,10 +135,12 @@ def unpin_warnings(rows: Sequence[ImageRow], results: Sequence[ItemResult]) -> l
 
     rows: the node's rows as ls has them with the policy (their reasons); results: unpin's items.
     One line per image and cause, naming the image by a tag: a policy pattern (the next sync
-    labels it again), the CRI sandbox image (the runtime keeps it whatever its labels), a Docker
-    config label that cri-dockerd's --pinned-image-labels selects. A cause found elsewhere (a
-    runtime's own pinned_images) adds its line to ChangeReport.warnings beside these.
+    labels it again), cri-dockerd's sandbox image (it keeps it by name), a Docker config label
+    that cri-dockerd's --pinned-image-labels selects. What containerd does with a record it
+    relabels or does not (its pinned_images; its sandbox image) is each item's own warning.
     """
+    from pinctl.pins import sandbox as sandbox_rules
+
     unpinned = {(r.namespace, r.ref) for r in results if r.action in UNPINNED}
     images: dict[tuple[Optional[str], str], list[ImageRow]] = {}
     for row in rows:
@@ -148,18 +149,16 @@ def unpin_warnings(rows: Sequence[ImageRow], results: Sequence[ItemResult]) -> l
     warnings: list[str] = []
     for group in images.values():
         name = min((row.ref for row in group), key=lambda ref: (ref.startswith("sha256:"), "@" in ref, ref))
-        for reason in dict.fromkeys(group[0].reasons):
-            line = _keeps_it(name, reason)
-            if line and line not in warnings:
-                warnings.append(line)
+        reasons = list(dict.fromkeys(group[0].reasons))
+        lines = [_keeps_it(name, reason) for reason in reasons]
+        lines.append(sandbox_rules.docker_unpin_warning(name, reasons, group[0].source))
+        warnings += [line for line in lines if line and line not in warnings]
     return warnings
 
 
 def _keeps_it(name: str, reason: Reason) -> Optional[str]:
     if reason.kind == REASON_PATTERN:
         return f"{name}: pattern {reason.detail} ({reason.source}) pins it again at the next sync"
-    if reason.kind == REASON_SANDBOX:
-        return f"{name}: the runtime keeps it anyway: it is the CRI sandbox image"
     if reason.kind == REASON_DOCKER_LABEL:
         return f"{name}: cri-dockerd keeps it anyway: its config label matches {reason.detail}"
     return None

@@ -36,10 +36,16 @@ ALL_NAMESPACES = "all"
 # code to name it by. The values are plain strings: JSON carries them as they are (docs/json.md).
 
 # Why the runtime keeps an image, or pinctl thinks it should (Reason.kind).
-ReasonKind = Literal["label", "sandbox", "containerd-config", "pattern", "docker-label", "ineffective-label",
-                     "ignored", "crio-config", "crio-pin"]
+ReasonKind = Literal["label", "sandbox", "unlabelled-sandbox", "containerd-config", "pattern", "docker-label",
+                     "ineffective-label", "ignored", "crio-config", "crio-pin"]
 REASON_LABEL: Final = "label"  # a reference of the image carries the pin label; detail names it
-REASON_SANDBOX: Final = "sandbox"  # the CRI's sandbox image, which the runtime keeps itself
+# The CRI's sandbox (pause) image: pinctl wants it kept. Whether the runtime keeps it is the
+# runtime's own rule (pins/sandbox.py): cri-dockerd and CRI-O by its name, containerd by the label.
+REASON_SANDBOX: Final = "sandbox"
+# containerd's sandbox image without the pin label, where nothing will put it back (1.x labels it
+# only when its CRI pulls or first takes it in; 2.x only a record named as pinned_images.sandbox
+# has it): the kubelet may delete it. detail says which rule of that containerd left it so.
+REASON_UNLABELLED_SANDBOX: Final = "unlabelled-sandbox"
 # An entry of containerd 2.x's own pinned_images names a reference of the image: containerd labels
 # it itself (at start and on every change to it); detail names the entry and its file.
 REASON_CONTAINERD_CONFIG: Final = "containerd-config"
@@ -210,7 +216,8 @@ class ItemResult:
     ref: str
     action: Action
     error: Optional[str] = None
-    # What will undo this item although it ended as asked (containerd's own pinned_images).
+    # What containerd does after this item although it ended as asked: label it again (its own
+    # pinned_images), or never again (1.x's sandbox image, which the kubelet may then delete).
     warning: Optional[str] = None
 
     @property

@@ -213,6 +213,13 @@ def settled_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S) -> Cri
         previous = current
 
 
+def pull_image(address: str, image: str) -> str:
+    """``PullImage``: PullImageRequest.image (1) is an ImageSpec whose image (1) is the ref;
+    returns image_ref (1), the image ID. What the kubelet, and the CRI itself for a missing
+    sandbox image, call."""
+    return _call(address, IMAGE + "PullImage", [(1, [(1, image)])]).text(1)
+
+
 def remove_image(address: str, image: str) -> None:
     """``RemoveImage``: RemoveImageRequest.image (1) is an ImageSpec whose image (1) is a ref or id."""
     _call(address, IMAGE + "RemoveImage", [(1, [(1, image)])])

@@ -40,6 +40,15 @@ PATTERN = Reason("pattern", "example.test/*", "cfg:1")
         ([row("k8s.io"), row("moby", LABEL_K8S)], False, "containerd", "1.7.24", "namespace moby", "pinctl pin -n k8s.io"),
         ([row("k8s.io", PATTERN)], False, "containerd", "1.7.24", "pattern known only to pinctl", "pinctl sync"),
         ([row("k8s.io", Reason("ineffective-label", f"{REF}: x=true"))], False, "containerd", "1.7.24", "ineffective", "pinctl pin"),
+        # containerd's sandbox image without the label it will not put back: the pin is what fixes it.
+        ([row("k8s.io", Reason("sandbox", REF), Reason("unlabelled-sandbox", "containerd 1.7.24 labels it only when"))],
+         False, "containerd", "1.7.24", "the CRI sandbox image, unpinned: containerd 1.7.24 labels it only when",
+         f"pinctl pin {REF}"),
+        ([row("k8s.io", Reason("sandbox", REF), Reason("unlabelled-sandbox", "x"), PATTERN)], False, "containerd",
+         "1.7.24", "the CRI sandbox image, unpinned", f"pinctl pin {REF}"),
+        # 2.x relabels the record its pinned_images.sandbox names: a missing label is one it has not put back yet.
+        ([row("k8s.io", Reason("sandbox", REF))], False, "containerd", "2.1.9", "has not yet", "--wait"),
+        ([row("k8s.io", Reason("sandbox", REF), LABEL_K8S)], True, "containerd", "1.7.24", None, None),
         ([row(None, PATTERN)], False, "cri-o", "1.34.0", "pattern known only to pinctl", "pinctl sync"),
         ([row(None, Reason("crio-config", "x*", "f:1"))], False, "cri-o", "1.34.0", "has not re-read its configuration",
          "systemctl reload crio"),

@@ -13,7 +13,7 @@ from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.config.loader import Config, PatternEntry
 from pinctl.config.settings import Settings
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
-from pinctl.model import PIN_LABEL
+from pinctl.model import PIN_LABEL, ConfigPin
 from pinctl.node.sources import ContainerdSource, Node
 from pinctl.pins.policy import Policy, compile_policy
 
@@ -174,12 +174,52 @@ def test_unpin_warns_that_a_pattern_pins_the_image_again() -> None:
     assert all(len(line) <= 100 for line in report.warnings)
 
 
-def test_unpin_warns_that_the_runtime_keeps_its_sandbox_image() -> None:
-    store = FakeStore(sandbox="example.test/pause:3.9")
+def sandbox_store(version: str, pins: tuple[ConfigPin, ...] = ()) -> FakeStore:
+    store = FakeStore(sandbox="example.test/pause:3.9", pins=pins)
+    store.runtime_version = version
     store.add("k8s.io", "example.test/pause:3.9", "p", PIN)
     store.add("k8s.io", "sha256:" + "p" * 64, "p", PIN)
-    report = commands.change(node_of(store), "unpin", ["example.test/pause:3.9"], "pinctl", True, Policy())
-    assert report.warnings == ["example.test/pause:3.9: the runtime keeps it anyway: it is the CRI sandbox image"]
+    return store
+
+
+def unpin_sandbox(store: FakeStore, dry_run: bool) -> commands.ChangeReport:
+    return commands.change(node_of(store), "unpin", ["example.test/pause:3.9"], "pinctl", dry_run, Policy())
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_unpin_of_containerd_1x_sandbox_image_says_the_gc_may_delete_it(dry_run: bool) -> None:
+    report = unpin_sandbox(sandbox_store("1.7.24"), dry_run)
+    warnings = {r.ref: r.warning for r in report.results}
+    # Said on the record the config names (the sandbox_image), once; nothing claims it is kept.
+    assert warnings == {"example.test/pause:3.9": (
+        "it is the CRI sandbox image and containerd 1.7.24 labels it only when its CRI pulls it or first takes "
+        "in a record of its name: the kubelet's GC may delete it now (pinctl pin example.test/pause:3.9 keeps it)"),
+        "sha256:" + "p" * 64: None}
+    assert report.warnings == []
+    # Before 1.7.14 its CRI labelled it on its own pulls only.
+    [older] = [r.warning for r in unpin_sandbox(sandbox_store("1.7.12"), dry_run).results if r.warning]
+    assert "only when its CRI pulls it:" in older
+
+
+def test_unpin_of_containerd_2x_sandbox_image_says_containerd_pins_it_again() -> None:
+    entry = ConfigPin("sandbox", "example.test/pause:3.9", "/etc/containerd/config.toml")
+    report = unpin_sandbox(sandbox_store("2.1.9", (entry,)), True)
+    [warning] = [r.warning for r in report.results if r.warning]
+    assert warning.startswith("containerd will pin it again") and "pinned_images.sandbox in" in warning
+    assert report.warnings == []
+    # A short entry names no record (compared as written): 2.x never labels the image its CRI uses
+    # for sandboxes (docker.io/library/pause:3.9), so the GC may delete it.
+    store = FakeStore(sandbox="pause:3.9", pins=[ConfigPin("sandbox", "pause:3.9", "/etc/containerd/config.toml")])
+    store.runtime_version = "2.1.9"
+    store.add("k8s.io", "docker.io/library/pause:3.9", "p", PIN)
+    report = commands.change(node_of(store), "unpin", ["docker.io/library/pause:3.9"], "pinctl", True, Policy())
+    [warning] = [r.warning for r in report.results if r.warning]
+    assert "labels only the record named exactly as pinned_images.sandbox has it (pause:3.9)" in warning
+
+
+def test_unpin_of_the_sandbox_image_on_a_cri_ignoring_pins_adds_nothing() -> None:
+    report = unpin_sandbox(sandbox_store("1.6.20"), True)
+    assert [r.warning for r in report.results] == [None, None] and report.warnings == []
 
 
 def test_unpin_says_nothing_when_nothing_keeps_the_image() -> None:

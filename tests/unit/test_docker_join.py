@@ -6,7 +6,7 @@ from pinctl import refs
 from pinctl.backends.docker import DockerImage, ImageStoreKind
 from pinctl.config.loader import PatternEntry
 from pinctl.model import Descriptor, ImageRow
-from pinctl.node.docker import DockerView, join
+from pinctl.node.docker import DockerView, join, mark_sandbox
 from pinctl.pins.policy import Policy, compile_policy
 
 APP = DockerImage("sha256:" + "a" * 64, ("example.test/app:1", "example.test/app:2"), (), 900, {"team.example/keep": "true"})
@@ -60,3 +60,19 @@ def test_classic_refusal_names_the_options() -> None:
     assert view(False).classic_refusal(refs.parse_selector("aaaaaaaa")) == refusal
     assert view(False).classic_refusal(refs.parse_selector("example.test/none:1")) is None
     assert view(True).classic_refusal(refs.parse_selector("example.test/app:1")) is None
+
+
+PAUSE = DockerImage("sha256:" + "f" * 64, ("pause:3.9",), (), 700, {})
+
+
+def test_cri_dockerds_sandbox_image_is_pinned_by_its_docker_name_as_written() -> None:
+    """cri-dockerd compares --pod-infra-container-image with Docker's RepoTags as they are: the
+    flag pause:3.9 names the image Docker calls pause:3.9; docker.io/library/pause:3.9 names none."""
+    sandbox_view = DockerView(view(False).engine, ImageStoreKind("overlay2", False), "moby", [PAUSE, TOOL])
+    for flag, pinned in (("pause:3.9", True), ("docker.io/library/pause:3.9", False), ("pause", False)):
+        rows = join([], sandbox_view, [], Policy())
+        mark_sandbox(rows, flag)
+        pause = next(r for r in rows if r.ref == "docker.io/library/pause:3.9")
+        assert pause.pinned is pinned, flag
+        assert [r.kind for r in pause.reasons] == (["sandbox"] if pinned else []), flag
+        assert not next(r for r in rows if r.ref == "example.test/tool:1").pinned

@@ -3,7 +3,16 @@ from __future__ import annotations
 import pytest
 
 from pinctl.errors import UnknownNamespace, UsageError
-from pinctl.model import ACTION_CHANGED_UNDER_US, MANAGED_LABEL, PIN_LABEL, Action, Descriptor, ImageRow, StoredImage
+from pinctl.model import (
+    ACTION_CHANGED_UNDER_US,
+    MANAGED_LABEL,
+    PIN_LABEL,
+    Action,
+    ConfigPin,
+    Descriptor,
+    ImageRow,
+    StoredImage,
+)
 from pinctl.node import sources
 from pinctl.pins import listing
 from pinctl.pins import plans as pinning
@@ -41,10 +50,55 @@ def test_ineffective_label_does_not_pin_and_says_why() -> None:
 
 def test_sandbox_counts_only_in_the_cri_namespace() -> None:
     store = FakeStore(sandbox="example.test/pause:3.9")
+    store.add("k8s.io", "example.test/pause:3.9", "p", PIN)
+    store.add("moby", "example.test/pause:3.9", "p", PIN)
+    assert [r.kind for r in rows_by_ref(store, "k8s.io")["example.test/pause:3.9"].reasons] == ["label", "sandbox"]
+    assert [r.kind for r in rows_by_ref(store, "moby")["example.test/pause:3.9"].reasons] == ["label"]
+
+
+@pytest.mark.parametrize(("version", "rule"), [
+    ("1.7.24", "containerd 1.7.24 labels it only when its CRI pulls it or first takes in a record of its name"),
+    ("1.6.29", "containerd 1.6.29 labels it only when its CRI pulls it or first takes in a record of its name"),
+    ("1.7.13", "containerd 1.7.13 labels it only when its CRI pulls it"),
+    ("1.6.28", "containerd 1.6.28 labels it only when its CRI pulls it"),
+])
+def test_containerd_1x_pins_its_sandbox_image_only_while_labelled(version: str, rule: str) -> None:
+    """containerd's CRI reads the label alone: its sandbox image without one is not pinned, and
+    that release will not label it again (pins/sandbox.py)."""
+    store = FakeStore(sandbox="example.test/pause:3.9")
+    store.runtime_version = version
     store.add("k8s.io", "example.test/pause:3.9", "p")
-    store.add("moby", "example.test/pause:3.9", "p")
-    assert rows_by_ref(store, "k8s.io")["example.test/pause:3.9"].pinned
-    assert not rows_by_ref(store, "moby")["example.test/pause:3.9"].pinned
+    store.add("k8s.io", "sha256:" + "p" * 64, "p")
+    for row in rows_by_ref(store).values():
+        assert not row.pinned and row.drift is None
+        assert [r.as_dict() for r in row.reasons] == [{"kind": "sandbox", "detail": "example.test/pause:3.9"},
+                                                     {"kind": "unlabelled-sandbox", "detail": rule}]
+    store.add("k8s.io", "example.test/pause:3.9", "p", PIN)
+    assert all(row.pinned and [r.kind for r in row.reasons] == ["label", "sandbox"]
+               for row in rows_by_ref(store).values())
+
+
+def test_containerd_2x_sandbox_entry_spelt_otherwise_is_never_labelled() -> None:
+    entry = ConfigPin("sandbox", "pause:3.9", "/etc/containerd/config.toml")
+    store = FakeStore(sandbox="pause:3.9", pins=[entry])
+    store.runtime_version = "2.1.9"
+    store.add("k8s.io", "docker.io/library/pause:3.9", "p")
+    row = rows_by_ref(store)["docker.io/library/pause:3.9"]
+    assert not row.pinned and [r.kind for r in row.reasons] == ["sandbox", "unlabelled-sandbox"]
+    assert "pinned_images.sandbox has it (pause:3.9)" in row.reasons[1].detail
+    # Spelt as the record is, containerd relabels it at once: nothing more to say while it catches up.
+    store = FakeStore(sandbox="docker.io/library/pause:3.9", pins=[ConfigPin("sandbox", "docker.io/library/pause:3.9", "f")])
+    store.runtime_version = "2.1.9"
+    store.add("k8s.io", "docker.io/library/pause:3.9", "p")
+    assert [r.kind for r in rows_by_ref(store)["docker.io/library/pause:3.9"].reasons] == ["sandbox"]
+
+
+def test_sandbox_on_a_cri_ignoring_pins_is_not_pinned_and_says_so() -> None:
+    store = FakeStore(sandbox="example.test/pause:3.9")
+    store.runtime_version = "1.6.20"
+    store.add("k8s.io", "example.test/pause:3.9", "p")
+    row = rows_by_ref(store)["example.test/pause:3.9"]
+    assert not row.pinned and [r.kind for r in row.reasons] == ["sandbox", "ignored"]
 
 
 def test_default_namespaces_are_the_present_ones() -> None:

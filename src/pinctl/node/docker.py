@@ -107,9 +107,11 @@ def join(rows: list[ImageRow], view: DockerView, label_rules: Sequence[str], pol
 
 
 def mark_sandbox(rows: list[ImageRow], sandbox_image: str) -> None:
-    """cri-dockerd pins its sandbox image (--pod-infra-container-image) itself, by Docker name."""
-    wanted = _full(sandbox_image)
-    images = {(row.namespace, row.engine_id) for row in rows if row.source == SOURCE_DOCKER and row.ref == wanted}
+    """cri-dockerd pins its sandbox image (--pod-infra-container-image) itself: every image one of
+    whose Docker names (RepoTags, as docker images writes them) equals the flag as written, so
+    docker.io/library/pause:3.9 there names no image (Docker calls it pause:3.9)."""
+    images = {(row.namespace, row.engine_id) for row in rows
+              if row.source == SOURCE_DOCKER and refs.familiar(row.ref) == sandbox_image}
     for row in rows:
         if row.source == SOURCE_DOCKER and (row.namespace, row.engine_id) in images:
             row.reasons.append(Reason(REASON_SANDBOX, f"{sandbox_image} (cri-dockerd --pod-infra-container-image)"))

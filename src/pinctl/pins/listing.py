@@ -21,6 +21,7 @@ from pinctl.model import (
     REASON_LABEL,
     REASON_PATTERN,
     REASON_SANDBOX,
+    REASON_UNLABELLED_SANDBOX,
     ConfigPin,
     Drift,
     ImageRow,
@@ -29,6 +30,7 @@ from pinctl.model import (
 )
 from pinctl.pins import labels as pin_labels
 from pinctl.pins import patterns
+from pinctl.pins import sandbox as sandbox_rules
 from pinctl.pins.policy import Policy, coverage
 
 
@@ -115,20 +117,27 @@ def annotate_pins(
 ) -> None:
     """Mark every ref of an image pinned when any ref of it carries the label, as the CRI does.
 
-    With the version of a containerd whose CRI ignores pins, nothing counts as pinned and the
-    reasons say so. pins (containerd 2.x's own pinned_images) explain a label containerd puts
-    there itself; they pin nothing by themselves, since the CRI reads only the label.
+    The CRI reads the label alone, for its sandbox image too: that reason says pinctl wants the
+    image kept, and, when it is unlabelled and this containerd will not label it again, a second
+    reason says why (pins/sandbox.py). With the version of a containerd whose CRI ignores pins,
+    nothing counts as pinned and the reasons say so. pins (containerd 2.x's own pinned_images)
+    explain a label containerd puts there itself; they pin nothing by themselves either.
     """
     sandbox_ref = _normalized_or_none(sandbox)
     # The sandbox entry is said by the sandbox reason already.
     own = [pin for pin in pins if not pin.is_sandbox]
+    entry = next((pin.ref for pin in pins if pin.is_sandbox), sandbox)
     honoured = runtime_version is None or pin_labels.cri_honours_pins(runtime_version)
     for group in group_by_image(rows).values():
         reasons = _group_reasons(group, sandbox_ref, own)
-        pinned = any(r.kind in (REASON_LABEL, REASON_SANDBOX) for r in reasons)
-        if pinned and not honoured:
-            pinned = False
+        kinds = {reason.kind for reason in reasons}
+        pinned = honoured and REASON_LABEL in kinds
+        if not honoured and kinds & {REASON_LABEL, REASON_SANDBOX}:
             reasons.append(Reason(REASON_IGNORED, pin_labels.ignored_detail(runtime_version or "")))
+        elif REASON_SANDBOX in kinds and not pinned and runtime_version is not None:
+            rule = sandbox_rules.unlabelled_rule(runtime_version, entry, [row.ref for row in group])
+            if rule:
+                reasons.append(Reason(REASON_UNLABELLED_SANDBOX, rule))
         for row in group:
             row.pinned = pinned
             row.reasons = list(reasons)

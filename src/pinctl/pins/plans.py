@@ -41,6 +41,7 @@ from pinctl.model import (
 )
 from pinctl.pins import labels as pin_labels
 from pinctl.pins import patterns
+from pinctl.pins import sandbox as sandbox_rules
 from pinctl.pins.listing import build_rows, config_pins, group_by_image, id_matches
 from pinctl.pins.policy import Policy, could_match_an_id, coverage, sync_targets
 
@@ -86,6 +87,7 @@ class NamespaceView:
         self._images: dict[str, list[ImageRow]] = {}
         self._image_key: dict[str, str] = {}
         self._config_pins: Optional[list[ConfigPin]] = None
+        self._sandbox: Optional[str] = None
 
     @property
     def config_pins(self) -> list[ConfigPin]:
@@ -93,6 +95,18 @@ class NamespaceView:
         if self._config_pins is None:
             self._config_pins = config_pins(self.store) if self.namespace == CRI_NAMESPACE else []
         return self._config_pins
+
+    def sandbox_warning(self, name: str) -> Optional[str]:
+        """What unpinning record `name` means if it is the CRI sandbox image that this containerd
+        will not label again (pins/sandbox.py); its config and version are read when first needed."""
+        if self.namespace != CRI_NAMESPACE:
+            return None
+        if self._sandbox is None:
+            self._sandbox = self.store.sandbox_image() or ""
+        if not sandbox_rules.names_sandbox(name, self._sandbox):
+            return None
+        entry = next((pin.ref for pin in self.config_pins if pin.is_sandbox), self._sandbox)
+        return sandbox_rules.unpin_warning(self.store.version(), entry, name)
 
     def _read_manifests(self) -> list[ImageRow]:
         """Every record with its image ID, grouped by image: the manifests are read once."""
@@ -240,7 +254,7 @@ def _selected(view: NamespaceView, selector: refs.Selector) -> list[StoredImage]
 
 def _plan_image(plan: Plan, view: NamespaceView, image: StoredImage) -> None:
     if plan.command == UNPIN:
-        warning = repinned_warning(view.config_pins, image.name)
+        warning = repinned_warning(view.config_pins, image.name) or view.sandbox_warning(image.name)
         if PIN_LABEL in image.labels or MANAGED_LABEL in image.labels:
             plan.changes.append(Change(view.store, view.namespace, image, _removal(image), ACTION_UNPINNED, warning))
         else:
@@ -260,10 +274,14 @@ def repinned_warning(pins: Sequence[ConfigPin], name: str) -> Optional[str]:
     """Why containerd will put back a pin unpin removes: an entry of its own pinned_images names
     the record (compared as a plain string, as containerd does). 2.1 relabels such a record on
     every change to it, the unpin's own write included, and at every start."""
-    naming = [pin.where for pin in pins if pin.ref == name]
+    naming = [pin for pin in pins if pin.ref == name]
     if not naming:
         return None
-    return (f"containerd will pin it again, at once and at its next start: {' and '.join(naming)} "
+    where = " and ".join(pin.where for pin in naming)
+    if any(pin.is_sandbox for pin in naming):
+        # Removing that entry is no way to unpin it: containerd's default sandbox image would take its place.
+        return f"containerd will pin it again, at once and at its next start: it is the CRI sandbox image ({where})"
+    return (f"containerd will pin it again, at once and at its next start: {where} "
             "names it; remove the entry there and restart containerd to unpin it")
 
 

@@ -16,6 +16,7 @@ from pinctl.model import (
     REASON_LABEL,
     REASON_PATTERN,
     REASON_SANDBOX,
+    REASON_UNLABELLED_SANDBOX,
     SOURCE_CRIO,
     Drift,
     ImageRow,
@@ -53,6 +54,8 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
         return f"{who}{item} ({reason.source})"
     if reason.kind == REASON_IGNORED:
         return f"but {reason.detail}"
+    if reason.kind == REASON_UNLABELLED_SANDBOX:
+        return f"no label: {reason.detail}"
     if reason.kind == REASON_PATTERN:
         return f"pattern {reason.detail} ({reason.source})"
     if reason.kind == REASON_DOCKER_LABEL:
