@@ -17,6 +17,7 @@ from pinctl.node import sources
 from pinctl.pins import listing
 from pinctl.pins import plans as pinning
 from pinctl.pins.policy import Policy
+from pinctl.render import cells
 
 from .fakes import MANIFEST, FakeStore, digest
 
@@ -73,6 +74,7 @@ def test_containerd_1x_pins_its_sandbox_image_only_while_labelled(version: str, 
         assert not row.pinned and row.drift is None
         assert [r.as_dict() for r in row.reasons] == [{"kind": "sandbox", "detail": "example.test/pause:3.9"},
                                                      {"kind": "unlabelled-sandbox", "detail": rule}]
+        assert cells.why(row) == "sandbox; no label, and containerd puts none back"
     store.add("k8s.io", "example.test/pause:3.9", "p", PIN)
     assert all(row.pinned and [r.kind for r in row.reasons] == ["label", "sandbox"]
                for row in rows_by_ref(store).values())

@@ -55,7 +55,8 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
     if reason.kind == REASON_IGNORED:
         return f"but {reason.detail}"
     if reason.kind == REASON_UNLABELLED_SANDBOX:
-        return f"no label: {reason.detail}"
+        # The rule itself (which releases label it when) is in the JSON detail and check's cause.
+        return "no label, and containerd puts none back"
     if reason.kind == REASON_PATTERN:
         return f"pattern {reason.detail} ({reason.source})"
     if reason.kind == REASON_DOCKER_LABEL:
