@@ -3,7 +3,7 @@
 pinctl runs as a subprocess (``pinctl_runner``); results are read back with independent clients:
 the harness's CRI calls (encoded by field number), containerd's own image records, ``ctr``,
 ``docker`` and statvfs of the dedicated tmpfs. The deletion order is checked against
-``gcmodel.plan_gc`` fed with the same images, containers, creation times and settings.
+``gcmodel.plan_gc`` fed with the same images, containers, arrival times and settings.
 
 Minimum ages: every image here is seconds old, so a test that needs old and young images at once
 loads the old ones, waits ``AGE_GAP_S``, loads the young one and passes a minimum age between the
@@ -27,7 +27,7 @@ from tests.harness import cri, cri_pods, images, pods, runnable
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.docker import DockerDaemon, expected_id, load_images_docker, reset_docker
 from tests.harness.pod_fixtures import PodNode
-from tests.harness.protowire import Reader
+from tests.harness.protowire import Reader, encode
 from tests.integration.pinctl_runner import pinctl
 
 pytestmark = pytest.mark.integration
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
 PIN = "io.cri-containerd.pinned"
 IMAGES_LIST = "/containerd.services.images.v1.Images/List"
+CONTENT_INFO = "/containerd.services.content.v1.Content/Info"
 # Old images are at least this much older than the young one; the minimum age passed sits
 # MARGIN_S away from both (pinctl's start-up and the model's second-resolution "now" fit in it).
 AGE_GAP_S = 4.5
@@ -90,9 +91,23 @@ def record_times(address: str, namespace: str = cri.NAMESPACE) -> dict[str, date
     return times
 
 
-def first_detected(image: cri.CriImage, times: dict[str, datetime]) -> datetime:
-    """The earliest record of the image: its tags, and the sha256:<id> record the CRI adds."""
-    return min(times[name] for name in (*image.repo_tags, image.id) if name in times)
+def committed_at(address: str, digest: str, namespace: str = cri.NAMESPACE) -> datetime:
+    """When containerd committed a blob, from Content.Info (InfoRequest: digest 1; InfoResponse:
+    info 1; Info: committed_at 3), read by field number rather than through pinctl."""
+    import grpc
+
+    with grpc.insecure_channel(f"unix://{address}") as channel:
+        call = channel.unary_unary(CONTENT_INFO, request_serializer=None, response_deserializer=None)
+        reply = call(encode([(1, digest)]), timeout=cri.CALL_TIMEOUT_S, metadata=(("containerd-namespace", namespace),))
+    stamp = Reader(reply).message(1).message(3)
+    return datetime.fromtimestamp(stamp.integer(1) + stamp.integer(2) / 1e9, timezone.utc)
+
+
+def first_detected(image: cri.CriImage, times: dict[str, datetime], address: str) -> datetime:
+    """When the image came: its config blob's commit (its ID), but not before its earliest
+    record (its tags, and the sha256:<id> record the CRI adds)."""
+    earliest = min(times[name] for name in (*image.repo_tags, image.id) if name in times)
+    return max(committed_at(address, image.id), earliest)
 
 
 def cri_ids(address: str) -> set[str]:
@@ -150,7 +165,7 @@ class NodeState:
 
 def node_state(node: PodNode) -> NodeState:
     times = record_times(node.address)
-    listed = [gcmodel.GcImage(i.id, i.size, first_detected(i, times), None, i.repo_tags, i.pinned)
+    listed = [gcmodel.GcImage(i.id, i.size, first_detected(i, times, node.address), None, i.repo_tags, i.pinned)
               for i in cri.list_images(node.address)]
     containers = [gcmodel.GcContainer(c.id, c.image_ref, c.state, c.image_id, c.image, c.name)
                   for c in cri_pods.list_containers(node.address)]

@@ -121,6 +121,17 @@ class RowIndex:
         return [self.rows[position] for position in sorted(found)]
 
 
+def _latest(arrival: Optional[datetime], earliest_record: Optional[datetime]) -> Optional[datetime]:
+    """An image's arrival: its ID's (a re-pointed tag keeps an older record), but never before
+    its earliest record (content still held from an image deleted moments ago is older)."""
+    known = [moment for moment in (arrival, earliest_record) if moment is not None]
+    return max(known) if known else None
+
+
+def _digests(repo_digests: Sequence[str]) -> list[str]:
+    return [name.partition("@")[2] for name in repo_digests]
+
+
 def _earliest(index: RowIndex, keys: set[str]) -> Optional[datetime]:
     times = [row.created for row in index.matching(keys) if row.created is not None]
     return utc(min(times)) if times else None
@@ -147,7 +158,7 @@ class CriDomain:
         listed_images = self.runtime.list_images()
         arrived = self._arrived(mountpoint, [i.id for i in listed_images])
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
-                                arrived.get(i.id) or _earliest(index, {i.id, *(d.partition("@")[2] for d in i.repo_digests)}))
+                                _latest(arrived.get(i.id), _earliest(index, {i.id, *_digests(i.repo_digests)})))
                   for i in listed_images]
         listed = self.runtime.list_containers()
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
