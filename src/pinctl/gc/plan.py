@@ -121,6 +121,14 @@ class RowIndex:
         return [self.rows[position] for position in sorted(found)]
 
 
+def _id_records(rows: Sequence[ImageRow]) -> dict[str, datetime]:
+    """When containerd's CRI made each image's sha256:<id> record in k8s.io: it makes one when
+    it first sees an ID (a tag re-pointed to a new image brings a new one), and a label write
+    leaves its creation time alone. No call: the rows hold them."""
+    return {row.image_id: moment for row in rows
+            if row.namespace == CRI_NAMESPACE and row.ref == row.image_id and (moment := utc(row.created)) is not None}
+
+
 def _latest(arrival: Optional[datetime], earliest_record: Optional[datetime]) -> Optional[datetime]:
     """An image's arrival: its ID's (a re-pointed tag keeps an older record), but never before
     its earliest record (content still held from an image deleted moments ago is older)."""
@@ -156,7 +164,8 @@ class CriDomain:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
         mountpoint = filesystems[0].mountpoint
         listed_images = self.runtime.list_images()
-        arrived = self._arrived(mountpoint, [i.id for i in listed_images])
+        by_id = _id_records(rows) if self.version.name == CONTAINERD_RUNTIME_NAME else {}
+        arrived = {**self._arrived(mountpoint, [i.id for i in listed_images if i.id not in by_id]), **by_id}
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
                                 _latest(arrived.get(i.id), _earliest(index, {i.id, *_digests(i.repo_digests)})))
                   for i in listed_images]
