@@ -164,7 +164,7 @@ def test_gc_plan_json_envelope() -> None:
     doc = json.loads(out.getvalue())
     assert sorted(doc) == ["gc", "pinctl_result_version"]
     body = doc["gc"]
-    assert sorted(body) == ["amount_to_free", "at_risk", "filesystem", "freed_bytes", "kubelet_started",
+    assert sorted(body) == ["amount_to_free", "at_risk", "eviction", "filesystem", "freed_bytes", "kubelet_started",
                             "kubelet_started_source", "message", "mode", "now", "order", "outcome", "protected",
                             "runtime", "settings", "simulated", "usage_percent"]
     assert body["settings"]["high_threshold_percent"] == {"value": 85, "source": "kubelet default"}

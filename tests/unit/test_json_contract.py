@@ -206,6 +206,20 @@ def render_gc_plan() -> dict:
     return json.loads(buf.getvalue())
 
 
+def test_gc_plan_eviction_is_an_addition_without_a_version_change() -> None:
+    """docs/json.md: new keys appear without a version change; `eviction` was one."""
+    doc = render_gc_plan()
+    assert doc["pinctl_result_version"] == 2
+    evicting = doc["gc"]["eviction"]
+    assert sorted(evicting) == ["at_risk", "config_source", "dedicated_imagefs", "deletes_now", "freed_bytes",
+                                "kept_by_dead_containers", "met", "order", "signals"]
+    assert sorted(evicting["signals"][0]) == ["available", "capacity", "filesystem", "fs_source",
+                                              "grace_period_seconds", "hard", "met", "reclaims_images", "signal",
+                                              "source", "threshold", "threshold_value"]
+    # Its order entries are the plan's own.
+    assert sorted(evicting["order"][0]) == sorted(doc["gc"]["order"][0])
+
+
 def render_prune() -> dict:
     from pinctl.gc import plan as gc
     from pinctl.render import gc as gc_output

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "pinctl.proto")),
     ("config", ("pinctl.config",)),
     ("backends", ("pinctl.backends",)),
-    ("pure logic", ("pinctl.pins", "pinctl.gc.model", "pinctl.gc.estimate", "pinctl.gc.kubelet")),
+    ("pure logic", ("pinctl.pins", "pinctl.gc.model", "pinctl.gc.estimate", "pinctl.gc.eviction", "pinctl.gc.kubelet")),
     ("node", ("pinctl.node",)),
     ("shared below capabilities", ("pinctl.landing", "pinctl.service")),
     ("capabilities", CAPABILITIES := ("pinctl.check", "pinctl.gc.plan", "pinctl.pull", "pinctl.imports")),

@@ -56,7 +56,8 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
     Reads the runtime's images and containers over the CRI, the image filesystem under the
     CRI's ImageFsInfo mount point, and the kubelet's GC settings. Images pinctl's labels or
     policy want kept but the runtime does not pin (it ignores labels, wrong namespace, a pattern
-    known only to pinctl) are marked at risk with their place in the order.
+    known only to pinctl) are marked at risk with their place in the order. Past a disk eviction
+    threshold, the kubelet deletes every unused unpinned image at once: that is listed too.
     """
     from pinctl import commands
     from pinctl.render import gc as gc_output

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from pinctl.config.files import NotRegularFile, read_regular, unreadable
 from pinctl.errors import ConfigError
+from pinctl.gc.eviction import EvictionConfig
 from pinctl.gc.model import GcSettings, GcSettingsError
 
 DEFAULT_CONFIG = "/var/lib/kubelet/config.yaml"
@@ -35,10 +36,11 @@ _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 @dataclass(frozen=True)
 class SourcedGcSettings:
     """The settings, and for each attribute where it came from: a file path with its field
-    name, a flag, or the kubelet's default."""
+    name, a flag, or the kubelet's default; and the file's eviction fields, parsed by gc plan."""
 
     settings: GcSettings
     sources: dict[str, str] = field(default_factory=dict)
+    eviction: EvictionConfig = EvictionConfig()
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,17 @@ def read_gc_settings(path: Optional[str], overrides: GcOverrides = GcOverrides()
     if problems:
         named = "; ".join(f"{FLAGS[name]}: {sources[name]}" for name in FIELDS.values())
         raise GcSettingsError(f"invalid image GC settings: {problems[0]}", f"where each came from: {named}")
-    return SourcedGcSettings(settings, sources)
+    return SourcedGcSettings(settings, sources, _eviction_fields(document, where))
+
+
+def _eviction_fields(document: Optional[dict[str, Any]], where: str) -> EvictionConfig:
+    """As written; no file read means the kubelet's defaults (a kubelet started without --config
+    has no hard thresholds at all, but nodes run with a config file)."""
+    if document is None:
+        return EvictionConfig()
+    return EvictionConfig(document.get("evictionHard"), document.get("evictionSoft"),
+                          document.get("evictionSoftGracePeriod"),
+                          document.get("mergeDefaultEvictionSettings", False), where)
 
 
 def read_kubelet_config(path: str) -> dict[str, Any]:

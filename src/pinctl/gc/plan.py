@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Literal, NamedTuple, Optional, Protocol, Sequence
 
 from pinctl.backends import procfs
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, PinctlError, UsageError
-from pinctl.gc import estimate
+from pinctl.gc import estimate, eviction
 from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
-from pinctl.gc.kubelet import read_kubelet_config
+from pinctl.gc.kubelet import parse_duration, read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
 from pinctl.node import crio_storage
 from pinctl.node.crio import RUNTIME_NAME as CRIO_RUNTIME_NAME
@@ -34,7 +34,7 @@ from pinctl.model import (
     REASON_SANDBOX,
     SOURCE_DOCKER,
 )
-from pinctl.node.imagefs import statfs
+from pinctl.node.imagefs import fs_figures, statfs
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -289,29 +289,66 @@ class GcReport:
     kubelet_started: Optional[datetime]
     kubelet_started_source: str
     estimates: list[estimate.Estimate] = field(default_factory=list)
+    eviction: Optional[eviction.EvictionReport] = None
 
     @property
     def exit_code(self) -> int:
-        return EXIT_ERROR if self.plan.wanted_deleted else EXIT_OK
+        evicted = self.eviction.wanted_deleted if self.eviction is not None else ()
+        return EXIT_ERROR if self.plan.wanted_deleted or evicted else EXIT_OK
 
 
 NO_KUBELET = "no kubelet process found here: assumed to have run longer than the maximum age"
 # The kubelet's own default for containerRuntimeEndpoint.
 KUBELET_DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
-KubeletStart = tuple[Optional[datetime], str]
+DEFAULT_ROOT_DIR = "/var/lib/kubelet"
+
+
+class KubeletStart(NamedTuple):
+    """When the kubelet started and how that was found; its --root-dir (its nodefs) and whence."""
+
+    started: Optional[datetime]
+    source: str
+    root_dir: str = DEFAULT_ROOT_DIR
+    root_dir_source: str = "the kubelet's default --root-dir"
 
 
 def gc_plan(domain: GcDomain, rows: Sequence[ImageRow], settings: SourcedGcSettings, now: datetime,
-            usage: Optional[float] = None, kubelet: KubeletStart = (None, NO_KUBELET)) -> GcReport:
-    """The kubelet's next GC run on domain; kubelet: when the kubelet using it started, and how
-    that was found (kubelet_start_time)."""
+            usage: Optional[float] = None, kubelet: KubeletStart = KubeletStart(None, NO_KUBELET)) -> GcReport:
+    """The kubelet's next GC run on domain, and its eviction manager's DeleteUnusedImages when a
+    disk threshold is met; kubelet: the kubelet using it, as kubelet_start_time found it."""
     seen = domain.observe(rows)
-    started, started_source = kubelet
+    started = kubelet.started
     estimates = estimate.estimate_images(seen.images, seen.containers, now, kubelet_started=started)
-    plan = gcmodel.plan_gc([e.image for e in estimates], [c.as_gc_container() for c in seen.containers],
-                           settings.settings, seen.fs, now, kubelet_started=started,
-                           wanted=wanted_by_pinctl(seen.images, rows), simulated_usage=usage)
-    return GcReport(domain.name, plan, settings.sources, seen.fs_source, started, started_source, estimates)
+    wanted = wanted_by_pinctl(seen.images, rows)
+
+    def run(mode: gcmodel.GcMode) -> GcPlan:
+        return gcmodel.plan_gc([e.image for e in estimates], [c.as_gc_container() for c in seen.containers],
+                               settings.settings, seen.fs, now, kubelet_started=started, wanted=wanted,
+                               simulated_usage=usage, mode=mode)
+
+    plan = run("threshold")
+    evicting = _eviction_check(seen, plan, settings, kubelet)
+    report = eviction.EvictionReport(evicting, run("all_unused") if evicting.met else None)
+    return GcReport(domain.name, plan, settings.sources, seen.fs_source, started, kubelet.source, estimates, report)
+
+
+def _eviction_check(seen: Observation, plan: GcPlan, settings: SourcedGcSettings,
+                    kubelet: KubeletStart) -> eviction.EvictionCheck:
+    """The disk thresholds against the image filesystem (as used: --usage applies) and the root
+    dir's filesystem (the same figures when it is the same filesystem)."""
+    found = eviction.thresholds(settings.eviction, parse_duration)
+    used = eviction.FsFigures(plan.fs.capacity_bytes, plan.fs.available, source=seen.fs_source)
+    imagefs = replace(fs_figures(seen.fs_path, "the CRI's ImageFsInfo mount point"), capacity_bytes=used.capacity_bytes,
+                      available_bytes=used.available_bytes, source=seen.fs_source) if seen.fs_path else used
+    nodefs, why = None, ""
+    if any(eviction.DISK_SIGNALS[t.signal][0] == eviction.NODEFS for t in found):
+        try:
+            nodefs = fs_figures(kubelet.root_dir, f"the kubelet's root dir, {kubelet.root_dir_source}")
+        except EngineError:
+            why = f"not measured: {kubelet.root_dir} ({kubelet.root_dir_source}) cannot be read here"
+        if nodefs is not None and plan.simulated and nodefs.device == imagefs.device:
+            nodefs = replace(nodefs, capacity_bytes=used.capacity_bytes, available_bytes=used.available_bytes)
+    return eviction.check(found, imagefs, nodefs, why, settings.eviction.where or "no kubelet config file read")
 
 
 def kubelet_start_time(endpoint: Optional[str]) -> KubeletStart:
@@ -327,8 +364,12 @@ def kubelet_start_time(endpoint: Optional[str]) -> KubeletStart:
             continue
         started = procfs.started_at(pid)
         if started is not None:
-            return started, f"kubelet process {pid}"
-    return None, NO_KUBELET
+            found = f"kubelet process {pid}"
+            root = procfs.parse_flags(procfs.cmdline(pid)).get("--root-dir")
+            if root:
+                return KubeletStart(started, found, root, f"--root-dir of {found}")
+            return KubeletStart(started, found, root_dir_source=f"{found} has no --root-dir: its default")
+    return KubeletStart(None, NO_KUBELET)
 
 
 def _uses(pid: int, endpoint: str, serving: Optional[int]) -> bool:

@@ -16,7 +16,8 @@ from pinctl.render.output import folded, print_table, warn, write_envelope
 from pinctl.render.table import NO_FIT, Fit, give_way
 
 if TYPE_CHECKING:
-    from pinctl.gc.model import AtRisk, OrderEntry, ProtectedImage
+    from pinctl.gc.eviction import EvictionReport, SignalCheck
+    from pinctl.gc.model import AtRisk, GcPlan, OrderEntry, ProtectedImage
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan
 
 OUTCOME_TEXT = {
@@ -61,15 +62,10 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
     # One image, one verdict: what the run does with an image shows once, in the order (what goes,
     # and what pinctl wants kept there) or under PROTECTED (the rest of what stays). The last
     # table says only why pinctl wants the images the runtime does not pin.
-    wanted = {risk.image.id: risk for risk in plan.at_risk}
-    shown = plan.order if wide else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
-    in_order = {entry.image.id for entry in shown}
-    young = {p.image.id: p.eligible_at for p in plan.protected if p.eligible_at is not None}
-    if shown:
-        out.write("\nDELETION ORDER" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
-        headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
-        _table(headers, [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id))
-                         for entry in shown], wide, out, ORDER_FIT)
+    in_order = _order_table(plan, "DELETION ORDER", wide, out)
+    evicting = report.eviction.plan if report.eviction is not None else None
+    if evicting is not None:
+        _order_table(evicting, "EVICTION MANAGER'S DeleteUnusedImages", wide, out)
     protected = [p for p in plan.protected if p.image.id not in in_order]
     if protected:
         out.write("\nPROTECTED\n")
@@ -81,6 +77,27 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
     if plan.wanted_deleted:
         warn(f"gc plan: {counted(len(plan.wanted_deleted), 'image')} pinctl wants kept would be deleted at "
              f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%")
+    dead = report.eviction.kept_by_dead_containers if report.eviction is not None else ()
+    if dead:
+        names = ", ".join(_name(image.refs, image.id) for image in dead)
+        warn(f"gc plan: the eviction manager may delete {counted(len(dead), 'more image')} too, kept only by "
+             f"containers that are not running, which it may remove first: {names}")
+    if evicting is not None and evicting.wanted_deleted:
+        warn(f"gc plan: {counted(len(evicting.wanted_deleted), 'image')} pinctl wants kept would be deleted by "
+             "the eviction manager (a disk eviction threshold is met)")
+
+
+def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
+    """What goes, and what pinctl wants kept there (everything with -o wide); the IDs shown."""
+    wanted = {risk.image.id for risk in plan.at_risk}
+    shown = plan.order if wide else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
+    young = {p.image.id: p.eligible_at for p in plan.protected if p.eligible_at is not None}
+    if shown:
+        out.write(f"\n{title}" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
+        headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
+        _table(headers, [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id))
+                         for entry in shown], wide, out, ORDER_FIT)
+    return {entry.image.id for entry in shown}
 
 
 # How each table gives way on a terminal (render/table.py): the last column wraps, then the image's
@@ -125,9 +142,40 @@ def _summary_lines(report: GcReport) -> list[str]:
                      f"the order below frees {human_size(plan.freed_bytes)}")
     if plan.kubelet_message:
         lines.append(f"Warning:     {plan.kubelet_message}")
+    if report.eviction is not None:
+        lines.append(f"Eviction:    {eviction_line(report.eviction)}")
     lines.append("Times:       pinctl estimates the kubelet's first-detected and last-used times "
                  "(see docs/gc-model.md)")
     return lines
+
+
+def eviction_line(report: EvictionReport) -> str:
+    """Whether a disk eviction threshold that deletes images is met, and what then goes."""
+    checked = report.check
+    met = [s for s in checked.signals if s.met and s.reclaims_images]
+    if not met:
+        closest = checked.closest
+        if closest is None:
+            return f"no imagefs or nodefs threshold that deletes images ({checked.config_source})"
+        return f"not met: {_signal_text(closest)}"
+    first = sorted(met, key=lambda s: not s.threshold.hard)[0]
+    goes = list(report.plan.deletions) if report.plan is not None else []
+    when = ("now (it checks every 10s)" if checked.deletes_now
+            else f"once it has held for {_duration(checked.grace or timedelta(0))} (evictionSoftGracePeriod)")
+    return (f"met: {_signal_text(first)}; {when} the eviction manager deletes every unused unpinned image past "
+            f"the minimum age: {counted(len(goes), 'image')}, {human_size(sum(e.image.size for e in goes))} "
+            "(listed below)")
+
+
+def _signal_text(signal: SignalCheck) -> str:
+    """imagefs.available<15% (hard, where it is set): 12 MiB free, 3 MiB below its 15 MiB."""
+    threshold = signal.threshold
+    value, available = signal.threshold_value or 0, signal.available or 0
+    amount = (lambda n: f"{n} inodes") if signal.inodes else human_size
+    side = "below" if available < value else "above"
+    kind = "hard" if threshold.hard else f"soft, grace {_duration(threshold.grace or timedelta(0))}"
+    return (f"{threshold.signal}<{threshold.text} ({kind}, {threshold.source}): {amount(available)} free, "
+            f"{amount(abs(available - value))} {side} its {amount(value)}")
 
 
 def _duration(value: timedelta) -> str:
@@ -191,6 +239,40 @@ def gc_dict(report: GcReport) -> dict[str, Any]:
         "order": [_entry_dict(entry, estimates.get(entry.image.id)) for entry in plan.order],
         "protected": [_protected_dict(item) for item in plan.protected],
         "at_risk": [_risk_dict(risk) for risk in plan.at_risk],
+        "eviction": _eviction_dict(report.eviction, estimates) if report.eviction is not None else None,
+    }
+
+
+def _eviction_dict(report: EvictionReport, estimates: dict[str, Any]) -> dict[str, Any]:
+    checked, plan = report.check, report.plan
+    return {
+        "met": checked.met,
+        "deletes_now": checked.deletes_now,
+        "dedicated_imagefs": checked.dedicated_imagefs,
+        "config_source": checked.config_source,
+        "signals": [_signal_dict(signal) for signal in checked.signals],
+        "freed_bytes": plan.freed_bytes if plan is not None else 0,
+        "order": [_entry_dict(entry, estimates.get(entry.image.id)) for entry in plan.order] if plan else [],
+        "at_risk": [_risk_dict(risk) for risk in plan.at_risk] if plan is not None else [],
+        "kept_by_dead_containers": [image.id for image in report.kept_by_dead_containers],
+    }
+
+
+def _signal_dict(signal: SignalCheck) -> dict[str, Any]:
+    threshold = signal.threshold
+    return {
+        "signal": threshold.signal,
+        "threshold": threshold.text,
+        "hard": threshold.hard,
+        "grace_period_seconds": _seconds(threshold.grace) if threshold.grace is not None else None,
+        "source": threshold.source,
+        "filesystem": signal.filesystem,
+        "fs_source": signal.fs_source,
+        "available": signal.available,
+        "capacity": signal.capacity,
+        "threshold_value": signal.threshold_value,
+        "met": signal.met,
+        "reclaims_images": signal.reclaims_images,
     }
 
 
