@@ -264,8 +264,10 @@ def add_young(node: PodNode, mixed: Mixed) -> tuple[images.ImageInfo, datetime]:
 def test_gc_plan_on_real_pods_follows_the_model(modern_pod_node: PodNode, tmp_path: Path) -> None:
     mixed = mixed_node(modern_pod_node)
     young_image, young_created = add_young(modern_pod_node, mixed)
+    # No eviction thresholds: at 99% the kubelet's defaults (imagefs.available<15%) would have its
+    # eviction manager delete every unused image, which the last step shows; the rest is the GC.
     config = kubelet_config(tmp_path, imageGCHighThresholdPercent=98, imageGCLowThresholdPercent=97,
-                            imageMinimumGCAge="1h")
+                            imageMinimumGCAge="1h", evictionHard="{}")
     common = ["gc", "plan", "--kubelet-config", str(config), "--pinned-image", mixed.policy.refs[0]]
 
     def young() -> list[str]:
@@ -317,6 +319,18 @@ def test_gc_plan_on_real_pods_follows_the_model(modern_pod_node: PodNode, tmp_pa
     assert_matches_model(doc, model_for(doc, state, wanted))
     assert deleted_ids(doc) == [] and set(fates(doc).values()) == {"too_young"}
     assert doc["gc"]["settings"]["min_age_seconds"] == {"value": 3600, "source": f"{config} imageMinimumGCAge"}
+
+    # The kubelet's default eviction thresholds: at 99% the eviction manager deletes every unused
+    # image past the minimum age, the policy's among them, where the GC alone would not reach it.
+    (tmp_path / "defaults").mkdir()
+    defaults = kubelet_config(tmp_path / "defaults", imageGCHighThresholdPercent=99, imageGCLowThresholdPercent=98)
+    doc = run_json(modern_pod_node.daemon, "gc", "plan", "--kubelet-config", str(defaults), "--pinned-image",
+                   mixed.policy.refs[0], *young(), "--usage", "99", expect=1)
+    assert deleted_ids(doc) == [first]
+    evicting = doc["gc"]["eviction"]
+    assert evicting["deletes_now"] is True and evicting["config_source"] == str(defaults)
+    assert [e["id"] for e in evicting["order"] if e["deleted"]] == [first, policy, third]
+    assert [(r["id"], r["deleted"]) for r in evicting["at_risk"]] == [(policy, True)]
 
 
 def test_gc_plan_reads_the_real_filesystem_and_simulates_a_fuller_one(modern_pod_node: PodNode) -> None:
