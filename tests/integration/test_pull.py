@@ -171,9 +171,15 @@ def test_sigint_stops_without_a_label(clean: reg.RegistryContainerd, registry: r
         clean.add_host(proxy.host)
         ref = f"{proxy.host}/pinctl/slow:1"
         env = {**os.environ, "CONTAINERD_ADDRESS": clean.address, "PINCTL_CONTAINERD_CONFIG": str(clean.config_path)}
-        proc = subprocess.Popen([sys.executable, "-m", "pinctl", "pull", "--pin", "--retries", "10", ref,
-                                 "-r", clean.address, "-n", "k8s.io"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # A suite started in the background (nohup, `cmd &`) ignores SIGINT, and an ignored signal
+        # stays ignored across exec: pinctl would inherit that. It gets the default, as at a shell.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "pinctl", "pull", "--pin", "--retries", "10", ref,
+                                     "-r", clean.address, "-n", "k8s.io"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         # The interrupt must come while pinctl waits to retry, however long a busy machine
         # takes to get it there: after its first request, never on a deadline.
         deadline = time.monotonic() + 300
