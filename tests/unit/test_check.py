@@ -121,3 +121,12 @@ def test_rows_join_on_manifest_digest_too() -> None:
     cri = CriImage(docker_row.digest, ("example.test/other:1",), (), 10, True)
     [item] = check([docker_row], [cri], RuntimeVersion("containerd", "1.7.24", "v1"), "unix:///x").items
     assert item.desired and item.agrees
+
+
+@pytest.mark.parametrize("version, fix", [
+    ("1.7.24", "pinctl sync"),  # 1.x has no pinned_images: config export refuses it
+    ("1.6.36", "pinctl sync"),
+    ("2.1.9", "pinctl sync (or pinctl config export --for containerd)"),
+])
+def test_a_pattern_only_fix_names_config_export_only_where_containerd_reads_it(version: str, fix: str) -> None:
+    assert verdict([row("k8s.io", PATTERN)], False, "containerd", version)[1] == fix

@@ -296,8 +296,10 @@ def _containerd_cause(
                 "and has not yet", "wait: pinctl check --wait 30")
     if REASON_DOCKER_LABEL in kinds and REASON_PATTERN not in kinds:
         return (MISMATCH_CONFIG_LABEL_UNREAD, "containerd does not read Docker config labels", f"pinctl pin {ref}")
+    # containerd 1.x has no pinned_images (config export refuses it): labels are the only way.
+    also = " (or pinctl config export --for containerd)" if pin_labels.has_pinned_images(runtime.version) else ""
     return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: containerd reads labels, not patterns",
-            "pinctl sync (or pinctl config export --for containerd)")
+            f"pinctl sync{also}")
 
 
 def annotate_cri(rows: Sequence[ImageRow], listed: Sequence[CriImage]) -> None:

@@ -29,6 +29,12 @@ def cri_honours_pins(containerd_version: str) -> bool:
     return version >= FIRST_HONOURING[1] or version[0] >= 2
 
 
+def has_pinned_images(containerd_version: str) -> bool:
+    """Whether this containerd reads a pinned_images table (2.0 on); unknown means yes."""
+    match = _VERSION.match(containerd_version.strip())
+    return match is None or int(match.group(1)) >= 2
+
+
 def ignored_detail(containerd_version: str) -> str:
     return f"containerd {containerd_version} does not report pins to the kubelet; upgrade to 1.6.25+ or 1.7.10+"
 
