@@ -238,3 +238,17 @@ def image_status(address: str, image: str) -> Optional[cri.CriImage]:
         size=found.integer(4),
         pinned=bool(found.integer(8)),
     )
+
+
+def running_container(address: str, sandbox_name: str, timeout: float = STATE_TIMEOUT_S) -> CriContainer:
+    """The running container in the pod sandbox of that name (a kubelet's static pod), once it runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sandboxes = {sandbox.id: sandbox for sandbox in list_pod_sandboxes(address)}
+        for container in list_containers(address):
+            sandbox = sandboxes.get(container.pod_sandbox_id)
+            if sandbox is not None and sandbox.name == sandbox_name and container.state == "running":
+                return container
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no running container in {sandbox_name} after {timeout}s")
+        time.sleep(0.1)

@@ -35,20 +35,6 @@ EVICTION_THRESHOLD = 40 * MIB
 PRESSURE_MARGIN = 4 * MIB
 # The eviction manager checks every 10 s; its first check can come before the minimum age.
 EVICTION_WAIT_S = 60.0
-POD_TIMEOUT_S = 30.0
-
-
-def _running_container(node: KubeletNode, sandbox_name: str) -> cri_pods.CriContainer:
-    deadline = time.monotonic() + POD_TIMEOUT_S
-    while True:
-        sandboxes = {sandbox.id: sandbox for sandbox in cri_pods.list_pod_sandboxes(node.address)}
-        for container in cri_pods.list_containers(node.address):
-            sandbox = sandboxes.get(container.pod_sandbox_id)
-            if sandbox is not None and sandbox.name == sandbox_name and container.state == "running":
-                return container
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no running container in {sandbox_name} after {POD_TIMEOUT_S}s")
-        time.sleep(0.1)
 
 
 def _fill(path: pathlib.Path, size: int) -> None:
@@ -78,7 +64,7 @@ def test_gc_plan_says_what_the_eviction_manager_deletes_under_imagefs_pressure(k
     pod = kubelet.StaticPod("sleeper", sleeper.refs[0])
     made.add_static_pod(pod)
     node.start(made)
-    _running_container(node, made.static_pod_name(pod))
+    cri_pods.running_container(node.address, made.static_pod_name(pod))
     made.stop()
     # Past the minimum age by the records' times, which is how gc plan dates images with no kubelet running.
     time.sleep(max(0.0, (loaded_at + datetime.timedelta(seconds=MIN_AGE_S + 1)

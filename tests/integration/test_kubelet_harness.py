@@ -47,20 +47,6 @@ LOG_STAMP_SLACK = datetime.timedelta(seconds=1)
 
 
 
-def _running_container(node: KubeletNode, sandbox_name: str, timeout: float = POD_TIMEOUT_S) -> cri_pods.CriContainer:
-    """The running container in the sandbox of that name, once the kubelet has started it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        sandboxes = {sandbox.id: sandbox for sandbox in cri_pods.list_pod_sandboxes(node.address)}
-        for container in cri_pods.list_containers(node.address):
-            sandbox = sandboxes.get(container.pod_sandbox_id)
-            if sandbox is not None and sandbox.name == sandbox_name and container.state == "running":
-                return container
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no running container in {sandbox_name} after {timeout}s")
-        time.sleep(0.1)
-
-
 def _kernel_tunables() -> dict[str, str]:
     return {name: pathlib.Path("/proc/sys", name).read_text().strip() for name in kubelet.KERNEL_TUNABLES}
 
@@ -77,7 +63,7 @@ def test_a_static_pod_runs_and_the_host_is_left_alone(
     began = time.monotonic()
     kubelet_node.start(made)
     healthy = time.monotonic() - began
-    container = _running_container(kubelet_node, made.static_pod_name(pod))
+    container = cri_pods.running_container(kubelet_node.address, made.static_pod_name(pod))
     running = time.monotonic() - began
     record_property("kubelet_healthy_s", round(healthy, 2))
     record_property("static_pod_running_s", round(running, 2))
@@ -159,7 +145,7 @@ def _start(node: KubeletNode, made: kubelet.Kubelet, scenario: Scenario) -> date
     first_seen = made.line_time(made.wait_for_log(r'"Image ID is new"'))
     made.wait_for_log(r'"Setting Image ID lastUsed" imageID="%s"' % scenario.was_used.image_id)
     _remove_pod(node, scenario.user_pod)
-    _running_container(node, made.static_pod_name(pod))
+    cri_pods.running_container(node.address, made.static_pod_name(pod))
     return first_seen
 
 
