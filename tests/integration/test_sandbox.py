@@ -29,8 +29,8 @@ OTHER = "example.test/epsilon:3.1"  # not pinned by the samples
 EDITED_POLICY = 'pinned_images = ["example.test/epsilon:*"]\n'
 
 
-def run_script(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1"}
+def run_script(base: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", **(env_extra or {})}
     result = subprocess.run([str(SCRIPT), "--dir", str(base), *args], capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, (args, result.stdout, result.stderr)
@@ -192,3 +192,30 @@ def test_the_readmes_import_examples_have_archives_to_import(base: Path) -> None
     labels = pin_labels(base)
     pinned = [ref for _, _, recipes in sandbox.SAMPLE_ARCHIVES.values() for recipe in recipes for ref in recipe.refs]
     assert all(labels.get(ref) == "pinned" for ref in pinned), labels
+
+
+def test_pinctl_starts_from_bytecode_even_where_python_writes_none(tmp_path: Path) -> None:
+    """PYTHONDONTWRITEBYTECODE=1 stops Python writing .pyc files, not reading them: after the
+    script's set-up every module of pinctl has current bytecode, so no run recompiles them."""
+    import importlib.util
+
+    for compiled in (ROOT / "src" / "pinctl").rglob("*.pyc"):
+        compiled.unlink()  # what earlier runs left: the script's own set-up must write them
+    run_script(tmp_path / "sandbox", env_extra={"PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        stale = [str(source.relative_to(ROOT)) for source in sorted((ROOT / "src" / "pinctl").rglob("*.py"))
+                 if not _current(Path(importlib.util.cache_from_source(str(source))), source)]
+        assert stale == [], f"no current bytecode for {stale[:5]}"
+    finally:
+        run_script(tmp_path / "sandbox", "--stop")
+
+
+def _current(compiled: Path, source: Path) -> bool:
+    """The .pyc's header names the source's mtime and size (PEP 552, timestamp-based)."""
+    try:
+        header = compiled.read_bytes()[:16]
+    except OSError:
+        return False
+    stat = source.stat()
+    return (int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF)
