@@ -8,7 +8,7 @@ label writes). At the second run the usage needs more than the three old unpinne
 (``unused-4``, and the images the two tags left, still listed under the digest names the CRI
 gave them), the minimum age is 90 s: the kubelet deletes those three, skips the two new ones as
 too young (no pass saw them) and falls short. ``gc plan`` must say the same: dated by their
-config blobs, the new images are ``not_detected``, the label writes leave ``unused-4`` as old as
+IDs' arrival, the new images are ``not_detected``, the label writes leave ``unused-4`` as old as
 the kubelet's first pass.
 """
 

@@ -104,10 +104,11 @@ def committed_at(address: str, digest: str, namespace: str = cri.NAMESPACE) -> d
 
 
 def first_detected(image: cri.CriImage, times: dict[str, datetime], address: str) -> datetime:
-    """When the image came: its config blob's commit (its ID), but not before its earliest
-    record (its tags, and the sha256:<id> record the CRI adds)."""
+    """When the image's ID came: the sha256:<id> record the CRI adds (its config blob's commit
+    without one), but not before its earliest record (its tags and that one)."""
     earliest = min(times[name] for name in (*image.repo_tags, image.id) if name in times)
-    return max(committed_at(address, image.id), earliest)
+    arrived = times[image.id] if image.id in times else committed_at(address, image.id)
+    return max(arrived, earliest)
 
 
 def cri_ids(address: str) -> set[str]:

@@ -2,7 +2,7 @@
 
 containerd keeps an image record's creation time when an import or a pull re-points it, and a
 label write moves its update time; the kubelet keys its records by image ID. pinctl takes the
-time containerd committed the image's config blob (the ID is that blob's digest): these tests
+creation of the CRI's ``sha256:<id>`` record (or its config blob's commit without one): these tests
 re-point a tag, write and remove a pin label, and read gc plan's first-detected time back.
 With no kubelet for this containerd, that time is the arrival itself (``image_created``).
 """

@@ -40,7 +40,7 @@ class TimeSource(str, Enum):
     IN_USE_NOW = "in_use_now"  # last used: a listed container uses it, so the kubelet sets now
     HISTORY = "history"  # last used: the caller's own record of when it last saw a user
     UNKNOWN = "unknown"  # last used: never seen in use; the kubelet's zero time after a restart
-    IMAGE_CREATED = "image_created"  # first detected: the runtime's image record creation time
+    IMAGE_CREATED = "image_created"  # first detected: when the image ID came (gc/plan.py observe)
     KUBELET_START = "kubelet_start"  # first detected: the kubelet started after the image appeared
     DETECTION_PASS = "detection_pass"  # first detected: the kubelet's first 5-minute pass after it appeared
     NOT_DETECTED = "not_detected"  # first detected: by the run itself (no pass since it appeared)
