@@ -329,7 +329,7 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         go_binary(engines.CRIO)
         relay = built_relay()
         base = request.getfixturevalue("tmp_path_factory").mktemp("periodic")
-    except BaseException as exc:  # noqa: BLE001 - pytest's skip and fail too: raised again by the fixture
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:  # raised again by the fixture
         _STARTED["error"] = exc
         return
     scenarios: dict[str, Scenario] = {

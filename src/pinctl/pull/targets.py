@@ -14,7 +14,7 @@ from pinctl.pins import plans as pinning
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
-    from pinctl.model import LabelChange
+    from pinctl.model import ItemResult, LabelChange
     from pinctl.node.crio import CrioNode
     from pinctl.node.sources import Node
     from pinctl.pins.plans import NamespaceView
@@ -53,10 +53,7 @@ class NodeLabels:
             results = pinning.apply_plan(plan, dry_run=False)
         except EngineError as err:
             return "failed", str(err)
-        failed = [r for r in results if not r.done]
-        if failed or not results:
-            return "failed", (failed[0].error if failed else f"no record {ref} in {namespace} after the pull")
-        return results[0].action, None
+        return _first_outcome(results, f"no record {ref} in {namespace} after the pull")
 
     @staticmethod
     def _crio_pin(crio: CrioNode, ref: str) -> tuple[str, Optional[str]]:
@@ -65,10 +62,7 @@ class NodeLabels:
             results = crio_node.change(crio, None, "pin", [ref], "pinctl", dry_run=False).results
         except PinctlError as err:
             return "failed", str(err)
-        failed = [r for r in results if not r.done]
-        if failed or not results:
-            return "failed", (failed[0].error if failed else f"CRI-O has no image {ref} after the pull")
-        return results[0].action, None
+        return _first_outcome(results, f"CRI-O has no image {ref} after the pull")
 
     def pin_labels(self, namespace: str, ref: str) -> LabelChange:
         for view in self._views(namespace):
@@ -83,3 +77,11 @@ class NodeLabels:
             missing = {k: v for k, v in labels.items() if record is not None and record.labels.get(k) != v}
             if record is not None and missing:
                 view.store.set_labels(namespace, [(record, missing)])
+
+
+def _first_outcome(results: Sequence[ItemResult], missing: str) -> tuple[str, Optional[str]]:
+    """The pin of one pulled reference: its first failure, ``missing`` when nothing was pinned, else its action."""
+    failed = [r for r in results if not r.done]
+    if failed or not results:
+        return "failed", (failed[0].error if failed else missing)
+    return results[0].action, None
