@@ -39,8 +39,8 @@ def gc_group() -> None:
     """What the kubelet's image garbage collector will do on this node."""
 
 
-@gc_group.command("plan", epilog=exit_codes("0 nothing pinctl wants kept would be deleted",
-                                            "1 something would (or an error)", "2 usage or config error"))
+@gc_group.command("plan", epilog=exit_codes("0 nothing pinctl wants kept would or may be deleted",
+                                            "1 something would or may (or an error)", "2 usage or config error"))
 @click.option("--usage", type=Percent(), metavar="PERCENT",
               help="Simulate a disk this full instead of reading the image filesystem's usage.")
 @kubelet_options
@@ -55,9 +55,10 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 
     Reads the runtime's images and containers over the CRI, the image filesystem under the
     CRI's ImageFsInfo mount point, and the kubelet's GC settings. Images pinctl's labels or
-    policy want kept but the runtime does not pin (it ignores labels, wrong namespace, a pattern
-    known only to pinctl) are marked at risk with their place in the order. Past a disk eviction
-    threshold, the kubelet deletes every unused unpinned image at once: that is listed too.
+    policy want kept but the runtime does not pin are marked at risk with their place in the
+    order. Past a disk eviction threshold, the kubelet deletes every unused unpinned image at
+    once: that is listed too. Of a tie (images the kubelet ranks equal) it says how many go, not
+    which.
     """
     from pinctl import commands
     from pinctl.render import gc as gc_output
@@ -101,7 +102,7 @@ def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: 
     Never deleted: an image a container (in any state) uses or names, one the runtime or
     pinctl's labels or policy pin, the sandbox image, one younger than the minimum age. The plan
     is shown and confirmed first (scripts pass --yes); each image is checked again just before
-    it goes, through the runtime that owns it.
+    it goes, through the runtime that owns it. In a tie of the kubelet's order: largest first.
     """
     from pinctl import commands
     from pinctl.gc.plan import PruneRequest

@@ -23,7 +23,7 @@ High 100 with no maximum age switches image GC off. The eviction manager's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Optional
 
@@ -51,6 +51,7 @@ from pinctl.gc.records import (
     Protection,
     UnmatchedContainer,
 )
+from pinctl.gc.ties import tie_groups
 
 SHORTFALL_EVENT_REASON = "FreeDiskSpaceFailed"
 # The event's text from kubelet 1.35 on (usage before the threshold step, capacity as formatSize).
@@ -99,7 +100,9 @@ def plan_gc(
     fates = run.fates(candidates)
     order = _order_entries(candidates, fates, used_fs)
     protected = _protections(listed.values(), users, order, settings, now)
-    at_risk, missing = _at_risk(wanted or {}, listed, users, order, protected)
+    ties = tie_groups(order, run.amount_to_free)
+    may_go = {image_id for tie in ties if tie.straddled for image_id in tie.image_ids}
+    at_risk, missing = _at_risk(wanted or {}, listed, users, order, protected, may_go)
     return GcPlan(
         mode=mode,
         settings=settings,
@@ -116,6 +119,7 @@ def plan_gc(
         wanted_missing=missing,
         unmatched_containers=_unmatched(containers, listed),
         kubelet_message=run.message,
+        ties=ties,
     )
 
 
@@ -129,10 +133,13 @@ def eviction_order(images: Iterable[GcImage], users: Mapping[str, Sequence[GcCon
     return sorted(eligible, key=eviction_key)
 
 
-def eviction_key(image: GcImage) -> tuple[bool, datetime, datetime, str]:
-    """Where an image comes in the kubelet's order; prune lists the images it keeps by it too."""
-    # (False, ...) sorts before (True, ...): the zero time is older than any real time.
-    return (image.last_used is not None, image.last_used or image.first_detected, image.first_detected, image.id)
+def eviction_key(image: GcImage) -> tuple[bool, datetime, datetime, int, str]:
+    """Where an image comes in the kubelet's order; prune lists the images it keeps by it too.
+
+    Within a tie (equal ``kubelet_rank``) the kubelet's order is chance; pinctl's pick, the one
+    ``prune`` makes, is the largest image first (the fewest deletions for the space), then the
+    image id."""
+    return (*image.kubelet_rank, -image.size, image.id)
 
 
 def _unique(images: Iterable[GcImage]) -> dict[str, GcImage]:
@@ -287,9 +294,9 @@ def _deletion_turns(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs
 
 
 def _tied(candidates: Sequence[GcImage], index: int) -> bool:
-    key = eviction_key(candidates[index])[:3]
+    rank = candidates[index].kubelet_rank
     neighbours = [candidates[i] for i in (index - 1, index + 1) if 0 <= i < len(candidates)]
-    return any(eviction_key(other)[:3] == key for other in neighbours)
+    return any(other.kubelet_rank == rank for other in neighbours)
 
 
 def _protections(
@@ -335,6 +342,7 @@ def _at_risk(
     users: Mapping[str, tuple[GcContainer, ...]],
     order: Sequence[OrderEntry],
     protected: Sequence[ProtectedImage],
+    may_go: Collection[str] = (),
 ) -> tuple[tuple[AtRisk, ...], tuple[str, ...]]:
     by_id = {entry.image.id: entry for entry in order}
     reasons = {item.image.id: item.reasons for item in protected}
@@ -345,7 +353,8 @@ def _at_risk(
             continue
         entry = by_id.get(image_id)
         shield = tuple(reason for reason in reasons.get(image_id, ()) if reason is not Protection.PINNED)
-        risks.append(AtRisk(image, because, entry.position if entry else None, entry.fate if entry else None, shield))
+        risks.append(AtRisk(image, because, entry.position if entry else None, entry.fate if entry else None, shield,
+                            may_go=image_id in may_go))
     risks.sort(key=lambda risk: (risk.position is None, risk.position or 0, risk.image.id))
     missing = tuple(sorted(image_id for image_id in wanted if image_id not in listed))
     return tuple(risks), missing

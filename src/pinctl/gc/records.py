@@ -144,6 +144,12 @@ class GcImage:
     refs: tuple[str, ...] = ()
     pinned: bool = False
 
+    @property
+    def kubelet_rank(self) -> tuple[bool, datetime, datetime]:
+        """What the kubelet sorts by (``byLastUsedAndDetected``): images equal on it are a tie."""
+        # (False, ...) sorts before (True, ...): the zero time is older than any real time.
+        return (self.last_used is not None, self.last_used or self.first_detected, self.first_detected)
+
 
 @dataclass(frozen=True)
 class GcContainer:
@@ -204,11 +210,44 @@ class AtRisk:
     position: Optional[int]  # in the eviction order; None while a container uses it
     fate: Optional[Fate]
     protected_now_by: tuple[Protection, ...] = ()
+    # In a tie the threshold step stops inside: the kubelet may delete it, or keep it, whatever
+    # the plan's own pick (``fate``) says.
+    may_go: bool = False
 
     @property
     def deleted(self) -> bool:
-        """Deleted at this GC run (the current or simulated usage)."""
+        """Deleted at this GC run (the current or simulated usage), by the plan's pick."""
         return self.fate is not None and self.fate.deleted
+
+    @property
+    def lost(self) -> bool:
+        """Deleted by the plan's pick, or possibly by the kubelet's pick within a tie."""
+        return self.deleted or self.may_go
+
+
+@dataclass(frozen=True)
+class TieGroup:
+    """Neighbours in the order the kubelet ranks equal (the same lastUsed and firstDetected).
+
+    The kubelet builds its list from a Go map and sorts it with an unstable sort, so it walks a
+    tie in an order no one can know beforehand. Where its threshold step stops inside a tie
+    (``straddled``), how many of the tie go and what they free is a range, and which of them go
+    is chance; elsewhere the whole tie goes or stays, whatever the order.
+    """
+
+    number: int  # 1-based, in order of position
+    positions: tuple[int, ...]  # consecutive places in the order
+    image_ids: tuple[str, ...]
+    total_bytes: int
+    straddled: bool
+    deleted_min: int  # how many of the tie go, at the fewest and the most
+    deleted_max: int
+    freed_min: int  # the bytes those deletions free, at the least and the most
+    freed_max: int
+
+    @property
+    def size(self) -> int:
+        return len(self.image_ids)
 
 
 @dataclass(frozen=True)
@@ -240,6 +279,12 @@ class GcPlan:
     wanted_missing: tuple[str, ...] = ()
     unmatched_containers: tuple[UnmatchedContainer, ...] = ()
     kubelet_message: Optional[str] = None
+    ties: tuple[TieGroup, ...] = ()
+
+    @property
+    def straddled_tie(self) -> Optional[TieGroup]:
+        """The tie the threshold step stops inside, if it does (at most one: the walk stops once)."""
+        return next((tie for tie in self.ties if tie.straddled), None)
 
     @property
     def deletions(self) -> tuple[OrderEntry, ...]:
@@ -268,6 +313,7 @@ class GcPlan:
 
     @property
     def wanted_deleted(self) -> tuple[AtRisk, ...]:
-        return tuple(risk for risk in self.at_risk if risk.deleted)
+        """Wanted images this run deletes, or may delete (the kubelet's pick within a tie)."""
+        return tuple(risk for risk in self.at_risk if risk.lost)
 
 

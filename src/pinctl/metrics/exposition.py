@@ -96,7 +96,7 @@ METRICS: tuple[MetricSpec, ...] = (
                "runtime does not pin: the kubelet's image GC may delete them."),
     MetricSpec("pinctl_gc_at_risk_size_bytes", "gauge", "gc", "Size of the images at risk."),
     MetricSpec("pinctl_gc_at_risk_deleted_images", "gauge", "gc", "Images at risk that the kubelet's next image "
-               "GC run deletes at today's usage."),
+               "GC run deletes, or may (a tie), at today's usage."),
     MetricSpec("pinctl_last_gc_plan_timestamp_seconds", "gauge", "gc", "When the GC model last ran."),
     MetricSpec("pinctl_cri_proxy_ready", "gauge", "proxy", "1 when cri-proxy's /readyz answers 200: it serves its "
                "socket and the last read of the pins succeeded."),

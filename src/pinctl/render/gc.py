@@ -18,6 +18,7 @@ from pinctl.render.table import NO_FIT, Fit, give_way
 if TYPE_CHECKING:
     from pinctl.gc.eviction import EvictionReport, SignalCheck
     from pinctl.gc.model import AtRisk, GcPlan, OrderEntry, ProtectedImage
+    from pinctl.gc.records import TieGroup
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan
 
 OUTCOME_TEXT = {
@@ -75,8 +76,11 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
         _table(["IMAGE", "IMAGE ID", "WANTED BECAUSE"], [_risk_cells(risk) for risk in plan.at_risk], wide, out,
                RISK_FIT)
     if plan.wanted_deleted:
-        warn(f"gc plan: {counted(len(plan.wanted_deleted), 'image')} pinctl wants kept would be deleted at "
-             f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%")
+        maybe = sum(not risk.deleted for risk in plan.wanted_deleted)
+        verb = "would or may be deleted" if maybe else "would be deleted"
+        chance = f" ({maybe} of them if the kubelet's pick within a tie takes {'it' if maybe == 1 else 'them'})" if maybe else ""
+        warn(f"gc plan: {counted(len(plan.wanted_deleted), 'image')} pinctl wants kept {verb} at "
+             f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%{chance}")
     dead = report.eviction.kept_by_dead_containers if report.eviction is not None else ()
     if dead:
         names = ", ".join(_name(image.refs, image.id) for image in dead)
@@ -90,13 +94,18 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
 def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
     """What goes, and what pinctl wants kept there (everything with -o wide); the IDs shown."""
     wanted = {risk.image.id for risk in plan.at_risk}
-    shown = plan.order if wide else [e for e in plan.order if e.fate.deleted or e.image.id in wanted]
+    tie = plan.straddled_tie
+    chance = set(tie.image_ids) if tie is not None else set()
+    shown = plan.order if wide else [e for e in plan.order
+                                     if e.fate.deleted or e.image.id in wanted or e.image.id in chance]
     young = {p.image.id: p.eligible_at for p in plan.protected if p.eligible_at is not None}
     if shown:
         out.write(f"\n{title}" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
         headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
-        _table(headers, [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id))
-                         for entry in shown], wide, out, ORDER_FIT)
+        rows = [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id)) for entry in shown]
+        if tie is not None:
+            rows = [_tie_cells(row, tie) if entry.image.id in chance else row for entry, row in zip(shown, rows)]
+        _table(headers, rows, wide, out, ORDER_FIT)
     return {entry.image.id for entry in shown}
 
 
@@ -137,9 +146,17 @@ def _summary_lines(report: GcReport) -> list[str]:
         f"Kubelet:     started {_iso(report.kubelet_started) or 'unknown'} ({report.kubelet_started_source})",
         f"Verdict:     {OUTCOME_TEXT.get(plan.outcome.value, plan.outcome.value)}",
     ]
+    tie = plan.straddled_tie
     if plan.amount_to_free is not None:
+        frees = human_size(plan.freed_bytes)
+        if tie is not None:
+            before = plan.freed_bytes - sum(e.image.size for e in plan.order if e.fate.deleted and e.position in tie.positions)
+            low, high = human_size(before + tie.freed_min), human_size(before + tie.freed_max)
+            frees = low if low == high else f"{low} to {high}"
         lines.append(f"To free:     {human_size(max(plan.amount_to_free, 0))} to reach {s.low_threshold_percent}%; "
-                     f"the order below frees {human_size(plan.freed_bytes)}")
+                     f"the order below frees {frees}")
+    if tie is not None:
+        lines.append(f"Tie:         {tie_line(tie)}")
     if plan.kubelet_message:
         lines.append(f"Warning:     {plan.kubelet_message}")
     if report.eviction is not None:
@@ -192,6 +209,26 @@ def _order_cells(entry: OrderEntry, at_risk: bool, eligible_at: Optional[datetim
             freed, fate, "at risk" if at_risk else "-"]
 
 
+def _tie_cells(row: list[str], tie: TieGroup) -> list[str]:
+    """A member of the tie the walk stops inside: which members go is the kubelet's chance, so
+    no running total and no verdict of its own, only the tie's."""
+    return row[:4] + ["-", f"tie: {_tie_count(tie)} of these {tie.size} go"] + row[6:]
+
+
+def _tie_count(tie: TieGroup) -> str:
+    return str(tie.deleted_min) if tie.deleted_min == tie.deleted_max else f"{tie.deleted_min} to {tie.deleted_max}"
+
+
+def tie_line(tie: TieGroup) -> str:
+    """The tie the threshold step stops inside, said as what is known: how many, what they free."""
+    first, last = tie.positions[0], tie.positions[-1]
+    freed = (human_size(tie.freed_min) if tie.freed_min == tie.freed_max
+             else f"{human_size(tie.freed_min)} to {human_size(tie.freed_max)}")
+    return (f"{_tie_count(tie)} of these {tie.size} (positions {first}-{last}) go, about {freed} freed; "
+            "the kubelet ranks them equal and picks in Go map order, so which ones is chance "
+            "(prune takes the largest first)")
+
+
 def _protected_cells(item: ProtectedImage) -> list[str]:
     why = []
     for reason in item.reasons:
@@ -236,7 +273,8 @@ def gc_dict(report: GcReport) -> dict[str, Any]:
         "kubelet_started": _iso(report.kubelet_started),
         "kubelet_started_source": report.kubelet_started_source,
         "message": plan.kubelet_message,
-        "order": [_entry_dict(entry, estimates.get(entry.image.id)) for entry in plan.order],
+        "order": _entry_dicts(plan, estimates),
+        "ties": [_tie_dict(tie) for tie in plan.ties],
         "protected": [_protected_dict(item) for item in plan.protected],
         "at_risk": [_risk_dict(risk) for risk in plan.at_risk],
         "eviction": _eviction_dict(report.eviction, estimates) if report.eviction is not None else None,
@@ -252,7 +290,7 @@ def _eviction_dict(report: EvictionReport, estimates: dict[str, Any]) -> dict[st
         "config_source": checked.config_source,
         "signals": [_signal_dict(signal) for signal in checked.signals],
         "freed_bytes": plan.freed_bytes if plan is not None else 0,
-        "order": [_entry_dict(entry, estimates.get(entry.image.id)) for entry in plan.order] if plan else [],
+        "order": _entry_dicts(plan, estimates) if plan is not None else [],
         "at_risk": [_risk_dict(risk) for risk in plan.at_risk] if plan is not None else [],
         "kept_by_dead_containers": [image.id for image in report.kept_by_dead_containers],
     }
@@ -276,7 +314,26 @@ def _signal_dict(signal: SignalCheck) -> dict[str, Any]:
     }
 
 
-def _entry_dict(entry: OrderEntry, estimate: Any) -> dict[str, Any]:
+def _entry_dicts(plan: GcPlan, estimates: dict[str, Any]) -> list[dict[str, Any]]:
+    tie_of = {image_id: tie.number for tie in plan.ties for image_id in tie.image_ids}
+    return [_entry_dict(entry, estimates.get(entry.image.id), tie_of.get(entry.image.id)) for entry in plan.order]
+
+
+def _tie_dict(tie: TieGroup) -> dict[str, Any]:
+    return {
+        "number": tie.number,
+        "positions": list(tie.positions),
+        "image_ids": list(tie.image_ids),
+        "total_bytes": tie.total_bytes,
+        "straddled": tie.straddled,
+        "deleted_min": tie.deleted_min,
+        "deleted_max": tie.deleted_max,
+        "freed_min": tie.freed_min,
+        "freed_max": tie.freed_max,
+    }
+
+
+def _entry_dict(entry: OrderEntry, estimate: Any, tie_group: Optional[int]) -> dict[str, Any]:
     image = entry.image
     return {
         "position": entry.position,
@@ -287,6 +344,7 @@ def _entry_dict(entry: OrderEntry, estimate: Any) -> dict[str, Any]:
         "deleted": entry.fate.deleted,
         "running_total": entry.running_total,
         "tie": entry.tie,
+        "tie_group": tie_group,
         "first_detected": _iso(image.first_detected),
         "first_detected_source": estimate.first_detected_source.value if estimate else None,
         "last_used": _iso(image.last_used),
@@ -313,6 +371,7 @@ def _risk_dict(risk: AtRisk) -> dict[str, Any]:
         "position": risk.position,
         "fate": risk.fate.value if risk.fate else None,
         "deleted": risk.deleted,
+        "may_go": risk.may_go,
         "protected_now_by": [p.value for p in risk.protected_now_by],
     }
 
@@ -364,10 +423,24 @@ def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -
                          f"{counted(len(plan.delete), 'image')}, {human_size(total)}", out) + "\n")
         names = [_name(image.refs, image.id) for image in plan.delete]
         width = max(map(len, names), default=0)
+        tie = plan.plan.straddled_tie
+        chance = set(tie.image_ids) if tie is not None else set()
         for name, image in zip(names, plan.delete):
             line = f"  delete  {name.ljust(width)}  {refs.short_id(image.id)}  {human_size(image.size)}"
-            out.write(folded(line, out, indent=PLAN_INDENT) + "\n")
+            out.write(folded(line + ("  (tie)" if image.id in chance else ""), out, indent=PLAN_INDENT) + "\n")
+        note = prune_tie_note(plan)
+        if note:
+            out.write(folded(f"  {note}", out, indent=2) + "\n")
     out.flush()
+
+
+def prune_tie_note(plan: PrunePlan) -> Optional[str]:
+    """How prune chose within the tie its walk stops inside, where the kubelet's pick is chance."""
+    tie = plan.plan.straddled_tie
+    if tie is None:
+        return None
+    return (f"tie: the kubelet ranks {tie.size} images equal and would take {_tie_count(tie)} of them in no set "
+            "order; prune takes the largest first, then by image ID")
 
 
 PLAN_INDENT = len("  delete  ")  # a delete line folded goes on under its image's name
@@ -398,6 +471,8 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
     kept, failures = sum(i.action == "kept" for i in items), sum(i.action == "failed" for i in items)
     command = f"prune{' (dry run)' if dry_run else ''}"
     why_kept = "" if wide or not kept else KEPT_HINT
+    for note in filter(None, map(prune_tie_note, plans)) if dry_run else ():  # else shown with the plan
+        warn(f"{command}: {note}")
     if removed or failures:
         size = human_size(sum(i.size for i in removed))
         gone = (f"{counted(len(removed), 'image')} would go, freeing {size}" if dry_run
