@@ -15,7 +15,8 @@ does not count, directly and through ``pinctl cri-proxy`` with a policy-only ima
 image mounted as a volume (ImageVolume) on containerd 2.1; the seed user's node through
 cri-dockerd (gc_seed_scenario.py); a CRI-O node, its pins from the site's drop-in, ``pinctl
 pin`` and ``pinctl sync`` (gc_crio_scenario.py); tags re-pointed by an import and a pull
-mid-window (gc_repoint_scenario.py).
+mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes whose kubelets
+pick differently within it (gc_tie_scenario.py).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from tests.harness.kubelet_periodic import (
 )
 from tests.harness.registry import Registry
 from tests.harness.runnable import RunnableRecipe, runnable_recipe
-from tests.integration import gc_crio_scenario, gc_repoint_scenario, gc_seed_scenario
+from tests.integration import gc_crio_scenario, gc_repoint_scenario, gc_seed_scenario, gc_tie_scenario
 from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import ProxyProcess, built_relay
 
@@ -339,6 +340,7 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         "pins_through_proxy": pins_through_proxy(relay), "image_volume": image_volume,
         "seed": gc_seed_scenario.seed_setup(relay), "crio": gc_crio_scenario.crio_pins(registry),
         "repointed": gc_repoint_scenario.repointed(plan_for),
+        **{name: gc_tie_scenario.tied_node(plan_for) for name in gc_tie_scenario.NODES},
     }
     _STARTED.update(began=time.monotonic(), outcomes={})
     thread = threading.Thread(target=lambda: _STARTED["outcomes"].update(run_all(scenarios, base, build)),
@@ -536,3 +538,12 @@ def test_a_tag_repointed_by_import_and_by_pull_dates_the_new_image_by_its_arriva
     gc_repoint_scenario.assert_outcome(run)
     agreed(run)
     same_figures(run)
+
+
+def test_a_tie_is_n_of_m_and_two_kubelets_picking_differently_both_keep_to_it(periodic: dict[str, Outcome]) -> None:
+    runs = [periodic[name].get() for name in gc_tie_scenario.NODES]
+    for run in runs:
+        gc_tie_scenario.assert_within_the_claim(run)
+        agreed(run)
+        same_figures(run)
+    gc_tie_scenario.assert_chose_differently(runs)

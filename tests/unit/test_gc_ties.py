@@ -93,7 +93,7 @@ def test_gc_plan_says_n_of_these_m_and_json_states_the_tie(capsys: pytest.Captur
             "picks in Go map order") in text
     fates = [line for line in text.splitlines() if "tie: 1 of these 3 go" in line]
     assert len(fates) == 3 and any("example.test/b:1" in line and "at risk" in line for line in fates)
-    assert "would or may be deleted" in capsys.readouterr().err and report.exit_code == 1
+    assert "1 image pinctl wants kept may be deleted" in capsys.readouterr().err and report.exit_code == 1
     doc = io.StringIO()
     gc_output.print_gc_plan(report, "json", doc)
     body = json.loads(doc.getvalue())["gc"]
@@ -126,3 +126,24 @@ def test_prune_takes_the_largest_of_a_tie_first_and_says_so(capsys: pytest.Captu
     # The same node planned again picks the same image: nothing in the pick is chance.
     again = gc.plan_prune(FakeDomain(images, [], used_percent=90), [], GcSettings(85, 80), gc.PruneRequest(), NOW)
     assert [i.id for i in again.delete] == [images[2].id]
+
+
+def test_a_long_tie_is_one_row_without_wide_and_every_member_with_it() -> None:
+    from pinctl.gc import plan as gc
+    from pinctl.gc.kubelet import SourcedGcSettings
+    from pinctl.model import Reason
+    from pinctl.render import gc as gc_output
+    from tests.unit.test_gc_service import NOW, FakeDomain, image, row_for
+
+    images = [image(f"{n:x}", MiB // 2) for n in range(1, 16)]  # 15 alike, never used
+    rows = [row_for(images[3], Reason("label", images[3].refs[0]))]
+    report = gc.gc_plan(FakeDomain(images, [], 82), rows, SourcedGcSettings(GcSettings(82, 80), {}), NOW)
+    assert report.plan.straddled_tie is not None and report.plan.straddled_tie.size == 15
+    short, wide = io.StringIO(), io.StringIO()
+    gc_output.print_gc_plan(report, "table", short)
+    gc_output.print_gc_plan(report, "wide", wide)
+    order = short.getvalue().split("DELETION ORDER")[1].split("\n\n")[0].splitlines()
+    # The header, the wanted member on its own row, and one row for the other fourteen.
+    assert len(order) == 3 + 1 and any("14 tied images" in line and "1-15" in line for line in order)
+    assert any(images[3].refs[0] in line and "at risk" in line for line in order)
+    assert sum("tie: 4 of these 15 go" in line for line in wide.getvalue().splitlines()) == 15

@@ -76,11 +76,12 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
         _table(["IMAGE", "IMAGE ID", "WANTED BECAUSE"], [_risk_cells(risk) for risk in plan.at_risk], wide, out,
                RISK_FIT)
     if plan.wanted_deleted:
-        maybe = sum(not risk.deleted for risk in plan.wanted_deleted)
-        verb = "would or may be deleted" if maybe else "would be deleted"
-        chance = f" ({maybe} of them if the kubelet's pick within a tie takes {'it' if maybe == 1 else 'them'})" if maybe else ""
+        maybe = sum(risk.may_go for risk in plan.wanted_deleted)
+        verb = ("would be deleted" if not maybe else "may be deleted" if maybe == len(plan.wanted_deleted)
+                else f"would or may be deleted ({maybe} of them if the kubelet's pick within a tie takes them)")
         warn(f"gc plan: {counted(len(plan.wanted_deleted), 'image')} pinctl wants kept {verb} at "
-             f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%{chance}")
+             f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%"
+             + (" (the kubelet's pick within a tie decides)" if maybe == len(plan.wanted_deleted) else ""))
     dead = report.eviction.kept_by_dead_containers if report.eviction is not None else ()
     if dead:
         names = ", ".join(_name(image.refs, image.id) for image in dead)
@@ -105,8 +106,30 @@ def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
         rows = [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id)) for entry in shown]
         if tie is not None:
             rows = [_tie_cells(row, tie) if entry.image.id in chance else row for entry, row in zip(shown, rows)]
+            if not wide and tie.size > TIE_ROWS:
+                rows = _folded_tie(rows, shown, tie, wanted)
         _table(headers, rows, wide, out, ORDER_FIT)
     return {entry.image.id for entry in shown}
+
+
+# A tie the walk stops inside longer than this is one row without -o wide (wanted members
+# still have their own): a node's first-day tie can be thousands of images, all alike.
+TIE_ROWS = 10
+
+
+def _folded_tie(rows: list[list[str]], shown: Sequence[OrderEntry], tie: TieGroup, wanted: set[str]) -> list[list[str]]:
+    members = set(tie.image_ids) - wanted
+    folded = [entry for entry in shown if entry.image.id in members]
+    line = [f"{tie.positions[0]}-{tie.positions[-1]}", f"{len(folded)} tied images (-o wide lists them)", "-",
+            human_size(sum(entry.image.size for entry in folded)), "-", f"tie: {_tie_count(tie)} of these {tie.size} go",
+            "-"]
+    kept: list[list[str]] = []
+    for entry, row in zip(shown, rows):
+        if entry.image.id not in members:
+            kept.append(row)
+        elif entry is folded[0]:
+            kept.append(line)
+    return kept
 
 
 # How each table gives way on a terminal (render/table.py): the last column wraps, then the image's
