@@ -91,7 +91,7 @@ def test_gc_plan_says_n_of_these_m_and_json_states_the_tie(capsys: pytest.Captur
     text = table.getvalue()
     assert ("Tie:         1 of these 3 (positions 1-3) go, about 10.0 MiB freed; the kubelet ranks them equal and "
             "picks in Go map order") in text
-    fates = [line for line in text.splitlines() if "tie: 1 of these 3 go" in line]
+    fates = [line for line in text.splitlines() if "tie: 1 of 3 go" in line]
     assert len(fates) == 3 and any("example.test/b:1" in line and "at risk" in line for line in fates)
     assert "1 image pinctl wants kept may be deleted" in capsys.readouterr().err and report.exit_code == 1
     doc = io.StringIO()
@@ -146,4 +146,4 @@ def test_a_long_tie_is_one_row_without_wide_and_every_member_with_it() -> None:
     # The header, the wanted member on its own row, and one row for the other fourteen.
     assert len(order) == 3 + 1 and any("14 tied images" in line and "1-15" in line for line in order)
     assert any(images[3].refs[0] in line and "at risk" in line for line in order)
-    assert sum("tie: 4 of these 15 go" in line for line in wide.getvalue().splitlines()) == 15
+    assert sum("tie: 4 of 15 go" in line for line in wide.getvalue().splitlines()) == 15

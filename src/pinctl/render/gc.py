@@ -57,7 +57,7 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
         write_envelope(out, gc=gc_dict(report))
         return
     wide = fmt == FORMAT_WIDE
-    for line in _summary_lines(report):
+    for line in _summary_lines(report, wide):
         out.write(folded(line, out, SUMMARY_INDENT) + "\n")
     plan = report.plan
     # One image, one verdict: what the run does with an image shows once, in the order (what goes,
@@ -120,9 +120,8 @@ TIE_ROWS = 10
 def _folded_tie(rows: list[list[str]], shown: Sequence[OrderEntry], tie: TieGroup, wanted: set[str]) -> list[list[str]]:
     members = set(tie.image_ids) - wanted
     folded = [entry for entry in shown if entry.image.id in members]
-    line = [f"{tie.positions[0]}-{tie.positions[-1]}", f"{len(folded)} tied images (-o wide lists them)", "-",
-            human_size(sum(entry.image.size for entry in folded)), "-", f"tie: {_tie_count(tie)} of these {tie.size} go",
-            "-"]
+    line = [f"{tie.positions[0]}-{tie.positions[-1]}", f"{len(folded)} tied images", "-",
+            human_size(sum(entry.image.size for entry in folded)), "-", f"tie: {_tie_count(tie)} of {tie.size} go", "-"]
     kept: list[list[str]] = []
     for entry, row in zip(shown, rows):
         if entry.image.id not in members:
@@ -153,7 +152,7 @@ def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, f
 SUMMARY_INDENT = 13
 
 
-def _summary_lines(report: GcReport) -> list[str]:
+def _summary_lines(report: GcReport, wide: bool) -> list[str]:
     plan, sources = report.plan, report.settings_sources
     fs = plan.fs
     s = plan.settings
@@ -179,7 +178,7 @@ def _summary_lines(report: GcReport) -> list[str]:
         lines.append(f"To free:     {human_size(max(plan.amount_to_free, 0))} to reach {s.low_threshold_percent}%; "
                      f"the order below frees {frees}")
     if tie is not None:
-        lines.append(f"Tie:         {tie_line(tie)}")
+        lines.append(f"Tie:         {tie_line(tie, wide)}")
     if plan.kubelet_message:
         lines.append(f"Warning:     {plan.kubelet_message}")
     if report.eviction is not None:
@@ -235,21 +234,21 @@ def _order_cells(entry: OrderEntry, at_risk: bool, eligible_at: Optional[datetim
 def _tie_cells(row: list[str], tie: TieGroup) -> list[str]:
     """A member of the tie the walk stops inside: which members go is the kubelet's chance, so
     no running total and no verdict of its own, only the tie's."""
-    return row[:4] + ["-", f"tie: {_tie_count(tie)} of these {tie.size} go"] + row[6:]
+    return row[:4] + ["-", f"tie: {_tie_count(tie)} of {tie.size} go"] + row[6:]
 
 
 def _tie_count(tie: TieGroup) -> str:
     return str(tie.deleted_min) if tie.deleted_min == tie.deleted_max else f"{tie.deleted_min} to {tie.deleted_max}"
 
 
-def tie_line(tie: TieGroup) -> str:
+def tie_line(tie: TieGroup, wide: bool) -> str:
     """The tie the threshold step stops inside, said as what is known: how many, what they free."""
     first, last = tie.positions[0], tie.positions[-1]
     freed = (human_size(tie.freed_min) if tie.freed_min == tie.freed_max
              else f"{human_size(tie.freed_min)} to {human_size(tie.freed_max)}")
     return (f"{_tie_count(tie)} of these {tie.size} (positions {first}-{last}) go, about {freed} freed; "
             "the kubelet ranks them equal and picks in Go map order, so which ones is chance "
-            "(prune takes the largest first)")
+            f"(prune takes the largest first{'' if wide or tie.size <= TIE_ROWS else '; -o wide lists each'})")
 
 
 def _protected_cells(item: ProtectedImage) -> list[str]:
@@ -453,7 +452,7 @@ def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -
             out.write(folded(line + ("  (tie)" if image.id in chance else ""), out, indent=PLAN_INDENT) + "\n")
         note = prune_tie_note(plan)
         if note:
-            out.write(folded(f"  {note}", out, indent=2) + "\n")
+            out.write(folded(f"  {note}", out, indent=len("  tie: ")) + "\n")
     out.flush()
 
 
