@@ -121,14 +121,16 @@ class StaticPod:
     restart_policy: str = "Always"
     # ImageVolume: images mounted read-only at /volumes/<index> (reference, pull policy Never).
     image_volumes: tuple[str, ...] = ()
+    # "IfNotPresent" makes the kubelet pull the image (and write its pull record) when it is missing.
+    pull_policy: str = "Never"
 
     def manifest(self) -> dict[str, object]:
         container: dict[str, object] = {
             "name": self.container,
             "image": self.image,
             "command": list(self.command),
-            # Nothing can be pulled here: the image is imported before the pod is written.
-            "imagePullPolicy": "Never",
+            # "Never" unless the pod's image is in a loopback registry: imported before the pod is written.
+            "imagePullPolicy": self.pull_policy,
         }
         spec: dict[str, object] = {"hostNetwork": True, "containers": [container], "terminationGracePeriodSeconds": 0,
                                    "restartPolicy": self.restart_policy}
@@ -481,15 +483,16 @@ class LoopFs(pods.DedicatedFs):
 
 @contextlib.contextmanager
 def node_daemon(
-    base_dir: pathlib.Path, fs_bytes: int, engine: str = "containerd-1.7"
+    base_dir: pathlib.Path, fs_bytes: int, engine: str = "containerd-1.7",
+    daemon_class: type[pods.PodsDaemon] = pods.PodsDaemon,
 ) -> Iterator[tuple[pods.PodsDaemon, LoopFs]]:
-    """A pod-capable containerd whose root and state are on a fresh :class:`LoopFs`."""
+    """A pod-capable containerd (of ``daemon_class``) whose root and state are on a fresh :class:`LoopFs`."""
     pods.runc_binary()
     runnable.busybox_path()
     fs = LoopFs(base_dir / "imagefs", fs_bytes).open()
     daemon: Optional[pods.PodsDaemon] = None
     try:
-        daemon = pods.PodsDaemon(engine, base_dir / "daemon", data_dir=fs.path)
+        daemon = daemon_class(engine, base_dir / "daemon", data_dir=fs.path)
         daemon.start()
         runnable.ensure_runnable_sandbox_image(daemon)
         yield daemon, fs

@@ -101,9 +101,10 @@ class PeriodicNode:
 
     # --- the runtime ---------------------------------------------------------------------------
 
-    def containerd(self, engine: str, fs_bytes: int = NODE_FS_BYTES) -> pods.PodsDaemon:
+    def containerd(self, engine: str, fs_bytes: int = NODE_FS_BYTES,
+                   daemon_class: type[pods.PodsDaemon] = pods.PodsDaemon) -> pods.PodsDaemon:
         """A pod-capable containerd of ``engine`` whose root is on a fresh loop fs of ``fs_bytes``."""
-        context = kubelet.node_daemon(self.base_dir / "node", fs_bytes, engine)
+        context = kubelet.node_daemon(self.base_dir / "node", fs_bytes, engine, daemon_class)
         self.daemon, self.fs = context.__enter__()
         self._cleanups.append(lambda: context.__exit__(None, None, None))
         return self.daemon
@@ -160,6 +161,19 @@ class PeriodicNode:
         done = made.wait_for_log(GC_DONE.pattern, FIRST_RUN_TIMEOUT_S)
         self.first_run_at = made.line_time(done)
         return made
+
+    def restart(self) -> int:
+        """The kubelet stopped (SIGTERM: its containers keep running) and started again with the
+        same config and root dir; returns once the new process's first GC run has ended, which
+        :meth:`at` and :meth:`second_run` then count from. Returns the log position where the new
+        process begins (the log is appended to)."""
+        assert self.kubelet is not None
+        self.kubelet.stop()
+        position = len(self.kubelet.log_text())
+        self.kubelet.start()
+        done = self.kubelet.wait_for_log(GC_DONE.pattern, FIRST_RUN_TIMEOUT_S, since=position)
+        self.first_run_at = self.kubelet.line_time(done)
+        return position
 
     def at(self, seconds: float) -> None:
         """Sleep until ``seconds`` after the first GC run ended (at once if that has passed)."""
@@ -236,6 +250,26 @@ def remove_all_pods(address: str) -> None:
         for call in (cri_pods.stop_pod_sandbox, cri_pods.remove_pod_sandbox):
             with contextlib.suppress(cri.CriError):
                 call(address, sandbox.id)
+
+
+def remove_pod(node: PeriodicNode, pod_id: str) -> None:
+    """A harness pod gone (the kubelet may be killing it as an orphan at the same time)."""
+    for call in (cri_pods.stop_pod_sandbox, cri_pods.remove_pod_sandbox):
+        with contextlib.suppress(cri.CriError):
+            call(node.address, pod_id)
+    deadline = time.monotonic() + 30
+    while any(c.pod_sandbox_id == pod_id for c in cri_pods.list_containers(node.address)):
+        assert time.monotonic() < deadline, "harness pod not removed"
+        time.sleep(0.1)
+
+
+def used_at_start(node: PeriodicNode, image_id: str) -> None:
+    """Was-used: a harness container (its pod's id in ``node.notes["user"]``) uses the image while
+    the kubelet's first pass sees it, then goes."""
+    assert node.kubelet is not None
+    user = node.notes.pop("user")
+    node.kubelet.wait_for_log(r'"Setting Image ID lastUsed" imageID="%s"' % image_id)
+    remove_pod(node, user)
 
 
 def _unescape(text: str) -> str:

@@ -21,7 +21,6 @@ pick differently within it (gc_tie_scenario.py).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pathlib
 import threading
@@ -48,6 +47,7 @@ from tests.harness.kubelet_periodic import (
     SecondRun,
     deletions_agree,
     run_all,
+    used_at_start,
 )
 from tests.harness.registry import Registry
 from tests.harness.runnable import RunnableRecipe, runnable_recipe
@@ -79,25 +79,6 @@ def label(node: PeriodicNode, ref: str) -> None:
     node.daemon.label_image(ref, {PIN: "pinned"})
 
 
-def remove_pod(node: PeriodicNode, pod_id: str) -> None:
-    """A harness pod gone (the kubelet may be killing it as an orphan at the same time)."""
-    for call in (cri_pods.stop_pod_sandbox, cri_pods.remove_pod_sandbox):
-        with contextlib.suppress(cri.CriError):
-            call(node.address, pod_id)
-    deadline = time.monotonic() + 30
-    while any(c.pod_sandbox_id == pod_id for c in cri_pods.list_containers(node.address)):
-        assert time.monotonic() < deadline, "harness pod not removed"
-        time.sleep(0.1)
-
-
-def used_at_start(node: PeriodicNode, ref: str, image_id: str) -> None:
-    """Was-used: a harness container uses the image while the kubelet's first pass sees it, then goes."""
-    assert node.daemon is not None and node.kubelet is not None
-    user = node.notes.pop("user")
-    node.kubelet.wait_for_log(r'"Setting Image ID lastUsed" imageID="%s"' % image_id)
-    remove_pod(node, user)
-
-
 # --- the scenarios (each runs in a thread of its own) ----------------------------------------
 
 
@@ -115,7 +96,7 @@ def threshold_stop(node: PeriodicNode) -> SecondRun:
     node.notes["user"] = pods.Pods(daemon).container(was_used.refs[0], "running").pod.id
     pod = StaticPod("sleeper", sleeper.refs[0])
     node.start(GcPolicy(LOW + 1, LOW, min_age="3s"), [pod])
-    used_at_start(node, was_used.refs[0], was_used.image_id)
+    used_at_start(node, was_used.image_id)
     node.running(pod)
     node.at(PERIOD_S - FILL_AHEAD_S)
     sizes = [info.size for info in unused]
@@ -207,7 +188,7 @@ def shortfall(node: PeriodicNode) -> SecondRun:
     running = StaticPod("sleeper", sleeper.refs[0])
     exited = StaticPod("job", job.refs[0], command=("/bin/busybox", "true"), restart_policy="Never")
     node.start(GcPolicy(41, 40, min_age="3s"), [running, exited])
-    used_at_start(node, was_used.refs[0], was_used.image_id)
+    used_at_start(node, was_used.image_id)
     node.running(running)
     node.container_in(exited, ("exited",))
     node.at(PERIOD_S - FILL_AHEAD_S)
