@@ -13,7 +13,8 @@ logged its end), does what it needs at given times after that run (:meth:`Period
 and ends with :meth:`PeriodicNode.second_run`: shortly before the second run it calls the
 scenario's ``plan`` (``pinctl gc plan -o json`` against the kubelet's runtime socket), then
 waits for the run to end and returns what the kubelet did (:class:`SecondRun`), read from its
-log and the CRI, never from pinctl.
+log and the CRI, never from pinctl. A scenario that restarts its kubelet (:meth:`PeriodicNode.restart`)
+counts from the new process's first run: restarted early in the window, it ends that much later.
 
 The order check, :func:`deletions_agree`, accepts any order among images the plan marks as a
 tie: the kubelet sorts them with Go's unstable sort over a map, and pinctl cannot see what

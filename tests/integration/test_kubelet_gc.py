@@ -16,7 +16,9 @@ image mounted as a volume (ImageVolume) on containerd 2.1; the seed user's node 
 cri-dockerd (gc_seed_scenario.py); a CRI-O node, its pins from the site's drop-in, ``pinctl
 pin`` and ``pinctl sync`` (gc_crio_scenario.py); tags re-pointed by an import and a pull
 mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes whose kubelets
-pick differently within it (gc_tie_scenario.py).
+pick differently within it (gc_tie_scenario.py); a fresh kubelet's first pass, which runs
+before any static pod's container, and a kubelet restarted mid-window, its pull records too
+(gc_life_scenario.py).
 """
 
 from __future__ import annotations
@@ -51,7 +53,13 @@ from tests.harness.kubelet_periodic import (
 )
 from tests.harness.registry import Registry
 from tests.harness.runnable import RunnableRecipe, runnable_recipe
-from tests.integration import gc_crio_scenario, gc_repoint_scenario, gc_seed_scenario, gc_tie_scenario
+from tests.integration import (
+    gc_crio_scenario,
+    gc_life_scenario,
+    gc_repoint_scenario,
+    gc_seed_scenario,
+    gc_tie_scenario,
+)
 from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import ProxyProcess, built_relay
 
@@ -322,6 +330,7 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         "seed": gc_seed_scenario.seed_setup(relay), "crio": gc_crio_scenario.crio_pins(registry),
         "repointed": gc_repoint_scenario.repointed(plan_for),
         **{name: gc_tie_scenario.tied_node(plan_for) for name in gc_tie_scenario.NODES},
+        "first_pass": gc_life_scenario.first_pass(plan_for), "restart": gc_life_scenario.restarted(plan_for),
     }
     _STARTED.update(began=time.monotonic(), outcomes={})
     thread = threading.Thread(target=lambda: _STARTED["outcomes"].update(run_all(scenarios, base, build)),
@@ -528,3 +537,17 @@ def test_a_tie_is_n_of_m_and_two_kubelets_picking_differently_both_keep_to_it(pe
         agreed(run)
         same_figures(run)
     gc_tie_scenario.assert_chose_differently(runs)
+
+
+def test_a_static_pods_image_no_pass_saw_in_use_ties_with_the_never_used(periodic: dict[str, Outcome]) -> None:
+    run = periodic["first_pass"].get()
+    gc_life_scenario.assert_first_pass(run)
+    agreed(run)
+    same_figures(run)
+
+
+def test_a_restarted_kubelet_dates_every_image_from_its_new_start(periodic: dict[str, Outcome]) -> None:
+    run = periodic["restart"].get()
+    gc_life_scenario.assert_restart(run)
+    agreed(run)
+    same_figures(run)
