@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
+from pinctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
 from pinctl.model import (
     ACTION_ALREADY_UNPINNED,
     ACTION_UNPINNED,
@@ -104,7 +104,8 @@ class ChangeReport:
 
     @property
     def exit_code(self) -> int:
-        return {STATUS_SUCCESS: EXIT_OK, STATUS_PARTIAL: EXIT_PARTIAL}.get(self.status, EXIT_ERROR)
+        codes = {STATUS_SUCCESS: EXIT_OK, STATUS_PARTIAL: EXIT_PARTIAL}  # 130: a SIGINT left items not tried
+        return EXIT_INTERRUPTED if any(r.interrupted for r in self.results) else codes.get(self.status, EXIT_ERROR)
 
 
 def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run: bool,

@@ -219,6 +219,8 @@ class ItemResult:
     # What containerd does after this item although it ended as asked: label it again (its own
     # pinned_images), or never again (1.x's sandbox image, which the kubelet may then delete).
     warning: Optional[str] = None
+    # Not tried because of a SIGINT (Ctrl-C): the command then exits 130.
+    interrupted: bool = False
 
     @property
     def failed(self) -> bool:
@@ -239,3 +241,5 @@ class WriteOutcome:
     detail: Optional[str] = None
     # The daemon stopped answering: writes after this one are not even tried.
     stalled: bool = False
+    # A SIGINT came before this write was sent: nothing was written, and nothing after it is tried.
+    interrupted: bool = False

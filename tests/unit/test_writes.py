@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Optional
 
 from pinctl.backends import guard as writes
+from pinctl.backends import sigint_deferred
 from pinctl.model import MANAGED_LABEL, PIN_LABEL, Descriptor, LabelChange, StoredImage
 
 PIN: LabelChange = {PIN_LABEL: "pinned"}
@@ -70,3 +72,25 @@ def test_undo_removes_what_was_set_when_the_labels_were_replaced() -> None:
 def test_landed_elsewhere_compares_targets() -> None:
     assert writes.landed_elsewhere(record("a"), record("b"))
     assert not writes.landed_elsewhere(record("a"), pinned("a"))
+
+
+def test_a_sigint_while_writes_are_deferred_is_a_request_not_an_exception() -> None:
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with sigint_deferred() as requested:
+        assert not requested()
+        signal.raise_signal(signal.SIGINT)  # would raise KeyboardInterrupt here otherwise
+        assert requested()
+        with sigint_deferred() as inner:  # the backend's own, inside apply_plan's: one flag
+            assert inner()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_handler_of_someone_elses_is_left_alone() -> None:
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: came.append(signum))
+    try:
+        with sigint_deferred() as requested:
+            signal.raise_signal(signal.SIGINT)
+            assert came and not requested()  # the service's handler (sync --watch) decides
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -6,7 +6,10 @@ so that `pinctl --help` never pays for them.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Optional, Protocol, Sequence
+import contextlib
+import signal
+import threading
+from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 from pinctl.model import LabelChange, ResolvedTarget, StoredImage, WriteOutcome
 
@@ -56,7 +59,42 @@ class LabelWriter(Protocol):
         """Set (value) or remove (None) the named labels on many images, touching no other label.
 
         Each change applies only to the record as planned (pinctl.backends.guard): one outcome per change.
+        A SIGINT meanwhile (sigint_deferred) ends it early: what was sent is finished and reported,
+        the rest is reported not tried (WriteOutcome.interrupted).
         """
+
+
+# The flag of the SIGINT deferral in force in the main thread, if any (see sigint_deferred).
+_deferring: list[list[int]] = []
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[Callable[[], bool]]:
+    """SIGINT (Ctrl-C) as a request while label writes are in flight: ``requested()`` says
+    whether one came. Writers ask between steps, send nothing more once it has, and finish what
+    they sent: a KeyboardInterrupt raised between a write leaving and its answer being checked
+    would leave a write that may have landed (or landed on a re-pointed record) unreported.
+    Nested uses share the outermost one's flag. Only the main thread gets SIGINT, and only
+    where it would raise KeyboardInterrupt: a service's own handler (sync --watch) is left
+    alone, and there nothing is deferred."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    if _deferring:
+        outer = _deferring[-1]
+        yield lambda: bool(outer)
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield lambda: False
+        return
+    came: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: came.append(signum))
+    _deferring.append(came)
+    try:
+        yield lambda: bool(came)
+    finally:
+        _deferring.pop()
+        signal.signal(signal.SIGINT, previous)
 
 
 class ImageEventStream(Protocol):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
-from pinctl.backends import _grpc, oci
+from pinctl.backends import _grpc, oci, sigint_deferred
 from pinctl.backends import guard as writes
 from pinctl.config.files import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
@@ -27,9 +28,13 @@ DEFAULT_CONFIG = "/etc/containerd/config.toml"
 V3_IMAGES_PLUGIN = "io.containerd.cri.v1.images"
 NAMESPACE_HEADER = "containerd-namespace"
 LIST_IMAGES = "/containerd.services.images.v1.Images/List"
-# How many label updates travel at once: enough to hide socket latency, few enough
-# not to queue thousands of streams on the daemon.
-UPDATE_WINDOW = 128
+# Guarded label writes (set_labels) run in a window of groups: each group's records are read
+# again, then its writes sent, while the writes of up to WRITE_DEPTH - 1 groups before it are
+# still on their way. At most WRITE_GROUP * WRITE_DEPTH calls are in flight (a group's reads
+# beside the writes of WRITE_DEPTH - 1 groups, or the writes of WRITE_DEPTH groups), and a write
+# leaves as soon as its group's re-check has been answered. See docs/benchmarks.md, "pin of 1,000 references in a window", for the sizes.
+WRITE_GROUP = 32
+WRITE_DEPTH = 4
 
 
 class ContainerdStore:
@@ -250,45 +255,69 @@ class ContainerdStore:
         return out
 
     def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
-        """Guarded writes (see pinctl.backends.guard), a window at a time. Once containerd stops
-        answering, the rest fail at once, so the whole call takes about one timeout at most."""
+        """Guarded writes (see pinctl.backends.guard) in a window (_grpc.in_window): each group of
+        WRITE_GROUP records is read again just before its writes are sent, while the writes of up
+        to WRITE_DEPTH - 1 groups before it are still on their way. Once containerd stops
+        answering, or a SIGINT comes, nothing more is sent: the groups sent are finished (every
+        write's answer awaited and checked, one that landed elsewhere undone) and the rest are
+        reported not tried, so a daemon that stops costs about one timeout, not one per group."""
+        groups = [changes[start : start + WRITE_GROUP] for start in range(0, len(changes), WRITE_GROUP)]
+        halt: list[WriteOutcome] = []  # why nothing more is sent, once something says so
         outcomes: list[WriteOutcome] = []
-        stalled: Optional[str] = None
-        for start in range(0, len(changes), UPDATE_WINDOW):
-            window = changes[start : start + UPDATE_WINDOW]
-            if stalled is not None:
-                outcomes += [writes.failed(f"not tried: {stalled}")] * len(window)
-                continue
-            done = self._write_window(namespace, window)
-            stalled = next((o.detail for o in done if o.stalled), None)
-            outcomes += done
-        return outcomes
+        with sigint_deferred() as interrupted:
 
-    def _write_window(self, namespace: str, window: Sequence[tuple[StoredImage, LabelChange]]) -> list[WriteOutcome]:
-        """Read every record, write those still as planned, then check where each write landed."""
-        currents = self._current_records(namespace, [planned.name for planned, _ in window])
+            def to_send() -> Iterator[Sequence[tuple[StoredImage, LabelChange]]]:
+                for group in groups:
+                    if halt or interrupted():
+                        return
+                    yield group
+
+            def send(group: Sequence[tuple[StoredImage, LabelChange]]) -> _SentGroup:
+                sent = self._send_group(namespace, group, interrupted)
+                if sent.halted is not None and not halt:
+                    halt.append(sent.halted)
+                return sent
+
+            for group, sent in _grpc.in_window(to_send(), send, WRITE_DEPTH):
+                done = self._finish_group(namespace, group, sent)
+                stalled = next((o for o in done if o.stalled), None)
+                if stalled is not None and not halt:
+                    halt.append(stalled)
+                outcomes += done
+        return outcomes + [_not_tried(halt[0]) if halt else writes.INTERRUPTED] * (len(changes) - len(outcomes))
+
+    def _send_group(self, namespace: str, group: Sequence[tuple[StoredImage, LabelChange]],
+                    interrupted: Callable[[], bool]) -> _SentGroup:
+        """Read every record of the group, and send the writes of those still as planned."""
+        currents = self._current_records(namespace, [planned.name for planned, _ in group])
         stall = next((c for c in currents if isinstance(c, WriteOutcome) and c.stalled), None)
-        if stall is not None:
-            return [stall] * len(window)  # nothing was written yet
-        outcomes: dict[int, WriteOutcome] = {}
+        if stall is not None or interrupted():
+            halted = stall or writes.INTERRUPTED  # nothing of this group was written
+            return _SentGroup(dict.fromkeys(range(len(group)), halted), [], [], halted)
+        decided: dict[int, WriteOutcome] = {}
         todo: list[tuple[int, StoredImage]] = []
-        for i, ((planned, change), current) in enumerate(zip(window, currents)):
+        for i, ((planned, change), current) in enumerate(zip(group, currents)):
             verdict = current if isinstance(current, WriteOutcome) else writes.precheck(planned, current, change)
             if verdict is not None:
-                outcomes[i] = verdict
+                decided[i] = verdict
             elif isinstance(current, StoredImage):
                 todo.append((i, current))
-        written = self._update_many(namespace, [(current, window[i][1]) for i, current in todo])
+        return _SentGroup(decided, todo, self._send_updates(namespace, [(current, group[i][1]) for i, current in todo]))
+
+    def _finish_group(self, namespace: str, group: Sequence[tuple[StoredImage, LabelChange]],
+                      sent: _SentGroup) -> list[WriteOutcome]:
+        """Each write's answer, checked against the plan: one that reached a re-pointed record is undone."""
+        outcomes = dict(sent.decided)
         undo: list[tuple[int, StoredImage, StoredImage]] = []
-        for (i, before), after in zip(todo, written):
+        for (i, before), after in zip(sent.todo, self._answers(sent.updates)):
             if isinstance(after, WriteOutcome):
                 outcomes[i] = after
-            elif writes.landed_elsewhere(window[i][0], after):
+            elif writes.landed_elsewhere(group[i][0], after):
                 undo.append((i, before, after))
             else:
                 outcomes[i] = writes.WRITTEN
-        outcomes.update(self._undo(namespace, window, undo))
-        return [outcomes[i] for i in range(len(window))]
+        outcomes.update(self._undo(namespace, group, undo))
+        return [outcomes[i] for i in range(len(group))]
 
     def _undo(
         self, namespace: str, window: Sequence[tuple[StoredImage, LabelChange]],
@@ -297,7 +326,8 @@ class ContainerdStore:
         """Take back the writes that reached a re-pointed record, and report each as moved."""
         repairs = [(i, after, writes.undo(before, after, window[i][1])) for i, before, after in landed]
         needed = [(i, after, change) for i, after, change in repairs if change]
-        results = dict(zip((i for i, _, _ in needed), self._update_many(namespace, [(a, c) for _, a, c in needed])))
+        undone = self._answers(self._send_updates(namespace, [(a, c) for _, a, c in needed]))
+        results = dict(zip((i for i, _, _ in needed), undone))
         outcomes: dict[int, WriteOutcome] = {}
         for i, after, _ in repairs:
             result = results.get(i)
@@ -311,23 +341,23 @@ class ContainerdStore:
 
         stub = self._stub("images")
         metadata = self._metadata(namespace)
-        futures = [
-            stub.Get.future(images_pb2.GetImageRequest(name=name), metadata=metadata, timeout=self.timeout)
-            for name in names
-        ]
-        return [self._record_or_failure(future, missing_ok=True) for future in futures]
 
-    def _update_many(self, namespace: str, updates: Sequence[tuple[StoredImage, LabelChange]]) -> list[Any]:
-        """Field-masked label updates, all in flight at once: each gives the record as written
-        (a StoredImage) or a failure (a WriteOutcome)."""
+        def start(name: str) -> Any:
+            return stub.Get.future(images_pb2.GetImageRequest(name=name), metadata=metadata, timeout=self.timeout)
+
+        # Never more than a group: the window is no larger than the reads' own (_grpc.WINDOW).
+        return [self._record_or_failure(future, missing_ok=True) for _name, future in _grpc.in_window(names, start)]
+
+    def _send_updates(self, namespace: str, updates: Sequence[tuple[StoredImage, LabelChange]]) -> list[Any]:
+        """Field-masked label updates, sent at once (a group's worth): their futures."""
         stub = self._stub("images")
         metadata = self._metadata(namespace)
-        futures = [
-            stub.Update.future(_label_update(image, change), metadata=metadata, timeout=self.timeout)
-            for image, change in updates
-        ]
-        results = [self._record_or_failure(future, missing_ok=False) for future in futures]
-        return [_unknown_if_stalled(result) for result in results]
+        return [stub.Update.future(_label_update(image, change), metadata=metadata, timeout=self.timeout)
+                for image, change in updates]
+
+    def _answers(self, futures: Sequence[Any]) -> list[Any]:
+        """Each update's record as written (a StoredImage) or a failure (a WriteOutcome)."""
+        return [_unknown_if_stalled(self._record_or_failure(future, missing_ok=False)) for future in futures]
 
     def _record_or_failure(self, future: Any, missing_ok: bool) -> Optional[StoredImage] | WriteOutcome:
         import grpc
@@ -406,6 +436,30 @@ def _unknown_if_stalled(result: Any) -> Any:
         # The update was sent: containerd may have applied it before it stopped answering.
         return WriteOutcome(VERDICT_FAILED, f"{result.detail}; whether the label was written is unknown", stalled=True)
     return result
+
+
+def _not_tried(halt: WriteOutcome) -> WriteOutcome:
+    if halt.interrupted:
+        return writes.INTERRUPTED
+    return writes.failed(f"not tried: {halt.detail}")
+
+
+@dataclass(frozen=True)
+class _SentGroup:
+    """One group of guarded writes on its way: outcomes decided without a write (by the re-check),
+    and the writes sent, each with the record as read and its call."""
+
+    decided: dict[int, WriteOutcome]
+    todo: list[tuple[int, StoredImage]]
+    updates: list[Any]
+    # Why none was sent and nothing more may be: the reads stalled, or a SIGINT came.
+    halted: Optional[WriteOutcome] = None
+
+    def cancel(self) -> bool:
+        # Only when set_labels itself fails: then no outcome is reported for any of these.
+        for call in self.updates:
+            call.cancel()
+        return True
 
 
 def _update_error(err: Any, store: ContainerdStore) -> str:

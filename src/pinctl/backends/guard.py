@@ -28,6 +28,9 @@ GUARDED = (PIN_LABEL, MANAGED_LABEL)
 
 WRITTEN = WriteOutcome(VERDICT_WRITTEN)
 ALREADY = WriteOutcome(VERDICT_ALREADY)
+# A SIGINT came before this write was sent (pinctl.backends.sigint_deferred).
+INTERRUPTED = WriteOutcome(VERDICT_FAILED, "not tried: interrupted (SIGINT) before its write; nothing written",
+                           interrupted=True)
 
 
 def moved(detail: str) -> WriteOutcome:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from pinctl import refs
-from pinctl.backends import ImageStore
+from pinctl.backends import ImageStore, sigint_deferred
 from pinctl.backends import guard as writes
 from pinctl.errors import AmbiguousRef, ImageNotFound, PinctlError
 from pinctl.model import (
@@ -353,12 +353,17 @@ def apply_plan(plan: Plan, dry_run: bool) -> list[ItemResult]:
     batches: dict[tuple[int, str], list[Change]] = {}
     for change in plan.changes:
         batches.setdefault((id(change.store), change.namespace), []).append(change)
-    for changes in batches.values():
-        if dry_run:
-            outcomes = [writes.WRITTEN] * len(changes)
-        else:
-            outcomes = changes[0].store.set_labels(changes[0].namespace, [(c.image, c.labels) for c in changes])
-        results += [_item_result(change, outcome) for change, outcome in zip(changes, outcomes)]
+    # A SIGINT ends the writes early, each batch's reported (LabelWriter.set_labels), and the
+    # batches after it are not tried.
+    with sigint_deferred() as interrupted:
+        for changes in batches.values():
+            if dry_run:
+                outcomes = [writes.WRITTEN] * len(changes)
+            elif interrupted():
+                outcomes = [writes.INTERRUPTED] * len(changes)
+            else:
+                outcomes = changes[0].store.set_labels(changes[0].namespace, [(c.image, c.labels) for c in changes])
+            results += [_item_result(change, outcome) for change, outcome in zip(changes, outcomes)]
     return sorted(results, key=lambda r: (r.namespace, r.ref))
 
 
@@ -371,7 +376,7 @@ def _item_result(change: Change, outcome: WriteOutcome) -> ItemResult:
     }
     action = actions.get(outcome.verdict, ACTION_FAILED)
     return ItemResult(change.namespace, change.image.name, action, outcome.detail,
-                      change.warning if action != ACTION_FAILED else None)
+                      change.warning if action != ACTION_FAILED else None, outcome.interrupted)
 
 
 def status_of(results: Sequence[ItemResult]) -> Status:
