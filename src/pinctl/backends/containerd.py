@@ -29,12 +29,13 @@ V3_IMAGES_PLUGIN = "io.containerd.cri.v1.images"
 NAMESPACE_HEADER = "containerd-namespace"
 LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 # Guarded label writes (set_labels) run in a window of groups: each group's records are read
-# again, then its writes sent, while the writes of up to WRITE_DEPTH - 1 groups before it are
-# still on their way. At most WRITE_GROUP * WRITE_DEPTH calls are in flight (a group's reads
-# beside the writes of WRITE_DEPTH - 1 groups, or the writes of WRITE_DEPTH groups), and a write
-# leaves as soon as its group's re-check has been answered. See docs/benchmarks.md, "pin of 1,000 references in a window", for the sizes.
-WRITE_GROUP = 32
-WRITE_DEPTH = 4
+# again (one read window, _grpc.WINDOW), then its writes sent, while the writes of the group
+# before it are still on their way: 128 calls in flight at most. On 2 cores (pinctl's thread on
+# one, containerd's on the other) that is the overlap there is; deeper, the writes only queue for
+# bolt's one writer, each against its own deadline. docs/benchmarks.md, "pin of 1,000 references
+# in a window", has the measurements.
+WRITE_GROUP = _grpc.WINDOW
+WRITE_DEPTH = 2
 
 
 class ContainerdStore:
@@ -345,7 +346,7 @@ class ContainerdStore:
         def start(name: str) -> Any:
             return stub.Get.future(images_pb2.GetImageRequest(name=name), metadata=metadata, timeout=self.timeout)
 
-        # Never more than a group: the window is no larger than the reads' own (_grpc.WINDOW).
+        # A group (WRITE_GROUP) is one read window: all of it in flight at once.
         return [self._record_or_failure(future, missing_ok=True) for _name, future in _grpc.in_window(names, start)]
 
     def _send_updates(self, namespace: str, updates: Sequence[tuple[StoredImage, LabelChange]]) -> list[Any]:
