@@ -112,7 +112,13 @@ def test_ctrl_c_on_the_command_leaves_no_write_unreported(many_refs: Any) -> Non
     daemon, ns, a, refs = many_refs
     env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path)}
     argv = [sys.executable, "-m", "pinctl", "-n", ns, "pin", a.image_id, "-o", "json"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A suite started in the background ignores SIGINT, and pinctl would inherit that (then the
+    # command would finish and the checks below hold trivially): it gets the default, as at a shell.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     channel = grpc.insecure_channel(f"unix://{daemon.address}")
     stub = images_pb2_grpc.ImagesStub(channel)
     meta = (("containerd-namespace", ns),)
