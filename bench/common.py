@@ -20,10 +20,12 @@ PINCTL = str(Path(sys.executable).parent / "pinctl")
 
 
 @contextlib.contextmanager
-def containerd_with_images(count: int, namespace: str = "k8s.io") -> Iterator[ContainerdDaemon]:
-    """containerd 1.7 with `count` distinct single-platform images in `namespace`."""
+def containerd_with_images(count: int, namespace: str = "k8s.io", on_disk: bool = False) -> Iterator[ContainerdDaemon]:
+    """containerd 1.7 with `count` distinct single-platform images in `namespace`; its root on
+    tmpfs, or with `on_disk` under /var/tmp (an operator's node keeps it on disk)."""
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp, tempfile.TemporaryDirectory(dir=shm) as data:
+    where = "/var/tmp" if on_disk else shm
+    with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp, tempfile.TemporaryDirectory(dir=where) as data:
         # The daemon's data on tmpfs makes importing 1,000 images take seconds, not tens.
         daemon = ContainerdDaemon("containerd-1.7", Path(tmp) / "ctd", data_dir=Path(data)).start()
         try:

@@ -1,0 +1,73 @@
+"""Issue 32 benchmark: how close ls, check, gc plan and sync come to the floor of a listing.
+
+Run from the repository root, as root:
+    .venv/bin/python -m bench.bench_floor [--images 1000,10000] [--repeat 3]
+
+For each image count, the root of one containerd 1.7 on disk (/var/tmp) and then on tmpfs, and
+the images with one record each (namespace `bench`, where no CRI adds a `sha256:` reference)
+and with two (`k8s.io`, where the CRI does): in the same run it times `ctr images ls -q`,
+`pinctl ls -q` and `pinctl ls` (into a pipe), and with two records `check`, `gc plan` and
+`sync --dry-run`, each against `ls -q` on that daemon. Peak memory is the kernel's ru_maxrss.
+Issue 32's targets: ls within 2x of ls -q; ls -q within 3x of ctr images ls -q; check, gc plan
+and sync --dry-run within 2x of ls -q.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.bench_scale import env_for, write_policy
+from bench.common import PINCTL, containerd_with_images, median_measured
+
+LS_OVER_QUIET = 2.0
+QUIET_OVER_CTR = 3.0
+OTHER_OVER_QUIET = 2.0
+
+
+def row(name: str, seconds: float, peak: int, peer: str, peer_seconds: float, goal: float) -> str:
+    ratio = seconds / peer_seconds
+    return (f"| {name} | {seconds * 1000:.0f} ms | {peak / 2**20:.0f} MiB | {peer} {peer_seconds * 1000:.0f} ms | "
+            f"{ratio:.2f} | <= {goal:g}x | {'yes' if ratio <= goal else 'no'} |")
+
+
+def one_node(images: int, on_disk: bool, namespace: str, repeat: int, tmp: Path) -> list[str]:
+    where = f"{images} images, {'disk' if on_disk else 'tmpfs'}, {'1 record' if namespace == 'bench' else '2 records'}"
+    with containerd_with_images(images, namespace, on_disk=on_disk) as daemon:
+        env = env_for(daemon, write_policy(tmp / "one.toml", 1))
+        ctr = [str(daemon.bin_dir / "ctr"), "-a", daemon.address, "-n", namespace, "images", "ls", "-q"]
+        ctr_quiet, _ = median_measured(ctr, repeat)
+        quiet, quiet_peak = median_measured([PINCTL, "ls", "-n", namespace, "-q"], repeat, env)
+        table, table_peak = median_measured([PINCTL, "ls", "-n", namespace], repeat, env)
+        rows = [row(f"ls -q, {where}", quiet, quiet_peak, "ctr images ls -q", ctr_quiet, QUIET_OVER_CTR),
+                row(f"ls, {where}", table, table_peak, "ls -q", quiet, LS_OVER_QUIET)]
+        if namespace == "k8s.io":
+            for name, argv in (("check", ["check"]), ("gc plan", ["gc", "plan", "-n", "k8s.io", "--min-age", "0s"]),
+                               ("sync --dry-run", ["sync", "--dry-run", "-q"])):
+                seconds, peak = median_measured([PINCTL, *argv], repeat, env)
+                rows.append(row(f"{name}, {where}", seconds, peak, "ls -q", quiet, OTHER_OVER_QUIET))
+        return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", default="1000,10000", help="image counts, comma-separated")
+    parser.add_argument("--repeat", type=int, default=3)
+    opts = parser.parse_args()
+    rows: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp:
+        for images in (int(n) for n in opts.images.split(",")):
+            for on_disk in (True, False):
+                for namespace in ("bench", "k8s.io"):
+                    rows += one_node(images, on_disk, namespace, opts.repeat, Path(tmp))
+                    print(f"done: {images} images, {'disk' if on_disk else 'tmpfs'}, {namespace}", file=sys.stderr)
+    print("| benchmark | pinctl | peak memory | beside | ratio | goal | met |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
