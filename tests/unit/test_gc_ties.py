@@ -49,6 +49,7 @@ def test_a_tie_the_walk_stops_inside_is_n_of_m_and_the_wanted_ones_in_it_may_go(
     (tie,) = plan.ties
     assert tie.straddled and plan.straddled_tie == tie and tie.size == 8 and tie.positions == tuple(range(1, 9))
     assert (tie.deleted_min, tie.deleted_max, tie.freed_min, tie.freed_max) == (5, 5, 5 * MiB, 5 * MiB)
+    assert plan.freed_bounds == (plan.freed_bytes, plan.freed_bytes) == (5 * MiB, 5 * MiB)
     # The plan's own pick (prune's) is five of them; t7 is not among them, but the kubelet may take it.
     assert sum(entry.fate is Fate.DELETED_SPACE for entry in plan.order) == 5
     (risk,) = plan.at_risk
@@ -116,6 +117,8 @@ def test_prune_takes_the_largest_of_a_tie_first_and_says_so(capsys: pytest.Captu
     tie = plan.plan.straddled_tie
     assert tie is not None and (tie.deleted_min, tie.deleted_max) == (1, 2)
     assert [i.id for i in plan.delete] == [images[2].id]  # the largest alone reaches the target
+    low, high = plan.plan.freed_bounds
+    assert low == 10 * MiB <= plan.plan.freed_bytes <= high == 10 * MiB - 1 + 12 * MiB
     gc_output.print_prune_plan([plan])
     shown = capsys.readouterr().err
     assert "example.test/c:1" in shown and "(tie)" in shown

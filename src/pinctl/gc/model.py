@@ -24,6 +24,7 @@ High 100 with no maximum age switches image GC off. The eviction manager's
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Optional
 
@@ -99,8 +100,10 @@ def plan_gc(
     candidates = eviction_order(listed.values(), users)
     fates = run.fates(candidates)
     order = _order_entries(candidates, fates, used_fs)
-    protected = _protections(listed.values(), users, order, settings, now)
     ties = tie_groups(order, run.amount_to_free)
+    tied = {image_id for tie in ties for image_id in tie.image_ids}
+    order = tuple(replace(entry, tie=True) if entry.image.id in tied else entry for entry in order)
+    protected = _protections(listed.values(), users, order, settings, now)
     may_go = {image_id for tie in ties if tie.straddled for image_id in tie.image_ids}
     at_risk, missing = _at_risk(wanted or {}, listed, users, order, protected, may_go)
     return GcPlan(
@@ -276,8 +279,7 @@ def _order_entries(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs:
     entries = []
     for position, image in enumerate(candidates, start=1):
         turn: _Turn = turns.get(image.id, (None, None, None))
-        tie = _tied(candidates, position - 1)
-        entries.append(OrderEntry(position, image, fates[image.id], *turn, tie=tie))
+        entries.append(OrderEntry(position, image, fates[image.id], *turn))  # ties: gc/ties.py
     return tuple(entries)
 
 
@@ -291,12 +293,6 @@ def _deletion_turns(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs
         total += image.size
         turns[image.id] = (turn, total, min(fs.capacity_bytes, fs.available + total))
     return turns
-
-
-def _tied(candidates: Sequence[GcImage], index: int) -> bool:
-    rank = candidates[index].kubelet_rank
-    neighbours = [candidates[i] for i in (index - 1, index + 1) if 0 <= i < len(candidates)]
-    return any(other.kubelet_rank == rank for other in neighbours)
 
 
 def _protections(

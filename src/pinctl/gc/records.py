@@ -297,6 +297,16 @@ class GcPlan:
         return sum(entry.image.size for entry in self.deletions)
 
     @property
+    def freed_bounds(self) -> tuple[int, int]:
+        """What the run frees at the least and the most over the kubelet's orders: ``freed_bytes``
+        both, unless its threshold step stops inside a tie."""
+        tie = self.straddled_tie
+        if tie is None:
+            return self.freed_bytes, self.freed_bytes
+        rest = sum(entry.image.size for entry in self.deletions if entry.position not in tie.positions)
+        return rest + tie.freed_min, rest + tie.freed_max
+
+    @property
     def space_freed_bytes(self) -> int:
         """What the threshold step freed: the kubelet's ``freed`` in its shortfall check."""
         return sum(entry.image.size for entry in self.order if entry.fate is Fate.DELETED_SPACE)

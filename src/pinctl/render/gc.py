@@ -77,11 +77,10 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
                RISK_FIT)
     if plan.wanted_deleted:
         maybe = sum(risk.may_go for risk in plan.wanted_deleted)
-        verb = ("would be deleted" if not maybe else "may be deleted" if maybe == len(plan.wanted_deleted)
-                else f"would or may be deleted ({maybe} of them if the kubelet's pick within a tie takes them)")
+        verb = "may be deleted" if maybe == len(plan.wanted_deleted) else "would be deleted"
+        chance = f" ({maybe} of them only if the kubelet's pick within a tie takes them)" if maybe else ""
         warn(f"gc plan: {counted(len(plan.wanted_deleted), 'image')} pinctl wants kept {verb} at "
-             f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%"
-             + (" (the kubelet's pick within a tie decides)" if maybe == len(plan.wanted_deleted) else ""))
+             f"{'the simulated' if plan.simulated else 'the current'} usage of {plan.usage_percent}%{chance}")
     dead = report.eviction.kept_by_dead_containers if report.eviction is not None else ()
     if dead:
         names = ", ".join(_name(image.refs, image.id) for image in dead)
@@ -170,11 +169,8 @@ def _summary_lines(report: GcReport, wide: bool) -> list[str]:
     ]
     tie = plan.straddled_tie
     if plan.amount_to_free is not None:
-        frees = human_size(plan.freed_bytes)
-        if tie is not None:
-            before = plan.freed_bytes - sum(e.image.size for e in plan.order if e.fate.deleted and e.position in tie.positions)
-            low, high = human_size(before + tie.freed_min), human_size(before + tie.freed_max)
-            frees = low if low == high else f"{low} to {high}"
+        low, high = (human_size(bound) for bound in plan.freed_bounds)
+        frees = low if low == high else f"{low} to {high}"
         lines.append(f"To free:     {human_size(max(plan.amount_to_free, 0))} to reach {s.low_threshold_percent}%; "
                      f"the order below frees {frees}")
     if tie is not None:
@@ -493,7 +489,8 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
     kept, failures = sum(i.action == "kept" for i in items), sum(i.action == "failed" for i in items)
     command = f"prune{' (dry run)' if dry_run else ''}"
     why_kept = "" if wide or not kept else KEPT_HINT
-    for note in filter(None, map(prune_tie_note, plans)) if dry_run else ():  # else shown with the plan
+    notes = [prune_tie_note(plan) for plan in plans] if dry_run else []  # else shown with the plan
+    for note in filter(None, notes):
         warn(f"{command}: {note}")
     if removed or failures:
         size = human_size(sum(i.size for i in removed))
