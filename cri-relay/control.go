@@ -66,6 +66,8 @@ func (c *control) serve(in io.Reader, pins *pinCache, stats *counters, stopped c
 			pins.answered(m)
 		case "invalidate":
 			pins.invalidate()
+			// pinctl waits for this before it logs the reload: a call after that line asks again.
+			c.send(message{Type: "invalidated", ID: m.ID})
 		case "stats":
 			c.send(message{Type: "stats", ID: m.ID, Stats: stats.snapshot()})
 		}

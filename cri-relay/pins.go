@@ -37,6 +37,7 @@ type pinCache struct {
 	mu       sync.Mutex
 	keys     *pinKeys
 	readAt   time.Time
+	epoch    uint64 // one more at each invalidate: an answer asked for before it is not fresh
 	fetching chan struct{}
 	asked    uint64
 	answer   chan pinAnswer
@@ -74,7 +75,7 @@ func (c *pinCache) current() *pinKeys {
 func (c *pinCache) fetch(done chan struct{}) {
 	c.mu.Lock()
 	c.asked++
-	id := c.asked
+	id, epoch := c.asked, c.epoch
 	c.mu.Unlock()
 	c.ctl.send(message{Type: "pins", ID: id})
 	var keys *pinKeys
@@ -96,6 +97,9 @@ wait:
 	}
 	c.mu.Lock()
 	c.keys, c.readAt, c.fetching = keys, time.Now(), nil
+	if c.epoch != epoch {
+		c.readAt = time.Time{} // pinctl may have answered with the config it had before: ask again
+	}
 	c.mu.Unlock()
 	close(done)
 }
@@ -129,5 +133,6 @@ func (c *pinCache) answered(m message) {
 func (c *pinCache) invalidate() {
 	c.mu.Lock()
 	c.readAt = time.Time{}
+	c.epoch++
 	c.mu.Unlock()
 }

@@ -50,3 +50,34 @@ func TestFreshKeysAreNotAskedForAgain(t *testing.T) {
 		t.Fatalf("asked %d times", cache.asked)
 	}
 }
+
+// writeHook stands for pinctl at the other end of the control channel: each request it is
+// sent runs the function.
+type writeHook func()
+
+func (h writeHook) Write(p []byte) (int, error) {
+	h()
+	return len(p), nil
+}
+
+func TestAnAnswerAskedForBeforeAnInvalidateIsNotKept(t *testing.T) {
+	var cache *pinCache
+	requests := 0
+	cache = newPinCache(newControl(writeHook(func() {
+		requests++
+		if requests == 1 {
+			cache.invalidate() // a reload lands while pinctl reads with the old config
+		}
+		id := []string{"sha256:old", "sha256:new"}[min(requests, 2)-1]
+		cache.answered(message{Type: "pins", ID: uint64(requests), OK: true, IDs: []string{id}})
+	})), time.Hour, time.Second)
+	if keys := cache.current(); keys == nil || !keys.wantedByID["sha256:old"] {
+		t.Fatalf("keys %v, want the answer that came", keys)
+	}
+	if keys := cache.current(); keys == nil || !keys.wantedByID["sha256:new"] {
+		t.Fatalf("keys %v, want them asked for again after the invalidate", keys)
+	}
+	if cache.asked != 2 {
+		t.Fatalf("asked %d times, want 2", cache.asked)
+	}
+}

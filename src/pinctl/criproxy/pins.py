@@ -242,9 +242,11 @@ class PinnedSet:
         setup = self._setup
         return setup.config_paths if setup is not None else ()
 
-    def reload(self) -> bool:
+    def reload(self, then: Callable[[], object] = lambda: None) -> bool:
         """Read the configuration again (SIGHUP, a changed file); the next image call reads the
-        images with it. One that cannot be read is logged and counted, and the one in use stays."""
+        images with it. One that cannot be read is logged and counted, and the one in use stays.
+        then runs once the new one is in place and before "config reloaded" is logged (the relay
+        forgets its copy of the pins there), so that every call after that line uses it."""
         try:
             setup = self._load()
         except Exception as err:  # noqa: BLE001 - whatever fails, the policy in use stays
@@ -256,6 +258,7 @@ class PinnedSet:
             self._setup = setup
             self._close_node()
             self._read_at = -float("inf")
+        then()
         self.reloads["ok"] += 1
         self.last_reload_ok = True
         self._log("info", "config reloaded", patterns=len(setup.policy.patterns))

@@ -337,8 +337,12 @@ class Proxy:
         The poll takes the files as read now, so SIGHUP after an edit reloads once, not twice."""
         if self._poll is not None:
             self._poll.rebase()
-        if self.pins.reload() and self._relay is not None:
-            self._relay.invalidate()
+        self.pins.reload(then=self._forget_pins)
+
+    def _forget_pins(self) -> None:
+        if self._relay is not None and not self._relay.invalidate():
+            self.log("warning", "the relay did not confirm it will ask for the pins again; "
+                     "its copy is replaced within the refresh interval")
 
     def _config_changed(self, path: str) -> None:
         self.log("info", "config changed, reloading", path=path)

@@ -7,7 +7,8 @@ that, and a pin read here (150 ms of Python for 1,000 images) never holds up the
 forwards. pinctl keeps what needs its libraries: reading the pins, the config, the log.
 
 The channel is JSON lines: the relay's stdout brings `ready`, `pins` (a request), `log` and
-`stats` (an answer); its stdin takes `pins` (an answer), `invalidate` and `stats` (a request).
+`stats` and `invalidated` (answers); its stdin takes `pins` (an answer), `invalidate` and `stats`
+(requests, each answered with its id).
 When pinctl goes, the relay's stdin ends and it stops too.
 """
 
@@ -66,9 +67,9 @@ class Relay:
         self._last_sent: Optional[PinnedKeys] = None  # the pins the running relay has
         self._write_lock = threading.Lock()
         self._ready = threading.Event()
-        self._stats: dict[int, dict[str, Any]] = {}
-        self._stats_arrived = threading.Condition()
-        self._stats_id = 0
+        self._answers: dict[int, dict[str, Any]] = {}  # by request id: stats, invalidated
+        self._answer_arrived = threading.Condition()
+        self._request_id = 0
 
     def start(self) -> None:
         self._ready.clear()
@@ -88,18 +89,26 @@ class Relay:
         """The relay's exit code once it has stopped, else None."""
         return self._proc.poll() if self._proc is not None else self._exit_code
 
-    def invalidate(self) -> None:
-        self._send({"type": "invalidate"})
+    def invalidate(self) -> bool:
+        """Make the relay's next image call ask for the pins again, and wait until it has taken
+        that in (so that a reload logged after this is a reload every later call sees); False
+        when it does not say so within STATS_SECONDS."""
+        return self._ask("invalidate") is not None
 
     def stats(self) -> Optional[dict[str, Any]]:
         """What the relay counted, or None when it does not answer within STATS_SECONDS."""
-        with self._stats_arrived:
-            self._stats_id += 1
-            wanted = self._stats_id
-        self._send({"type": "stats", "id": wanted})
-        with self._stats_arrived:
-            self._stats_arrived.wait_for(lambda: wanted in self._stats, STATS_SECONDS)
-            return self._stats.pop(wanted, None)
+        answer = self._ask("stats")
+        return None if answer is None else answer.get("stats") or {}
+
+    def _ask(self, kind: str) -> Optional[dict[str, Any]]:
+        """Send a request of that type and wait for the relay's answer with the same id."""
+        with self._answer_arrived:
+            self._request_id += 1
+            wanted = self._request_id
+        self._send({"type": kind, "id": wanted})
+        with self._answer_arrived:
+            self._answer_arrived.wait_for(lambda: wanted in self._answers, STATS_SECONDS)
+            return self._answers.pop(wanted, None)
 
     def stop(self) -> None:
         proc = self._proc
@@ -153,10 +162,10 @@ class Relay:
             threading.Thread(target=self._answer_pins, args=(message.get("id", 0),), daemon=True).start()
         elif kind == "log":
             self.log(message.get("level", "info"), message.get("message", ""), **message.get("fields", {}))
-        elif kind == "stats":
-            with self._stats_arrived:
-                self._stats[message.get("id", 0)] = message.get("stats") or {}
-                self._stats_arrived.notify_all()
+        elif kind in ("stats", "invalidated"):
+            with self._answer_arrived:
+                self._answers[message.get("id", 0)] = message
+                self._answer_arrived.notify_all()
 
     def _answer_pins(self, request_id: int) -> None:
         # On a busy node a pin read waits for the kubelet, the runtime and the relay, not the
