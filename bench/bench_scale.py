@@ -57,8 +57,10 @@ def write_policy(path: Path, count: int) -> Path:
 
 
 def env_for(daemon: ContainerdDaemon, policy: Path) -> dict[str, str]:
+    # The target cache beside the policy: a benchmark's runs share theirs, never the machine's.
     return {"CONTAINERD_ADDRESS": daemon.address, "CONTAINER_RUNTIME_ENDPOINT": f"unix://{daemon.address}",
-            "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path), "PINCTL_CONFIG": str(policy)}
+            "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path), "PINCTL_CONFIG": str(policy),
+            "PINCTL_CACHE_DIR": str(policy.parent / "target-cache")}
 
 
 def at_count(images: int, patterns: list[int], repeat: int, tmp: Path) -> list[Measured]:

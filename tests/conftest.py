@@ -50,6 +50,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: runs real container engines (needs root and the Debian mirror)"
     )
+    # pinctl keeps what image manifests resolve to in a file (backends/targets.py): every pinctl
+    # the suite runs shares the suite's own, as a node's runs share theirs, and never the
+    # machine's /var/cache/pinctl. Tests of the cache itself name their own.
+    if "PINCTL_CACHE_DIR" not in os.environ:
+        os.environ["PINCTL_CACHE_DIR"] = tempfile.mkdtemp(prefix="pinctl-test-cache-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop("PINCTL_CACHE_DIR"), ignore_errors=True))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -124,7 +124,7 @@ def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run:
     plan = pinning.make_plan(node.views(), command, args, dialect, node.refusal)
     report = ChangeReport(command, pinning.apply_plan(plan, dry_run), dry_run)
     if command == pinning.UNPIN and policy is not None and any(r.action in UNPINNED for r in report.results):
-        report.warnings = unpin_warnings(node.rows(policy).rows, report.results)
+        report.warnings = unpin_warnings(node.rows(policy, runtime_sizes=False).rows, report.results)
     return report
 
 
@@ -232,7 +232,7 @@ def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVe
     frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
 
     def read() -> CheckResult:
-        rows[:] = node.rows(policy).rows
+        rows[:] = node.rows(policy, runtime_sizes=False).rows
         site = crio.check_site() if (crio := node.crio()) is not None else None
         return checking.check_runtime(rows, runtime, version, request.refs, frontend, site)
 
@@ -286,7 +286,7 @@ def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVer
     from pinctl.gc import plan as gc
 
 
-    rows = node.rows(policy).rows
+    rows = node.rows(policy, runtime_sizes=False).rows
     kubelet = gc.kubelet_start_time(runtime.endpoint)
     return gc.gc_plan(gc.cri_domain(node, runtime, version), rows, settings, datetime.now(timezone.utc), usage,
                       kubelet)
@@ -314,7 +314,7 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
     limits = job.limits
     if limits.until_usage is not None and limits.all_unused:
         raise UsageError("--until-usage and --all-unused do not go together", "pick one")
-    rows = node.rows(policy).rows
+    rows = node.rows(policy, runtime_sizes=False).rows
     now = datetime.now(timezone.utc)
     plans = [gc.plan_prune(domain, rows, job.settings, limits, now)
              for domain in gc.prune_domains(node, job.namespaces, open_runtime)]

@@ -64,7 +64,8 @@ class FakeStore:
     def close(self) -> None:
         self.closed += 1
 
-    def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
+    def resolve_targets(self, namespace: str, targets: Iterable[str], again: bool = False
+                        ) -> dict[str, ResolvedTarget]:
         return {t: ResolvedTarget(self.ids[t], 1234) for t in targets}
 
     def set_labels(self, namespace: str, changes: Sequence[tuple[StoredImage, dict[str, Optional[str]]]]) -> list[WriteOutcome]:

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from pinctl.backends._socket import check_socket
+from pinctl.backends._grpc import check_socket
 from pinctl.backends.containerd import read_sandbox_image
 from pinctl.config import loader as config
 from pinctl.config.loader import PatternEntry

@@ -85,7 +85,7 @@ class FakeNode:
         self.fail = False
         self.reads = 0
 
-    def rows(self, policy: Any) -> Any:
+    def rows(self, policy: Any, runtime_sizes: bool = True) -> Any:
         self.reads += 1
         if self.fail:
             raise EngineUnreachable("containerd is down")
@@ -118,7 +118,7 @@ def test_pins_are_read_at_most_once_per_refresh_and_not_at_all_when_unreadable()
 
 def test_a_reload_reads_the_config_at_once_and_a_broken_one_keeps_the_one_in_use() -> None:
     class PolicyNode(FakeNode):
-        def rows(self, policy: Any) -> Any:
+        def rows(self, policy: Any, runtime_sizes: bool = True) -> Any:
             self.reads += 1
             wanted = {pattern.text for pattern in policy.patterns}
             return type("Listing", (), {"rows": [row(ref, f"sha256:{ref[0]}", "k8s.io", Reason(REASON_PATTERN, ref))

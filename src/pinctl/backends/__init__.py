@@ -37,8 +37,9 @@ class ImageRecords(Protocol):
     def get_images(self, namespace: str, names: Sequence[str]) -> list[StoredImage]:
         """The named records as they are now; those gone are left out."""
 
-    def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
-        """Image ID and size for each target digest, read from the manifests."""
+    def resolve_targets(self, namespace: str, targets: Iterable[str], again: bool = False
+                        ) -> dict[str, ResolvedTarget]:
+        """Image ID and size for each target digest, from the manifests (read again: again)."""
 
     def config_labels(self, namespace: str, config_digests: Iterable[str]) -> dict[str, dict[str, str]]:
         """The labels in each image config (what `docker inspect` shows as Config.Labels)."""

@@ -1,14 +1,16 @@
-"""gRPC plumbing shared by the gRPC backends: channels on unix sockets and error mapping."""
+"""gRPC plumbing shared by the gRPC backends: channels on unix sockets and error mapping; and the
+local socket check every backend makes (Docker's too), one clear line before a client library
+turns a missing file or a permission problem into a vague timeout."""
 
 from __future__ import annotations
 
 import os
+import stat
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
-from pinctl.backends._socket import check_socket
 from pinctl.config.settings import LONGEST_TIMEOUT
-from pinctl.errors import EngineError, EngineUnreachable
+from pinctl.errors import EngineError, EngineUnreachable, UsageError
 
 __all__ = ["check_socket", "in_window", "listing", "open_channel", "translate"]
 
@@ -31,6 +33,32 @@ Call = TypeVar("Call", bound=Cancellable)
 
 if TYPE_CHECKING:
     import grpc
+
+
+def check_socket(path: str, what: str, flag: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise EngineUnreachable(
+            f"{what} socket {path} does not exist",
+            f"is {what} running? point {flag} at its socket",
+        ) from None
+    except PermissionError:
+        raise EngineUnreachable(
+            f"permission denied reaching {what} socket {path}", "run pinctl as root (sudo)"
+        ) from None
+    except OSError as err:
+        # A symlink loop, a name too long, a file where a directory should be: the path is wrong.
+        reason = err.strerror or str(err)
+        raise UsageError(
+            f"cannot use {what} socket {path}: {reason[:1].lower()}{reason[1:]}", f"point {flag} at {what}'s socket"
+        ) from None
+    if not stat.S_ISSOCK(mode):
+        raise EngineUnreachable(f"{path} is not a socket", f"point {flag} at {what}'s socket")
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise EngineUnreachable(
+            f"permission denied on {what} socket {path}", "run pinctl as root (sudo)"
+        )
 
 
 def open_channel(path: str, single_threaded_streams: bool = False) -> grpc.Channel:

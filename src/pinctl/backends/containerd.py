@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, S
 
 from pinctl.backends import _grpc, oci, sigint_deferred
 from pinctl.backends import guard as writes
+from pinctl.backends.cri import CriRuntime
+from pinctl.backends.targets import TargetCache, default_cache_path, read_targets
 from pinctl.config.files import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
 from pinctl.errors import ConfigError, EngineError, UnknownNamespace
 from pinctl.model import (
@@ -36,13 +38,16 @@ LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 # in a window", has the measurements.
 WRITE_GROUP = _grpc.WINDOW
 WRITE_DEPTH = 2
+# target_cache's default: the file backends/targets.py names (None: memory only).
+_DEFAULT = "default"
 
 
 class ContainerdStore:
     """An ImageStore backed by one containerd daemon."""
 
     def __init__(
-        self, address: str = DEFAULT_ADDRESS, timeout: float = 2.0, config_path: Optional[str] = None
+        self, address: str = DEFAULT_ADDRESS, timeout: float = 2.0, config_path: Optional[str] = None,
+        target_cache: Optional[str] = _DEFAULT,
     ) -> None:
         self.address = address
         self.timeout = timeout
@@ -50,9 +55,9 @@ class ContainerdStore:
         # Two channels: content reads run on their own (see _stub), everything else on the first.
         self._channels: dict[bool, grpc.Channel] = {}
         self._stubs: dict[str, Any] = {}
-        # What the last resolve_targets found: a digest names the same content for ever, so a
-        # long-lived store (watcher, cri-proxy) reads only the manifests of images new since.
-        self._resolved: dict[tuple[str, str], ResolvedTarget] = {}
+        # What targets resolved to: a digest names the same content for ever, so only the
+        # manifests of images new since the last run (or, for a service, the last event) are read.
+        self._targets = TargetCache(default_cache_path() if target_cache is _DEFAULT else target_cache)
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -162,41 +167,13 @@ class ContainerdStore:
         records = _grpc.listing(start, probe, self.timeout, fail).images
         return [_stored_image(images_pb2.Image.FromString(record)) for record in records]
 
-    def resolve_targets(self, namespace: str, targets: Iterable[str]) -> dict[str, ResolvedTarget]:
+    def resolve_targets(self, namespace: str, targets: Iterable[str], again: bool = False
+                        ) -> dict[str, ResolvedTarget]:
         """Sizes count the blobs below the target for this host's platform (see ResolvedTarget).
-        Targets resolved by the previous call are not read again; failures always are."""
-        wanted = set(targets)
-        known = {digest: self._resolved[(namespace, digest)]
-                 for digest in wanted if (namespace, digest) in self._resolved}
-        resolved = {**known, **self._read_targets(namespace, sorted(wanted - known.keys()))}
-        # Only this call's targets are kept: the cache stays the size of the namespace's image list.
-        self._resolved = {key: value for key, value in self._resolved.items() if key[0] != namespace}
-        self._resolved.update(((namespace, digest), found) for digest, found in resolved.items() if not found.error)
-        return resolved
-
-    def _read_targets(self, namespace: str, digests: list[str]) -> dict[str, ResolvedTarget]:
-        documents = self._read_json_blobs(namespace, digests)
-        resolved: dict[str, ResolvedTarget] = {}
-        children: dict[str, dict[str, Any]] = {}
-        for digest in digests:
-            doc = documents[digest]
-            if isinstance(doc, str):
-                resolved[digest] = ResolvedTarget(None, 0, doc)
-            elif oci.is_index(doc):
-                entry = oci.pick_manifest(doc)
-                if entry is None:
-                    resolved[digest] = ResolvedTarget(None, 0, "no manifest for this host's platform")
-                else:
-                    children[digest] = entry
-            else:
-                resolved[digest] = _resolved(doc, 0)
-        child_docs = self._read_json_blobs(namespace, sorted({e["digest"] for e in children.values()}))
-        for index_digest, entry in children.items():
-            doc = child_docs[entry["digest"]]
-            resolved[index_digest] = (
-                ResolvedTarget(None, 0, doc) if isinstance(doc, str) else _resolved(doc, int(entry.get("size", 0)))
-            )
-        return resolved
+        Targets resolved before, in this process or a run before it, are not read again
+        (backends/targets.py) unless again; failures always are."""
+        return self._targets.resolve(targets, lambda digests: read_targets(
+            lambda wanted: self._read_json_blobs(namespace, wanted), digests), again)
 
     def config_labels(self, namespace: str, config_digests: Iterable[str]) -> dict[str, dict[str, str]]:
         """The labels in each image config (what `docker inspect` shows as Config.Labels)."""
@@ -379,10 +356,16 @@ class ContainerdStore:
         """The entries of containerd 2.x's own pinned_images, from the same config."""
         return read_config_pins(self.config_path)
 
-
-def _resolved(manifest: dict[str, Any], manifest_size: int) -> ResolvedTarget:
-    image_id, size = oci.config_and_size(manifest)
-    return ResolvedTarget(image_id, manifest_size + size)
+    def cri_image_sizes(self) -> Optional[dict[str, int]]:
+        """Each image's size by image ID as this containerd's CRI (served on the same socket,
+        for namespace k8s.io) tells the kubelet; None when it serves no CRI or cannot say now."""
+        runtime = CriRuntime(self.address, self.timeout)
+        try:
+            return runtime.image_sizes()
+        except EngineError:
+            return None
+        finally:
+            runtime.close()
 
 
 class ImageEvents:

@@ -109,14 +109,16 @@ class CriRuntime:
         except grpc.RpcError as err:
             raise _grpc.translate(err, WHAT, self.endpoint, self.timeout, api="the CRI (runtime.v1)", flag=FLAG) from None
 
-    def _listing(self, stub_name: str, method: str, request: Any) -> Any:
-        """A call whose answer grows with the node, awaited while the runtime answers Version."""
+    def _listing(self, stub_name: str, method: str, request: Any, call: Any = None) -> Any:
+        """A call whose answer grows with the node, awaited while the runtime answers Version;
+        call: the method's callable, when not the stub's own (another answer type)."""
         from pinctl.proto import cri_pb2
 
         stub, runtime = _stub(self._open(), stub_name), _stub(self._open(), "RuntimeServiceStub")
+        method_call = call or getattr(stub, method)
 
         def start(deadline: float) -> Any:
-            return getattr(stub, method).future(request, timeout=deadline)
+            return method_call.future(request, timeout=deadline)
 
         def probe() -> Any:
             return runtime.Version.future(cri_pb2.VersionRequest(version="v1"), timeout=self.timeout)
@@ -137,6 +139,17 @@ class CriRuntime:
 
         reply = self._listing("ImageServiceStub", "ListImages", cri_pb2.ListImagesRequest())
         return [_image(img) for img in reply.images]
+
+    def image_sizes(self) -> dict[str, int]:
+        """Each image's size by its ID, from one ListImages read for those two fields alone: the
+        figure the kubelet's image GC counts (a tenth of list_images' cost at 10,000 images)."""
+        from pinctl.proto import cri_pb2, cri_raw_pb2
+
+        call = self._open().unary_unary(
+            "/runtime.v1.ImageService/ListImages", request_serializer=cri_pb2.ListImagesRequest.SerializeToString,
+            response_deserializer=cri_raw_pb2.ImageSizesResponse.FromString)
+        reply = self._listing("ImageServiceStub", "ListImages", cri_pb2.ListImagesRequest(), call)
+        return {image.id: image.size for image in reply.images}
 
     def image_status(self, ref: str) -> Optional[CriImage]:
         from pinctl.proto import cri_pb2

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from pinctl.backends._socket import check_socket
+from pinctl.backends._grpc import check_socket
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
 from pinctl.errors import EngineError, EngineUnreachable
 

@@ -290,7 +290,7 @@ class PinnedSet:
     def _read_keys(self, node: Node, policy: Policy) -> Packed:
         """The keys of a fresh read, packed: its rows and their strings are freed on return,
         before settled() makes the sets that are kept."""
-        return packed(pinned_keys(node.rows(policy).rows, self._runtime_name()))
+        return packed(pinned_keys(node.rows(policy, runtime_sizes=False).rows, self._runtime_name()))
 
     def _failed(self, err: Exception) -> None:
         self.failures += 1

@@ -249,7 +249,8 @@ class CrioSource:
     def __post_init__(self) -> None:
         self.description = self.description or self.crio.describe()
 
-    def add_rows(self, listing: Listing, policy: Policy) -> None:
+    def add_rows(self, listing: Listing, policy: Policy, runtime_sizes: bool = True) -> None:
+        # CRI-O's rows come from its CRI: their SIZE is its figure whatever runtime_sizes says.
         rows = crio_pins.rows_for(self.crio.images(), self.crio.config())
         annotate_policy(rows, policy)
         listing.rows.extend(rows)

@@ -41,8 +41,9 @@ class Source(Protocol):
 
     description: str
 
-    def add_rows(self, listing: Listing, policy: Policy) -> None:
-        """Add this source's rows (image IDs and pins worked out) to the listing."""
+    def add_rows(self, listing: Listing, policy: Policy, runtime_sizes: bool = True) -> None:
+        """Add this source's rows (image IDs and pins worked out) to the listing. runtime_sizes:
+        SIZE as the runtime tells the kubelet (one more call to it); else as the manifests give it."""
 
     def add_names(self, names: list[Name]) -> None:
         """Add (namespace, reference) of each row add_rows would add, from image lists alone."""
@@ -83,8 +84,8 @@ class ContainerdSource:
     def __post_init__(self) -> None:
         self.description = self.description or f"containerd at {self.store.address}"
 
-    def add_rows(self, listing: Listing, policy: Policy) -> None:
-        part = list_images(self.store, self.namespaces, policy)
+    def add_rows(self, listing: Listing, policy: Policy, runtime_sizes: bool = True) -> None:
+        part = list_images(self.store, self.namespaces, policy, runtime_sizes)
         listing.rows.extend(part.rows)
         listing.errors.extend(part.errors)
 
@@ -126,20 +127,23 @@ class DockerSource:
     def __post_init__(self) -> None:
         self.description = self.description or f"Docker at {self.view.engine.host}"
 
-    def add_rows(self, listing: Listing, policy: Policy) -> None:
+    def add_rows(self, listing: Listing, policy: Policy, runtime_sizes: bool = True) -> None:
         view = self.view
         mine = [row for row in listing.rows if row.namespace == view.namespace]
         if view.store.containerd and mine:
-            ids = {row.image_id for row in mine if row.image_id}
-            docker_service.adopt(listing.rows, view.namespace, self._moby_labels(ids), self.label_rules)
+            listed = docker_service.use_docker_sizes(mine, view) if runtime_sizes else {}
+            ids = {row.image_id for row in mine if row.image_id and row.target.digest not in listed}
+            labels = {**self._moby_labels(ids), **docker_service.docker_labels(mine, listed)}
+            docker_service.adopt(listing.rows, view.namespace, labels, self.label_rules)
         else:
             listing.rows = docker_service.join(listing.rows, view, self.label_rules, policy)
         if self.sandbox_image:
             docker_service.mark_sandbox(listing.rows, self.sandbox_image)
 
     def _moby_labels(self, ids: set[str]) -> dict[str, dict[str, str]]:
+        """Config labels read from the configs, for images Docker's list did not have."""
         assert self.moby_store is not None, "Docker's namespace was listed, so its store is known"
-        return self.moby_store.config_labels(self.view.namespace, ids)
+        return self.moby_store.config_labels(self.view.namespace, ids) if ids else {}
 
     # The containerd source that lists Docker's namespace; set by open_node.
     moby_store: Optional[ImageStore] = field(default=None)
@@ -167,10 +171,11 @@ class Node:
 
     sources: list[Source] = field(default_factory=list)
 
-    def rows(self, policy: Policy) -> Listing:
+    def rows(self, policy: Policy, runtime_sizes: bool = True) -> Listing:
+        """Every row; runtime_sizes: False where SIZE is not shown (see Source.add_rows)."""
         listing = Listing()
         for source in self.sources:
-            source.add_rows(listing, policy)
+            source.add_rows(listing, policy, runtime_sizes)
         listing.rows.sort(key=lambda row: (row.namespace or "", row.ref))
         return listing
 
@@ -189,7 +194,7 @@ class Node:
         """(name, image ID, digest) of every row: what config export writes an ID pattern as.
         CRI-O's IDs come bare from its CRI and get their sha256: prefix; its digest names are rows
         of their own, since the digest its CRI adds to a tag is no name CRI-O holds."""
-        rows = self.rows(Policy()).rows
+        rows = self.rows(Policy(), runtime_sizes=False).rows
         return [(row.ref, f"sha256:{row.image_id}" if row.source == SOURCE_CRIO and row.image_id else row.image_id or "",
                  "" if row.source == SOURCE_CRIO else row.digest) for row in rows]
 

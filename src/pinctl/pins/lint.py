@@ -65,7 +65,7 @@ def _against_images(policy: Policy, open_node: Callable[[], Node]) -> list[Probl
     try:
         node = open_node()
         try:
-            rows = node.rows(Policy()).rows
+            rows = node.rows(Policy(), runtime_sizes=False).rows
         finally:
             node.close()
         names = sorted({row.ref for row in rows if row.ref})

@@ -26,6 +26,7 @@ from pinctl.model import (
     Drift,
     ImageRow,
     Reason,
+    ResolvedTarget,
     StoredImage,
 )
 from pinctl.pins import labels as pin_labels
@@ -52,6 +53,33 @@ def config_pins(store: object) -> list[ConfigPin]:
     return store.config_pins() if isinstance(store, ConfigPinned) else []
 
 
+@runtime_checkable
+class CriSized(Protocol):
+    """A store whose runtime's CRI serves the CRI's namespace and says what each image weighs."""
+
+    def cri_image_sizes(self) -> Optional[dict[str, int]]: ...
+
+
+def use_cri_sizes(store: ImageStore, namespace: str, listing: Listing) -> None:
+    """In the CRI's namespace, SIZE is the CRI's figure for the image: the one the kubelet's GC
+    counts (gc plan's too). A row whose image the CRI does not list has its manifests read again
+    (the answer kept from an earlier run may be of content since removed); if the CRI still does
+    not list it (not yet, or it cannot read it), the row keeps the figure its manifests give."""
+    sizes = store.cri_image_sizes() if isinstance(store, CriSized) and listing.rows else None
+    if sizes is None:
+        return
+    unlisted = [row for row in listing.rows if row.image_id not in sizes]
+    if unlisted:
+        again = store.resolve_targets(namespace, {row.target.digest for row in unlisted}, again=True)
+        listing.errors = [e for e in listing.errors if e["ref"] not in {row.ref for row in unlisted}]
+        for row in unlisted:
+            _resolved_into(row, again[row.target.digest], listing)
+    for row in listing.rows:
+        size = sizes.get(row.image_id or "")
+        if size is not None:
+            row.size = size
+
+
 def list_namespace(
     store: ImageStore,
     namespace: str,
@@ -59,9 +87,12 @@ def list_namespace(
     runtime_version: Optional[str] = None,
     policy: Optional[Policy] = None,
     pins: Sequence[ConfigPin] = (),
+    runtime_sizes: bool = True,
 ) -> Listing:
     listing = build_rows(store, namespace, store.list_images(namespace))
     in_cri = namespace == CRI_NAMESPACE
+    if in_cri and runtime_sizes:
+        use_cri_sizes(store, namespace, listing)
     annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None,
                   pins if in_cri else ())
     annotate_policy(listing.rows, policy or Policy())
@@ -69,35 +100,33 @@ def list_namespace(
 
 
 def build_rows(store: ImageStore, namespace: str, images: Sequence[StoredImage]) -> Listing:
-    """Rows with image IDs and sizes read from the manifests; pins not yet worked out."""
+    """Rows with image IDs and sizes from the manifests (as kept by digest); pins not yet worked out."""
     resolved = store.resolve_targets(namespace, (img.target.digest for img in images))
     listing = Listing()
     for img in images:
-        target = resolved[img.target.digest]
-        listing.rows.append(
-            ImageRow(
-                namespace=namespace,
-                ref=img.name,
-                image_id=target.image_id,
-                target=img.target,
-                size=img.target.size + target.size,
-                labels=img.labels,
-                created=img.created,
-            )
-        )
-        if target.error:
-            listing.errors.append({"namespace": namespace, "ref": img.name, "message": target.error})
+        row = ImageRow(namespace=namespace, ref=img.name, image_id=None, target=img.target, size=0,
+                       labels=img.labels, created=img.created)
+        listing.rows.append(row)
+        _resolved_into(row, resolved[img.target.digest], listing)
     return listing
 
 
-def list_images(store: ImageStore, namespaces: Sequence[str], policy: Optional[Policy] = None) -> Listing:
+def _resolved_into(row: ImageRow, target: ResolvedTarget, listing: Listing) -> None:
+    row.image_id = target.image_id
+    row.size = row.target.size + target.size
+    if target.error:
+        listing.errors.append({"namespace": row.namespace or "", "ref": row.ref, "message": target.error})
+
+
+def list_images(store: ImageStore, namespaces: Sequence[str], policy: Optional[Policy] = None,
+                runtime_sizes: bool = True) -> Listing:
     sandbox = store.sandbox_image()
     in_cri = CRI_NAMESPACE in namespaces
     runtime_version = store.version() if in_cri else None
     pins = config_pins(store) if in_cri else []
     listing = Listing()
     for namespace in namespaces:
-        part = list_namespace(store, namespace, sandbox, runtime_version, policy, pins)
+        part = list_namespace(store, namespace, sandbox, runtime_version, policy, pins, runtime_sizes)
         listing.rows.extend(part.rows)
         listing.errors.extend(part.errors)
     listing.rows.sort(key=lambda row: (row.namespace, row.ref))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1apinctl/proto/cri_raw.proto\x12\x0epinctl.cri_raw\"$\n\x12ListImagesResponse\x12\x0e\n\x06images\x18\x01 \x03(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1apinctl/proto/cri_raw.proto\x12\x0epinctl.cri_raw\"$\n\x12ListImagesResponse\x12\x0e\n\x06images\x18\x01 \x03(\x0c\"?\n\x12ImageSizesResponse\x12)\n\x06images\x18\x01 \x03(\x0b\x32\x19.pinctl.cri_raw.ImageSize\"%\n\tImageSize\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,4 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTIMAGESRESPONSE']._serialized_start=46
   _globals['_LISTIMAGESRESPONSE']._serialized_end=82
+  _globals['_IMAGESIZESRESPONSE']._serialized_start=84
+  _globals['_IMAGESIZESRESPONSE']._serialized_end=147
+  _globals['_IMAGESIZE']._serialized_start=149
+  _globals['_IMAGESIZE']._serialized_end=186
 # @@protoc_insertion_point(module_scope)
