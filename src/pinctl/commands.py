@@ -1,8 +1,8 @@
-"""One function per command: a request in, a result out. pinctl.cli parses options, calls
-one of these, prints the result and exits with the code the result carries. Guards (an
-empty policy before a prune), polling (check --wait) and filters live here, not in click.
-The long-running commands (sync --watch, cri-proxy) take a way to read the config again
-(SIGHUP) and the metrics endpoint to run beside them, so that nothing here serves or prints.
+"""One function per command: a request in, a result out. pinctl.cli parses options, calls one of
+these, prints the result and exits with the code the result carries. Guards (an empty policy
+before a prune), polling (check --wait) and filters live here, not in click. The long-running
+commands (sync --watch, cri-proxy) take a way to read the config again (SIGHUP) and the metrics
+endpoint to run beside them, so that nothing here serves or prints.
 
 Each function imports the capability it calls when it runs: one command loads what it uses, not
 every capability (that would add some 60 ms to `pinctl ls`).
@@ -138,8 +138,7 @@ def unpin_warnings(rows: Sequence[ImageRow], results: Sequence[ItemResult]) -> l
     One line per image and cause, naming the image by a tag: a policy pattern (the next sync
     labels it again), cri-dockerd's sandbox image (it keeps it by name), a Docker config label
     that cri-dockerd's --pinned-image-labels selects. What containerd does with a record it
-    relabels or does not (its pinned_images; its sandbox image) is each item's own warning.
-    """
+    relabels or does not (its pinned_images; its sandbox image) is each item's own warning."""
     from pinctl.pins import sandbox as sandbox_rules
 
     unpinned = {(r.namespace, r.ref) for r in results if r.action in UNPINNED}
@@ -213,11 +212,12 @@ class CheckReport:
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """pinctl check: the images to ask about one by one (none: every image listed), and how
-    long to poll for agreement."""
+    """pinctl check: the images to ask about one by one (none: every image listed), how long to
+    poll for agreement, and whether sizes count (a textfile's image bytes: the runtime's figures)."""
 
     refs: Sequence[str] = ()
     wait: float = 0.0
+    sizes: bool = False
 
 
 def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVersion, request: CheckRequest,
@@ -232,7 +232,7 @@ def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVe
     frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
 
     def read() -> CheckResult:
-        rows[:] = node.rows(policy, runtime_sizes=False).rows
+        rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
         site = crio.check_site() if (crio := node.crio()) is not None else None
         return checking.check_runtime(rows, runtime, version, request.refs, frontend, site)
 

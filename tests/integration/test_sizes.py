@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -176,3 +177,61 @@ def test_moby_sizes_are_docker_s(containerd17: ContainerdDaemon, store_docker: D
     agree("after a re-pointed tag")
     store_docker.docker("rmi", "example.test/sizes-dk/two:1", "example.test/sizes-dk/two:2")
     agree("after a deletion")
+
+
+def scraped_image_bytes(port: int) -> dict[str, float]:
+    """pinctl_images_size_bytes for k8s.io by pinned, once the watcher has read the node."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.integration.test_metrics import WAIT, http_get
+
+    deadline = time.monotonic() + WAIT
+    while True:
+        code, text = http_get(f"http://127.0.0.1:{port}/metrics")
+        found = {s.labels["pinned"]: s.value for family in text_string_to_metric_families(text) if code == 200
+                 for s in family.samples if s.name == "pinctl_images_size_bytes" and s.labels.get("namespace") == "k8s.io"}
+        if found:
+            return found
+        assert time.monotonic() < deadline, text
+        time.sleep(0.2)
+
+
+def test_one_image_two_targets_shows_the_cri_s_one_figure_in_ls_check_and_the_watcher(
+        node: reg.RegistryContainerd, tmp_path: pathlib.Path) -> None:
+    """The CRI keeps one size per image ID, taken from the first record it read: an index, then
+    the same image imported as its platform's manifest alone, is one figure (the index's) to the
+    CRI and two to ctr. pinctl shows the CRI's on both rows, and its textfile and metrics count it."""
+    from tests.integration.test_metrics import free_port
+    from tests.integration.test_watch import WatchProcess
+
+    node.clear_images("k8s.io")
+    (indexed,) = images.load_images(node, tmp_path / "a", [
+        images.recipe("example.test/sizes/both:index", seed="sizes-two-targets", layer_bytes=2000, force_index=True)])
+    (single,) = images.load_images(node, tmp_path / "b", [
+        images.recipe("example.test/sizes/both:manifest", seed="sizes-two-targets", layer_bytes=2000)])
+    assert indexed.image_id == single.image_id and indexed.digest != single.digest
+    sizes = cri_settled(node)
+    ctr = {image.ref: image.size for image in node.images("k8s.io")}
+    rows = {row["ref"]: row for row in listed_rows(node, tmp_path / "cache", "k8s.io", cold=True)}
+    both = ("example.test/sizes/both:index", "example.test/sizes/both:manifest")
+    assert {rows[ref]["size"] for ref in both} == {sizes[indexed.image_id]}
+    assert ctr[both[0]] == as_ctr_shows(sizes[indexed.image_id]) != ctr[both[1]], (ctr, sizes)
+
+    textfile = tmp_path / "check.prom"
+    done = pinctl(node, "check", "-r", node.address, "-n", "k8s.io", "--textfile", str(textfile))
+    assert done.returncode in (0, 1), done.stderr
+    line = next(line for line in textfile.read_text().splitlines()
+                if line.startswith('pinctl_images_size_bytes{namespace="k8s.io",pinned="false"}'))
+    assert float(line.split()[-1]) == sum(sizes.values())
+
+    port = free_port()
+    config = tmp_path / "watch.toml"
+    config.write_text("pinned_images = []\n")
+    watcher = WatchProcess(node, config, "-n", "k8s.io", "--metrics-address", f"127.0.0.1:{port}",
+                           "--check-interval", "1", env={"CONTAINER_RUNTIME_ENDPOINT": f"unix://{node.address}"})
+    try:
+        watcher.wait_log("full sync")
+        assert scraped_image_bytes(port).get("false") == sum(sizes.values())
+    finally:
+        watcher.proc.kill()
+        watcher.proc.wait()

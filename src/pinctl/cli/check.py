@@ -41,7 +41,7 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     runtime, version = open_runtime(cfg)
     node = open_node(cfg)
     with output.check_progress(active=wait > 0) as progress:
-        report = commands.check(node, policy, runtime, version, commands.CheckRequest(refs, wait), progress)
+        report = commands.check(node, policy, runtime, version, commands.CheckRequest(refs, wait, sizes=bool(textfile)), progress)
     output.print_check(report.result, fmt, waited=report.waited)
     if textfile:
         from pinctl.metrics import exposition as metrics
