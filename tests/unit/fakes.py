@@ -48,6 +48,9 @@ class FakeStore:
     def list_images(self, namespace: str) -> list[StoredImage]:
         return list(self.records.get(namespace, {}).values())
 
+    def list_names(self, namespace: str) -> list[str]:
+        return [image.name for image in self.list_images(namespace)]
+
     def get_images(self, namespace: str, names: Sequence[str]) -> list[StoredImage]:
         found = self.records.get(namespace, {})
         return [found[name] for name in names if name in found]

@@ -34,6 +34,9 @@ class ImageRecords(Protocol):
     def list_images(self, namespace: str) -> list[StoredImage]:
         """Every image record in a namespace."""
 
+    def list_names(self, namespace: str) -> list[str]:
+        """The name of every image record in a namespace, and nothing else of them."""
+
     def get_images(self, namespace: str, names: Sequence[str]) -> list[StoredImage]:
         """The named records as they are now; those gone are left out."""
 

@@ -90,7 +90,7 @@ class ContainerdSource:
         listing.errors.extend(part.errors)
 
     def add_names(self, names: list[Name]) -> None:
-        names += [(ns, img.name) for ns in self.namespaces for img in self.store.list_images(ns)]
+        names += [(ns, name) for ns in self.namespaces for name in self.store.list_names(ns)]
 
     def views(self) -> list[NamespaceView]:
         return [NamespaceView(self.store, ns) for ns in self.namespaces]

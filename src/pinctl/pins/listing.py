@@ -197,7 +197,7 @@ def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
 def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str],
                    pins: Sequence[ConfigPin] = ()) -> list[Reason]:
     reasons = [Reason(REASON_LABEL, row.ref) for row in group if pin_labels.carries_pin(row.labels)]
-    if sandbox_ref and any(_normalized_or_none(row.ref) == sandbox_ref for row in group):
+    if sandbox_ref and any(_names_sandbox(row.ref, sandbox_ref) for row in group):
         reasons.append(Reason(REASON_SANDBOX, sandbox_ref))
     reasons += [Reason(REASON_CONTAINERD_CONFIG, pin.where) for pin in config_pins_naming(group, pins)]
     for row in group:
@@ -212,6 +212,13 @@ def config_pins_naming(group: Iterable[ImageRow], pins: Sequence[ConfigPin]) -> 
     names nothing, containerd issue 13314), so this does too."""
     names = {row.ref for row in group}
     return [pin for pin in pins if pin.ref in names]
+
+
+def _names_sandbox(ref: str, sandbox_ref: str) -> bool:
+    # Normalising adds a registry, a library/ and a tag, never a repository's last name: a
+    # reference without that name is not the sandbox image, and needs no normalising to say so.
+    last = sandbox_ref.rpartition("/")[2].partition(":")[0].partition("@")[0]
+    return last in ref and _normalized_or_none(ref) == sandbox_ref
 
 
 def _normalized_or_none(name: Optional[str]) -> Optional[str]:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpinctl/proto/images_raw.proto\x12\x11pinctl.images_raw\"$\n\x12ListImagesResponse\x12\x0e\n\x06images\x18\x01 \x03(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpinctl/proto/images_raw.proto\x12\x11pinctl.images_raw\"$\n\x12ListImagesResponse\x12\x0e\n\x06images\x18\x01 \x03(\x0c\"B\n\x12ImageNamesResponse\x12,\n\x06images\x18\x01 \x03(\x0b\x32\x1c.pinctl.images_raw.ImageName\"\x19\n\tImageName\x12\x0c\n\x04name\x18\x01 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,4 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTIMAGESRESPONSE']._serialized_start=52
   _globals['_LISTIMAGESRESPONSE']._serialized_end=88
+  _globals['_IMAGENAMESRESPONSE']._serialized_start=90
+  _globals['_IMAGENAMESRESPONSE']._serialized_end=156
+  _globals['_IMAGENAME']._serialized_start=158
+  _globals['_IMAGENAME']._serialized_end=183
 # @@protoc_insertion_point(module_scope)

@@ -248,7 +248,8 @@ def print_table(
     brief: shorter cells for a column, taken when fit says so. notes: per row, (label, text)
     lines shown indented under it, folded to the window; on a terminal only: pipes get columns."""
     encoding = getattr(out, "encoding", None)
-    shown = [[visible(cell, encoding) for cell in row] for row in rows]
+    # A row whose cells are all printable as they are (nearly every row) is checked once, whole.
+    shown = [row if exact("".join(row), encoding) else [visible(cell, encoding) for cell in row] for row in rows]
     notes = [[(label, visible(text, encoding)) for label, text in row_notes] for row_notes in notes or []]
     if not out.isatty():
         _plain_table(headers, shown, out)
@@ -289,10 +290,10 @@ def _ellipsis(out: TextIO) -> str:
 
 def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
     """Aligned columns with no trailing blanks, for pipes, files and scripts."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    for line in [list(headers), *map(list, rows)]:
-        padded = [cell.ljust(width) for cell, width in zip(line, widths)]
-        out.write("   ".join(padded).rstrip() + "\n")
+    widths = [max(len(header), max(map(len, column), default=0)) for header, column in zip(headers, zip(*rows))] \
+        if rows else [len(header) for header in headers]
+    line = "   ".join(f"{{:<{width}}}" for width in widths)
+    out.write("".join(line.format(*cells).rstrip() + "\n" for cells in [headers, *rows]))
 
 
 def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -> None:
