@@ -212,11 +212,14 @@ class Node:
     def view_of(self, namespace: str) -> Optional[NamespaceView]:
         """A label view of one namespace as it is now, also one that did not exist when the
         node was opened (a first pull creates k8s.io on a fresh node)."""
+        store = self._store_of(namespace)
+        return None if store is None else NamespaceView(store, namespace)
+
+    def _store_of(self, namespace: str) -> Optional[ImageStore]:
         for source in self.sources:
             if isinstance(source, ContainerdSource) and (namespace in source.namespaces
                                                          or namespace in source.store.namespaces()):
-
-                return NamespaceView(source.store, namespace)
+                return source.store
         return None
 
     def arrivals(self, namespace: str, image_ids: Sequence[str]) -> dict[str, datetime]:
@@ -224,11 +227,12 @@ class Node:
         containerd committed the image's config blob (its ID is that blob's digest). A re-pointed
         tag keeps its record's creation time, and a label write moves the record's update time,
         but neither touches the blob. {} where containerd cannot say."""
+        wanted = [i for i in image_ids if i.startswith("sha256:")]
         try:
-            view = self.view_of(namespace)
-            if view is None:
+            store = self._store_of(namespace) if wanted else None
+            if store is None:
                 return {}
-            times = view.store.content_times(namespace, [i for i in image_ids if i.startswith("sha256:")])
+            times = store.content_times(namespace, wanted)
         except PinctlError:
             return {}
         return {digest: datetime.fromtimestamp(seconds, timezone.utc) for digest, seconds in times.items()}
