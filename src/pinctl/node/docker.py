@@ -81,25 +81,6 @@ def label_reasons(config_labels: dict[str, str], rules: Sequence[tuple[str, Opti
     ]
 
 
-def use_docker_sizes(rows: Sequence[ImageRow], view: DockerView) -> dict[str, DockerImage]:
-    """Rows of Docker's containerd namespace take SIZE from Docker's own image list, which keys
-    an image by its record's target there: the figure `docker images` shows and cri-dockerd tells
-    the kubelet. Returns that list by target digest; a row it lacks (an image that came since)
-    keeps the figure its manifests give."""
-    listed = {image.image_id: image for image in view.images}
-    for row in rows:
-        image = listed.get(row.target.digest)
-        if image is not None:
-            row.size = image.size
-    return listed
-
-
-def docker_labels(rows: Sequence[ImageRow], listed: dict[str, DockerImage]) -> dict[str, dict[str, str]]:
-    """The config labels Docker's list gives for the rows' images, by image ID."""
-    return {row.image_id: listed[row.target.digest].labels for row in rows
-            if row.image_id and row.target.digest in listed}
-
-
 def adopt(rows: list[ImageRow], namespace: str, config_labels: dict[str, dict[str, str]],
           label_rules: Sequence[str]) -> None:
     """Mark the records of Docker's containerd namespace as Docker's images, with their config labels."""

@@ -131,19 +131,18 @@ class DockerSource:
         view = self.view
         mine = [row for row in listing.rows if row.namespace == view.namespace]
         if view.store.containerd and mine:
-            listed = docker_service.use_docker_sizes(mine, view) if runtime_sizes else {}
-            ids = {row.image_id for row in mine if row.image_id and row.target.digest not in listed}
-            labels = {**self._moby_labels(ids), **docker_service.docker_labels(mine, listed)}
-            docker_service.adopt(listing.rows, view.namespace, labels, self.label_rules)
+            # SIZE stays the content's (runtime_sizes or not): Docker's own figure, with the
+            # unpacked layers, costs its image list, 3.8 s per 1,000 images with this store.
+            ids = {row.image_id for row in mine if row.image_id}
+            docker_service.adopt(listing.rows, view.namespace, self._moby_labels(ids), self.label_rules)
         else:
             listing.rows = docker_service.join(listing.rows, view, self.label_rules, policy)
         if self.sandbox_image:
             docker_service.mark_sandbox(listing.rows, self.sandbox_image)
 
     def _moby_labels(self, ids: set[str]) -> dict[str, dict[str, str]]:
-        """Config labels read from the configs, for images Docker's list did not have."""
         assert self.moby_store is not None, "Docker's namespace was listed, so its store is known"
-        return self.moby_store.config_labels(self.view.namespace, ids) if ids else {}
+        return self.moby_store.config_labels(self.view.namespace, ids)
 
     # The containerd source that lists Docker's namespace; set by open_node.
     moby_store: Optional[ImageStore] = field(default=None)
