@@ -199,7 +199,8 @@ def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str],
     reasons = [Reason(REASON_LABEL, row.ref) for row in group if pin_labels.carries_pin(row.labels)]
     if sandbox_ref and any(_names_sandbox(row.ref, sandbox_ref) for row in group):
         reasons.append(Reason(REASON_SANDBOX, sandbox_ref))
-    reasons += [Reason(REASON_CONTAINERD_CONFIG, pin.where) for pin in config_pins_naming(group, pins)]
+    if pins:
+        reasons += [Reason(REASON_CONTAINERD_CONFIG, pin.where) for pin in config_pins_naming(group, pins)]
     for row in group:
         ineffective = pin_labels.ineffective_pins(row.labels)
         reasons.extend(Reason(REASON_INEFFECTIVE_LABEL, f"{row.ref}: {p}") for p in ineffective)

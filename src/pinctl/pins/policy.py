@@ -105,8 +105,12 @@ def coverage(policy: Policy, rows: Sequence[ImageRow]) -> Coverage:
     by_id = {image_id: [i for i in found if i in id_patterns] for image_id, found in zip(ids, hits[len(rows) :])}
     for row, ref_hits in zip(rows, hits):
         result.by_ref[row.ref] = ref_hits
-        merged = set(result.by_image.get(row.group_key, [])) | set(ref_hits) | set(by_id.get(row.image_id or "", []))
-        result.by_image[row.group_key] = sorted(merged)
+        key, id_hits = row.group_key, by_id.get(row.image_id or "") if by_id else None
+        if not (ref_hits or id_hits):  # most rows of a node: nothing to merge
+            result.by_image.setdefault(key, [])
+            continue
+        merged = set(result.by_image.get(key, [])) | set(ref_hits) | set(id_hits or [])
+        result.by_image[key] = sorted(merged)
     return result
 
 

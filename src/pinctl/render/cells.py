@@ -28,6 +28,8 @@ FULL_DIGEST_REF = re.compile(r"sha256:[0-9a-f]{64}")
 
 def why(row: ImageRow) -> str:
     """A short WHY cell; the JSON reasons carry the full list."""
+    if not row.reasons:
+        return "-"
     parts = [_label_why(row)] if any(r.kind == REASON_LABEL for r in row.reasons) else []
     parts += [_other_why(row, r) for r in row.reasons if r.kind != REASON_LABEL]
     return "; ".join(parts) or "-"
