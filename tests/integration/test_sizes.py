@@ -24,6 +24,7 @@ from tests.harness import registry as reg
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.docker import DockerDaemon, load_images_docker, reset_docker
 from tests.integration.pinctl_runner import pinctl
+from tests.integration.test_pull import registry  # noqa: F401 - a fixture: docker-registry on loopback
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +37,6 @@ def as_ctr_shows(size: int) -> str:
     while value >= 1024 and unit < len(UNITS) - 1:
         value, unit = value / 1024, unit + 1
     return f"{value:.1f} {UNITS[unit]}"
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[reg.Registry]:
-    why = reg.available()
-    if why:
-        engine_unavailable(why)
-    running = reg.Registry(tmp_path_factory.mktemp("registry")).start()
-    yield running
-    running.stop()
 
 
 @pytest.fixture(scope="module", params=["containerd-1.7", "containerd-2.1"], ids=["ctd17", "ctd21"])
