@@ -38,16 +38,13 @@ LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 # in a window", has the measurements.
 WRITE_GROUP = _grpc.WINDOW
 WRITE_DEPTH = 2
-# target_cache's default: the file backends/targets.py names (None: memory only).
-_DEFAULT = "default"
 
 
 class ContainerdStore:
     """An ImageStore backed by one containerd daemon."""
 
     def __init__(
-        self, address: str = DEFAULT_ADDRESS, timeout: float = 2.0, config_path: Optional[str] = None,
-        target_cache: Optional[str] = _DEFAULT,
+        self, address: str = DEFAULT_ADDRESS, timeout: float = 2.0, config_path: Optional[str] = None
     ) -> None:
         self.address = address
         self.timeout = timeout
@@ -57,7 +54,7 @@ class ContainerdStore:
         self._stubs: dict[str, Any] = {}
         # What targets resolved to: a digest names the same content for ever, so only the
         # manifests of images new since the last run (or, for a service, the last event) are read.
-        self._targets = TargetCache(default_cache_path() if target_cache is _DEFAULT else target_cache)
+        self._targets = TargetCache(default_cache_path())
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -155,7 +152,7 @@ class ContainerdStore:
         return [_stored_image(decode(record)) for record in records]
 
     def list_names(self, namespace: str) -> list[str]:
-        """Every record's name, the rest of each record skipped (a fifth of list_images' cost)."""
+        """Every record's name, the rest of each record skipped (no per-record decoding in Python)."""
         return [record.name for record in self._listing(namespace, "images_names_list").images]
 
     def _listing(self, namespace: str, stub: str) -> Any:

@@ -142,7 +142,7 @@ class CriRuntime:
 
     def image_sizes(self) -> dict[str, int]:
         """Each image's size by its ID, from one ListImages read for those two fields alone: the
-        figure the kubelet's image GC counts (a tenth of list_images' cost at 10,000 images)."""
+        figure the kubelet's image GC counts (80 ms at 10,000 images, two thirds of list_images')."""
         from pinctl.proto import cri_pb2, cri_raw_pb2
 
         call = self._open().unary_unary(

@@ -71,7 +71,8 @@ def use_cri_sizes(store: ImageStore, namespace: str, listing: Listing) -> None:
     unlisted = [row for row in listing.rows if row.image_id not in sizes]
     if unlisted:
         again = store.resolve_targets(namespace, {row.target.digest for row in unlisted}, again=True)
-        listing.errors = [e for e in listing.errors if e["ref"] not in {row.ref for row in unlisted}]
+        read_again = {row.ref for row in unlisted}
+        listing.errors = [e for e in listing.errors if e["ref"] not in read_again]
         for row in unlisted:
             _resolved_into(row, again[row.target.digest], listing)
     for row in listing.rows:
