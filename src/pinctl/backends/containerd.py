@@ -402,7 +402,9 @@ class ImageEvents:
 def _stored_image(img: Any) -> StoredImage:
     target, stamp = img.target, img.created_at
     created = stamp.seconds + stamp.nanos / 1e9 if stamp.seconds or stamp.nanos else None
-    return StoredImage(img.name, dict(img.labels), Descriptor(target.media_type, target.digest, target.size), created)
+    labels = img.labels  # a comprehension copies a protobuf map faster than dict() does
+    return StoredImage(img.name, {key: labels[key] for key in labels},
+                       Descriptor(target.media_type, target.digest, target.size), created)
 
 
 def _label_update(image: StoredImage, change: LabelChange) -> Any:

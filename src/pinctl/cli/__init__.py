@@ -22,8 +22,14 @@ NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    # Imported here under another name: pinctl.cli.gc is the gc command's module.
+    import gc as collector
+
     from pinctl import streams
 
+    # A one-shot command's objects live until it exits: the cyclic collector would only walk them
+    # again and again. The services turn it back on (pinctl/service/memory.py says why and how much).
+    collector.disable()
     streams.install()
     sys.exit(run(argv))
 

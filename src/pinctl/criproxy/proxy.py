@@ -39,7 +39,7 @@ from pinctl.criproxy.stats import (
 from pinctl.errors import PinctlError, UsageError
 from pinctl.model import LogFn
 from pinctl.service.configfiles import ConfigPoll
-from pinctl.service.memory import keep_heap_small
+from pinctl.service.memory import serve_for_long
 
 if TYPE_CHECKING:
     import grpc
@@ -390,7 +390,7 @@ class Proxy:
             os.unlink(self.listen)
 
     def run(self) -> int:
-        keep_heap_small()  # a pin read lists every record, every 2 s while image calls come: see service/memory.py
+        serve_for_long()  # a pin read lists every record, every 2 s while image calls come: see service/memory.py
         self.start()
         poll = self._poll = ConfigPoll(self.pins.config_paths, self._config_changed)
         try:

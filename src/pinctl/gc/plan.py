@@ -109,11 +109,17 @@ class RowIndex:
         self.rows = rows
         self._by_key: dict[str, list[int]] = {}
         self._by_ref: dict[str, list[int]] = {}
+        # The earliest record's creation time by key, for arrivals: one pass, no list per image.
+        self.created: dict[str, float] = {}
+        by_key, by_ref, created = self._by_key, self._by_ref, self.created
         for position, row in enumerate(rows):
-            for key in {row.image_id, row.digest}:
+            image_id, digest, moment = row.image_id, row.target.digest, row.created
+            for key in (image_id, digest) if digest != image_id else (image_id,):
                 if key:
-                    self._by_key.setdefault(key, []).append(position)
-            self._by_ref.setdefault(row.ref, []).append(position)
+                    by_key.setdefault(key, []).append(position)
+                    if moment is not None and moment < created.get(key, moment + 1):
+                        created[key] = moment
+            by_ref.setdefault(row.ref, []).append(position)
 
     def matching(self, keys: set[str], refs: Sequence[str] = ()) -> list[ImageRow]:
         found = {position for key in keys for position in self._by_key.get(key, ())}
@@ -141,7 +147,7 @@ def _digests(repo_digests: Sequence[str]) -> list[str]:
 
 
 def _earliest(index: RowIndex, keys: set[str]) -> Optional[datetime]:
-    times = [row.created for row in index.matching(keys) if row.created is not None]
+    times = [index.created[key] for key in keys if key in index.created]
     return utc(min(times)) if times else None
 
 
@@ -253,7 +259,8 @@ def wanted_by_pinctl(images: Sequence[ObservedImage], rows: Sequence[ImageRow]) 
     """Image ID -> why pinctl wants it kept: a pin label (also where the runtime ignores it), a
     policy pattern, a Docker config label, the sandbox image."""
     why: dict[str, str] = {}
-    index = RowIndex(rows)
+    # Only rows with such a reason can make an image wanted: on most nodes a few of thousands.
+    index = RowIndex([row for row in rows if any(reason.kind in WANTED_KINDS for reason in row.reasons)])
     for image in images:
         keys = {image.id, *(ref.partition("@")[2] for ref in image.refs if "@" in ref)}
         reasons = [reason for row in index.matching(keys, image.refs)

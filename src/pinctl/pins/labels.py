@@ -45,12 +45,9 @@ def carries_pin(labels: dict[str, str]) -> bool:
 
 def ineffective_pins(labels: dict[str, str]) -> list[str]:
     """Describe each label that an operator likely meant as a pin but the CRI plugin ignores."""
-    problems: list[str] = []
-    for key, value in sorted(labels.items()):
-        problem = _ineffective(key, value)
-        if problem:
-            problems.append(problem)
-    return problems
+    # Nearly every record has no such label: look at the keys first, build text only for those.
+    suspects = [key for key in labels if (labels[key] != PIN_VALUE if key == PIN_LABEL else _looks_like_pin_key(key))]
+    return [problem for key in sorted(suspects) if (problem := _ineffective(key, labels[key]))]
 
 
 def _ineffective(key: str, value: str) -> Optional[str]:

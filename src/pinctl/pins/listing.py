@@ -160,6 +160,10 @@ def annotate_pins(
     honoured = runtime_version is None or pin_labels.cri_honours_pins(runtime_version)
     for group in group_by_image(rows).values():
         reasons = _group_reasons(group, sandbox_ref, own)
+        if not reasons:  # most images of a node: nothing keeps them
+            for row in group:
+                row.pinned, row.reasons = False, []
+            continue
         kinds = {reason.kind for reason in reasons}
         pinned = honoured and REASON_LABEL in kinds
         if not honoured and kinds & {REASON_LABEL, REASON_SANDBOX}:
@@ -176,18 +180,26 @@ def annotate_pins(
 def annotate_policy(rows: Sequence[ImageRow], policy: Policy) -> None:
     """Add every pattern that covers an image, and where pins and policy disagree (drift)."""
     cover = coverage(policy, rows)
+    by_image = cover.by_image
     for row in rows:
-        hits = cover.by_image.get(row.group_key, [])
-        row.reasons.extend(Reason(REASON_PATTERN, policy.patterns[i].text, policy.patterns[i].source) for i in hits)
-        row.drift = _drift(row, bool(hits))
+        hits = by_image.get(row.group_key) if by_image else None
+        if hits:
+            row.reasons.extend(Reason(REASON_PATTERN, policy.patterns[i].text, policy.patterns[i].source) for i in hits)
+        # Most rows of a node have no reason at all: neither pinned nor covered is no drift.
+        row.drift = _drift(row, bool(hits)) if row.reasons else None
+
+
+_RUNTIME_KEEPS = frozenset((REASON_SANDBOX, REASON_CONTAINERD_CONFIG, REASON_CRIO_CONFIG))
+_LABELLED = frozenset((REASON_LABEL, REASON_CRIO_PIN))
 
 
 def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
     # The runtime keeps (and labels) its sandbox image and its own pinned_images itself:
     # neither direction is drift. On CRI-O, pinctl's own drop-in items are its labels.
-    if any(r.kind in (REASON_SANDBOX, REASON_CONTAINERD_CONFIG, REASON_CRIO_CONFIG) for r in row.reasons):
+    kinds = {r.kind for r in row.reasons}
+    if kinds & _RUNTIME_KEEPS:
         return None
-    labelled = any(r.kind in (REASON_LABEL, REASON_CRIO_PIN) for r in row.reasons)
+    labelled = bool(kinds & _LABELLED)
     if covered and not labelled:
         return DRIFT_UNLABELLED
     if labelled and not covered:

@@ -30,6 +30,8 @@ def why(row: ImageRow) -> str:
     """A short WHY cell; the JSON reasons carry the full list."""
     if not row.reasons:
         return "-"
+    if len(row.reasons) == 1 and row.reasons[0].kind == REASON_LABEL and row.reasons[0].detail == row.ref:
+        return "label"  # the common pinned row, without building the parts
     parts = [_label_why(row)] if any(r.kind == REASON_LABEL for r in row.reasons) else []
     parts += [_other_why(row, r) for r in row.reasons if r.kind != REASON_LABEL]
     return "; ".join(parts) or "-"

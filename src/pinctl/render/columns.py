@@ -44,8 +44,11 @@ class Column:
         return ("wide" if wide else "table") in self.views
 
 
+_YES_NO = {True: "yes", False: "no", None: "-"}
+
+
 def _yes(value: Optional[bool]) -> str:
-    return {True: "yes", False: "no", None: "-"}[value]
+    return _YES_NO[value]
 
 
 def _ref(row: ImageRow, cell: Cell) -> str:

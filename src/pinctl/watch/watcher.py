@@ -36,7 +36,7 @@ from pinctl.pins import labels as pin_labels
 from pinctl.pins import plans as pinning
 from pinctl.service.configfiles import ConfigPoll
 from pinctl.watch.health import SYNC_ENGINE, SYNC_STREAM_ENDED, SYNC_UNREACHABLE, SyncError, WatchState
-from pinctl.service.memory import keep_heap_small
+from pinctl.service.memory import serve_for_long
 
 if TYPE_CHECKING:
     from pinctl.backends import ImageEventStream
@@ -141,7 +141,7 @@ class Watcher:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        keep_heap_small()  # every full sync and check round reads all records again: see service/memory.py
+        serve_for_long()  # every full sync and check round reads all records again: see service/memory.py
         self.log("info", "watching", address=self.settings.address, patterns=len(self.settings.policy.patterns))
         poll = self._poll = ConfigPoll(lambda: self.settings.config_paths, self._config_changed)
         archives = ConfigPoll(self._import_paths, self._archives_changed)
