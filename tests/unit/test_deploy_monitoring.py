@@ -34,7 +34,7 @@ from .deploy_helpers import (
 MONITORING = KUBE / "monitoring"
 # What the alert rules must watch for (issue 13), by alert name.
 ALERTS = {"PinctlWatcherNotReady", "PinctlWantedImageAtRisk", "PinctlWantedImageDeletedNextGc", "PinctlCriMismatch",
-          "PinctlSyncErrors", "PinctlCriProxyNotReady", "PinctlConfigReloadFailed"}
+          "PinctlSyncErrors", "PinctlCriProxyNotReady", "PinctlConfigReloadFailed", "PinctlPolicyImageNotKept"}
 
 
 def monitoring_manifests() -> dict[str, list[dict[str, Any]]]:
@@ -180,6 +180,21 @@ ALERT_TESTS: list[dict[str, Any]] = [
                          {"eval_time": "14m", "alertname": "PinctlCriProxyNotReady",
                           "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
                                                          "instance": "10.0.0.1:9737"}}]}]},
+    # An exact pattern's image absent for 20 minutes (n1): an alert; a glob's image unpinned for 5
+    # minutes and then pinned (n2): none; a glob matching nothing (n2, absent): none.
+    {"interval": "1m",
+     "input_series": [
+         {"series": f'pinctl_policy_images{{{NODE}, pattern="example.test/app:1", kind="exact", state="absent"}}',
+          "values": "1x25"},
+         {"series": 'pinctl_policy_images{node="n2", instance="10.0.0.2:9736", pattern="example.test/*", '
+                    'kind="glob", state="unpinned"}', "values": "1x5 0x20"},
+         {"series": 'pinctl_policy_images{node="n2", instance="10.0.0.2:9736", pattern="other.test/*", '
+                    'kind="glob", state="absent"}', "values": "1x25"}],
+     "alert_rule_test": [{"eval_time": "10m", "alertname": "PinctlPolicyImageNotKept", "exp_alerts": []},
+                         {"eval_time": "20m", "alertname": "PinctlPolicyImageNotKept",
+                          "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1",
+                                                         "instance": "10.0.0.1:9736", "pattern": "example.test/app:1",
+                                                         "kind": "exact", "state": "absent"}}]}]},
     # A broken config reloaded at minute 2 and kept (n1): an alert; fixed after 3 minutes (n2): none.
     {"interval": "1m",
      "input_series": [{"series": f"pinctl_config_last_reload_successful{{{NODE}}}", "values": "1 1 0x20"},

@@ -346,3 +346,27 @@ def test_readme_lists_the_alerts_as_the_rules_have_them() -> None:
     for name, (expr, duration, severity) in rows.items():
         assert expr.strip("`").replace("\\|", "|") == alerts[name]["expr"].strip(), name
         assert (duration, severity) == (alerts[name]["for"], alerts[name]["labels"]["severity"]), name
+
+
+def test_policy_images_count_each_patterns_images_by_state_and_say_absent() -> None:
+    from pinctl.pins import patterns
+
+    glob, exact, missing = (patterns.parse_pattern(text, "pinctl", "cfg:1")
+                            for text in ("example.test/*", "example.test/app:1", "example.test/missing:1"))
+    covered = [Reason("pattern", glob.text, "cfg:1"), Reason("pattern", exact.text, "cfg:1")]
+    pinned = row("k8s.io", Reason("label", REF), *covered)
+    pinned.ref, pinned.pinned = "example.test/app:1", True
+    digest_ref = row("k8s.io", Reason("label", REF), covered[0])  # the same image by another reference
+    digest_ref.ref, digest_ref.pinned = "sha256:" + "a" * 64, False
+    unpinned = row("k8s.io", covered[0])
+    unpinned.image_id, unpinned.ref = "sha256:" + "b" * 64, "example.test/b:1"
+    ignored = row("moby", Reason("label", "example.test/c:1"), covered[0])
+    ignored.image_id, ignored.ref = "sha256:" + "c" * 64, "example.test/c:1"
+    found = figures.node_figures([pinned, digest_ref, unpinned, ignored], ["k8s.io"], [glob, exact, missing])
+    assert {(text, state): n for (text, _kind, state), n in found.patterns.items() if n} == {
+        (glob.text, "pinned"): 1, (glob.text, "unpinned"): 1, (glob.text, "ignored"): 1,
+        (exact.text, "pinned"): 1, (missing.text, "absent"): 1}
+    assert len(found.patterns) == 3 * len(figures.PATTERN_STATES)
+    exposed = samples(metrics.text_of(metrics.node_families(found, None)))
+    key = ("pinctl_policy_images", (("kind", "exact"), ("pattern", missing.text), ("state", "absent")))
+    assert exposed[key] == 1.0

@@ -46,5 +46,6 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     if textfile:
         from pinctl.metrics import exposition as metrics
 
-        metrics.write_textfile(textfile, metrics.check_textfile(report.rows, report.namespaces, report.result))
+        families = metrics.check_textfile(report.rows, report.namespaces, report.result, policy.patterns)
+        metrics.write_textfile(textfile, families)
     return report.exit_code

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pinctl.criproxy.stats import ProxyFigures
     from pinctl.gc.plan import GcReport
     from pinctl.model import ImageRow
+    from pinctl.pins.patterns import Pattern
     from pinctl.service.monitoring import Runtime
     from pinctl.watch.figures import CheckFigures, Figures, GcFigures, NodeFigures
     from pinctl.watch.health import Checker, WatchState
@@ -77,6 +78,9 @@ METRICS: tuple[MetricSpec, ...] = (
                ("namespace", "pinned")),
     MetricSpec("pinctl_policy_references", "gauge", "node", "References a policy pattern covers, and whether "
                "their image carries the pin label.", ("namespace", "labelled")),
+    MetricSpec("pinctl_policy_images", "gauge", "node", "Images each policy pattern covers, by state: pinned, "
+               "unpinned (no pin label or CRI-O item), ignored (labelled, the runtime does not keep it); absent is "
+               "1 when the pattern covers no image here.", ("pattern", "kind", "state")),
     MetricSpec("pinctl_drift_references", "gauge", "node", "References where labels and policy disagree: "
                "covered but unlabelled, or labelled but uncovered.", ("namespace", "drift")),
     MetricSpec("pinctl_last_check_timestamp_seconds", "gauge", "node", "When the images were last read."),
@@ -154,6 +158,7 @@ def node_families(node: NodeFigures, taken_at: Optional[float]) -> list[Metric]:
         _family("pinctl_policy_references", [((ns, _yes(labelled)), n)
                                              for (ns, labelled), n in node.policy_refs.items()]),
         _family("pinctl_drift_references", [((ns, drift), n) for (ns, drift), n in node.drift.items()]),
+        _family("pinctl_policy_images", [(key, n) for key, n in sorted(node.patterns.items())]),
     ]
     if taken_at is not None:
         found.append(_one("pinctl_last_check_timestamp_seconds", taken_at))
@@ -282,10 +287,11 @@ def text_of(families: list[Metric]) -> str:
 # collector refuses a series that two files give.
 
 
-def check_textfile(rows: Sequence[ImageRow], namespaces: Sequence[str], result: CheckResult) -> list[Metric]:
+def check_textfile(rows: Sequence[ImageRow], namespaces: Sequence[str], result: CheckResult,
+                   patterns: Sequence[Pattern] = ()) -> list[Metric]:
     now = time.time()
     return (info_families(figures.runtime_of(result.runtime))
-            + node_families(figures.node_figures(rows, namespaces), now)
+            + node_families(figures.node_figures(rows, namespaces, patterns), now)
             + check_families(figures.check_figures(result)))
 
 

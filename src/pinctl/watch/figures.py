@@ -1,8 +1,9 @@
 """The figures pinctl reports to monitoring, worked out from what ls, check and gc plan compute.
 
 Pure: rows, check results and GC reports in, counts out. Every label these figures are keyed by
-comes from a small closed set (namespaces, yes/no, a cause, a drift kind), never an image name:
-a series per image would grow and churn with every pull on every node.
+comes from a small closed set (namespaces, yes/no, a cause, a drift kind) or from the operator's
+own policy (its patterns), never an image name from the engine: a series per image would grow
+and churn with every pull on every node, while a policy's patterns change only when it does.
 """
 
 from __future__ import annotations
@@ -11,17 +12,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl.check.compare import MISMATCHES
-from pinctl.model import DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_LABEL, REASON_PATTERN, Drift, ImageRow
+from pinctl.model import (DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_CRIO_PIN, REASON_LABEL, REASON_PATTERN, Drift,
+                          ImageRow)
 from pinctl.service.monitoring import Runtime
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import RuntimeVersion
+    from pinctl.pins.patterns import Pattern
     from pinctl.check.compare import CheckResult, Mismatch
     from pinctl.gc.plan import GcReport
 
 # What the namespace label says of an image in Docker's classic store (it has no namespace), as ls does.
 NO_NAMESPACE = "docker"
 DRIFTS: tuple[Drift, ...] = (DRIFT_UNLABELLED, DRIFT_UNCOVERED)
+# What became of the images a policy pattern covers, on this node: kept by the runtime (pinned);
+# without pinctl's label or CRI-O item (unpinned: is sync --watch running?); labelled, but the
+# runtime does not keep it (ignored: an old containerd, Docker's moby namespace); and absent, 1
+# when the pattern covers no image here at all (an exact one: the image was never pulled).
+PATTERN_STATES = ("pinned", "unpinned", "ignored", "absent")
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,8 @@ class NodeFigures:
     image_bytes: dict[tuple[str, bool], int]
     policy_refs: dict[tuple[str, bool], int]
     drift: dict[tuple[str, Drift], int]
+    # Images per (pattern, pattern kind, state of PATTERN_STATES), every state of every pattern.
+    patterns: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,9 @@ class Figures:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-def node_figures(rows: Sequence[ImageRow], namespaces: Sequence[str] = ()) -> NodeFigures:
-    """namespaces: those read, so that an empty one still shows its zeros."""
+def node_figures(rows: Sequence[ImageRow], namespaces: Sequence[str] = (),
+                 patterns: Sequence[Pattern] = ()) -> NodeFigures:
+    """namespaces: those read, so that an empty one still shows its zeros; patterns: the policy's."""
     names = tuple(dict.fromkeys([*namespaces, *(_namespace(row) for row in rows)]))
     images: dict[tuple[str, bool], int] = {(ns, pinned): 0 for ns in names for pinned in (True, False)}
     image_bytes = dict(images)
@@ -95,7 +106,31 @@ def node_figures(rows: Sequence[ImageRow], namespaces: Sequence[str] = ()) -> No
     for (namespace, pinned, _image), size in sizes.items():
         images[(namespace, pinned)] += 1
         image_bytes[(namespace, pinned)] += size
-    return NodeFigures(names, images, image_bytes, policy_refs, drift)
+    return NodeFigures(names, images, image_bytes, policy_refs, drift, pattern_figures(rows, patterns))
+
+
+def pattern_figures(rows: Sequence[ImageRow], patterns: Sequence[Pattern]) -> dict[tuple[str, str, str], int]:
+    """Each pattern's images (one per namespace and image ID, as the CRI counts them) by state.
+    Patterns are told apart by their text: the same text in two files is one pattern here."""
+    kinds = {pattern.text: pattern.kind for pattern in patterns}
+    states: dict[str, dict[tuple[str, str], str]] = {text: {} for text in kinds}
+    for row in rows:
+        covering = [reason.detail for reason in row.reasons if reason.kind == REASON_PATTERN]
+        if not covering:
+            continue
+        state = "pinned" if row.pinned else (
+            "ignored" if any(reason.kind in (REASON_LABEL, REASON_CRIO_PIN) for reason in row.reasons) else "unpinned")
+        for text in covering:
+            # Any reference of an image pinned pins it: pinned wins over the others.
+            image = (_namespace(row), row.group_key)
+            if text in states and states[text].get(image) != "pinned":
+                states[text][image] = state
+    found: dict[tuple[str, str, str], int] = {}
+    for text, images in states.items():
+        counted = list(images.values())
+        for state in PATTERN_STATES:
+            found[(text, kinds[text], state)] = counted.count(state) if state != "absent" else int(not counted)
+    return found
 
 
 def check_figures(result: CheckResult) -> CheckFigures:

@@ -220,7 +220,7 @@ class Checker:
             rows = node.rows(sources.policy).rows
         except PinctlError as err:
             return self._failed(figures.Figures(), CHECK_CONTAINERD, err)
-        found = figures.Figures(node=figures.node_figures(rows, node.selected_namespaces()),
+        found = figures.Figures(node=figures.node_figures(rows, node.selected_namespaces(), sources.policy.patterns),
                                 taken_at=time.time())
         try:
             runtime, version = self._open_runtime(sources)
