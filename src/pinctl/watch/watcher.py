@@ -162,7 +162,9 @@ class Watcher:
         finally:
             poll.stop()
             archives.stop()
-        self.state.disconnected()
+        # Readiness is left as it was: the endpoint serves until the periodic check has stopped
+        # (it may be mid-round), and a kubelet probing the terminating pod meanwhile would log
+        # a failed probe for a stop it asked for itself.
         self.log("info", "stopped")
         return 0
 
