@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bench.common import PINCTL, median_time
-from tests.harness import cri_pods, images, kubelet, kubelet_build, pods, runnable
+from tests.harness import cri_pods, images, kubelet, kubernetes_build, pods, runnable
 from tests.harness.kubelet_periodic import fill
 
 FS_BYTES = 1024 * 1024 * 1024
@@ -57,7 +57,7 @@ class Pod(kubelet.StaticPod):
 
 @contextlib.contextmanager
 def node(image_count: int, container_count: int) -> Iterator[tuple[pods.PodsDaemon, kubelet.LoopFs, kubelet.Kubelet]]:
-    build = kubelet_build.ensure_kubelet()
+    build = kubernetes_build.ensure_kubelet()
     with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp, \
             kubelet.node_daemon(Path(tmp), FS_BYTES) as (daemon, fs):
         work = Path(tmp) / "work"

@@ -1,6 +1,6 @@
 """A standalone kubelet for integration tests: no API server, static pods, any CRI socket.
 
-The binary comes from ``kubelet_build.py`` (built once per machine). :class:`Kubelet` writes a
+The binary comes from ``kubernetes_build.py`` (built once per machine). :class:`Kubelet` writes a
 ``KubeletConfiguration`` file and starts it with its own root dir, so several can run side by side
 and none reads or writes the host's ``/var/lib/kubelet`` or ``/etc/kubernetes``:
 
@@ -55,7 +55,7 @@ from collections.abc import Iterator, Mapping
 from typing import Optional
 
 from tests.harness import containerd as ctd
-from tests.harness import cri, kubelet_build, pods, runnable
+from tests.harness import cri, kubernetes_build, pods, runnable
 
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
@@ -199,7 +199,7 @@ class Kubelet:
         self.node_name = node_name
         self.verbosity = verbosity
         self.extra_config = dict(extra_config or {})
-        self.binary = binary or kubelet_build.ensure_kubelet().binary
+        self.binary = binary or kubernetes_build.ensure_kubelet().binary
         self.root_dir = self.base_dir / "root"
         self.manifest_dir = self.base_dir / "manifests"
         self.config_path = self.base_dir / "kubelet.yaml"

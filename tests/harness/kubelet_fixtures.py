@@ -17,7 +17,7 @@ from typing import Optional
 
 import pytest
 
-from tests.harness import cri, debs, images, kubelet, kubelet_build, pods, runnable
+from tests.harness import cri, debs, images, kubelet, kubernetes_build, pods, runnable
 from tests.harness.containerd import DaemonError
 from tests.harness.pod_fixtures import _unavailable
 from tests.harness.runnable import RunnableRecipe
@@ -34,7 +34,7 @@ class KubeletNode:
     daemon: pods.PodsDaemon
     fs: kubelet.LoopFs
     base_dir: pathlib.Path
-    build: kubelet_build.KubeletBuild
+    build: kubernetes_build.KubeletBuild
     kubelets: list[kubelet.Kubelet] = dataclasses.field(default_factory=list)
 
     @property
@@ -85,16 +85,16 @@ class KubeletNode:
 
 
 @pytest.fixture(scope="session")
-def kubelet_binary() -> kubelet_build.KubeletBuild:
-    """The kubelet of :data:`kubelet_build.KUBERNETES_VERSION`, built with the go command once per machine."""
+def kubelet_binary() -> kubernetes_build.KubeletBuild:
+    """The kubelet of :data:`kubernetes_build.KUBERNETES_VERSION`, built with the go command once per machine."""
     try:
-        return kubelet_build.ensure_kubelet()
-    except kubelet_build.KubeletUnavailable as exc:
-        _unavailable(f"kubelet {kubelet_build.KUBERNETES_VERSION} unavailable: {exc}")
+        return kubernetes_build.ensure_kubelet()
+    except kubernetes_build.KubeletUnavailable as exc:
+        _unavailable(f"kubelet {kubernetes_build.KUBERNETES_VERSION} unavailable: {exc}")
 
 
 @pytest.fixture
-def kubelet_node(kubelet_binary: kubelet_build.KubeletBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletNode]:
+def kubelet_node(kubelet_binary: kubernetes_build.KubeletBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletNode]:
     """containerd 1.7 on a 192 MiB ext4 of this test's own; kubelets made on it stop after the test."""
     base = tmp_path_factory.mktemp("kubelet-node")
     try:

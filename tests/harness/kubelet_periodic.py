@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
-from tests.harness import cri, cri_pods, images, kubelet, kubelet_build, pods, runnable
+from tests.harness import cri, cri_pods, images, kubelet, kubernetes_build, pods, runnable
 from tests.harness import crio as crio_harness
 
 PERIOD_S = 300.0
@@ -88,7 +88,7 @@ Plan = Callable[[], "subprocess.CompletedProcess[str]"]
 class PeriodicNode:
     """One scenario's node: a runtime on its own :class:`kubelet.LoopFs`, and its kubelet."""
 
-    def __init__(self, name: str, base_dir: pathlib.Path, build: kubelet_build.KubeletBuild) -> None:
+    def __init__(self, name: str, base_dir: pathlib.Path, build: kubernetes_build.KubeletBuild) -> None:
         self.name = name
         self.base_dir = base_dir
         self.build = build
@@ -325,7 +325,7 @@ def enough_inotify_instances(nodes: int) -> None:
 
 
 def run_all(scenarios: Mapping[str, Scenario], base_dir: pathlib.Path,
-            build: kubelet_build.KubeletBuild) -> dict[str, Outcome]:
+            build: kubernetes_build.KubeletBuild) -> dict[str, Outcome]:
     """Every scenario in a thread of its own, all started at once; each node is closed at its end."""
     enough_inotify_instances(len(scenarios))
     outcomes = {name: Outcome() for name in scenarios}

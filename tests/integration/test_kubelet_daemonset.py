@@ -32,7 +32,7 @@ from tests.conftest import engine_unavailable
 from tests.harness import cri, cri_pods, daemonset_pod, debs, image_build, images, kubelet, runnable
 from tests.harness.configmap import ConfigMapVolume
 from tests.harness.containerd import DaemonError
-from tests.harness.kubelet_build import KubeletBuild
+from tests.harness.kubernetes_build import KubeletBuild
 from tests.harness.kubelet_fixtures import ENGINE, KubeletNode
 
 pytestmark = pytest.mark.integration

@@ -34,7 +34,7 @@ import pytest
 
 from tests.conftest import engine_unavailable
 from tests.harness import containerd as ctd
-from tests.harness import cri, cri_pods, debs, engines, kubelet_build, pods
+from tests.harness import cri, cri_pods, debs, engines, kubernetes_build, pods
 from tests.harness import docker as docker_harness
 from tests.harness.engine_fixtures import go_binary
 from tests.harness.kubelet import GcPolicy, StaticPod
@@ -308,7 +308,7 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
     if _STARTED:
         return
     try:
-        build: kubelet_build.KubeletBuild = request.getfixturevalue("kubelet_binary")
+        build: kubernetes_build.KubeletBuild = request.getfixturevalue("kubelet_binary")
         registry: Registry = request.getfixturevalue("crio_registry")
         for engine in ("containerd-1.7", "containerd-1.6", "containerd-2.1", docker_harness.ENGINE):
             try:

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from tests.harness import kubelet, kubelet_build
+from tests.harness import kubelet, kubernetes_build
 
 KUBERNETES_GO_MOD = """\
 module k8s.io/kubernetes
@@ -41,13 +41,13 @@ I1201 11:20:00.125379    3151 image_gc_manager.go:529] "Removing image to free b
 
 
 def test_every_staging_module_is_pinned_to_the_matching_release() -> None:
-    replaced = kubelet_build.staging_replacements(KUBERNETES_GO_MOD, "v1.37.2")
+    replaced = kubernetes_build.staging_replacements(KUBERNETES_GO_MOD, "v1.37.2")
     assert replaced == {"k8s.io/api": "v0.37.2", "k8s.io/cri-api": "v0.37.2", "k8s.io/kubelet": "v0.37.2"}
-    assert kubelet_build.staging_replacements(KUBERNETES_GO_MOD, "v1.38.0-beta.0")["k8s.io/api"] == "v0.38.0-beta.0"
+    assert kubernetes_build.staging_replacements(KUBERNETES_GO_MOD, "v1.38.0-beta.0")["k8s.io/api"] == "v0.38.0-beta.0"
 
 
 def test_the_wrapper_module_requires_kubernetes_and_replaces_each_staging_module() -> None:
-    text = kubelet_build.wrapper_go_mod("v1.37.2", "1.26.0", {"k8s.io/api": "v0.37.2", "k8s.io/kubelet": "v0.37.2"})
+    text = kubernetes_build.wrapper_go_mod("v1.37.2", "1.26.0", {"k8s.io/api": "v0.37.2", "k8s.io/kubelet": "v0.37.2"})
     lines = text.splitlines()
     assert "go 1.26.0" in lines and "require k8s.io/kubernetes v1.37.2" in lines
     assert "\tk8s.io/api => k8s.io/api v0.37.2" in lines and "\tk8s.io/kubelet => k8s.io/kubelet v0.37.2" in lines
@@ -55,8 +55,8 @@ def test_the_wrapper_module_requires_kubernetes_and_replaces_each_staging_module
 
 @pytest.mark.parametrize("version", ["1.37.2", "v2.0.0", "v1.37"])
 def test_a_version_that_is_no_kubernetes_release_is_refused(version: str) -> None:
-    with pytest.raises(kubelet_build.KubeletUnavailable):
-        kubelet_build.staging_replacements(KUBERNETES_GO_MOD, version)
+    with pytest.raises(kubernetes_build.KubeletUnavailable):
+        kubernetes_build.staging_replacements(KUBERNETES_GO_MOD, version)
 
 
 def test_the_config_keeps_every_port_on_loopback_or_off(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,14 +98,14 @@ def test_a_long_build_step_says_it_is_still_running(monkeypatch: pytest.MonkeyPa
     assert heard and all(line.startswith("go build x: still running (") for line in heard)
 
 
-def test_the_kubelet_build_prints_each_step_and_its_heartbeat(monkeypatch: pytest.MonkeyPatch,
+def test_the_kubernetes_build_prints_each_step_and_its_heartbeat(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str],
                                                               tmp_path: pathlib.Path) -> None:
     from tests.harness import gobuild
 
     monkeypatch.setattr(gobuild, "HEARTBEAT_S", 0.1)
-    out = kubelet_build._run(["sh", "-c", "sleep 0.35; echo ok"], "go get", tmp_path, {"PATH": "/usr/bin:/bin"}, 60,
+    out = kubernetes_build._run(["sh", "-c", "sleep 0.35; echo ok"], "go get", tmp_path, {"PATH": "/usr/bin:/bin"}, 60,
                              tmp_path / "build.log")
     assert out == "ok\n"
-    assert "kubelet build: go get: still running (" in capsys.readouterr().err
+    assert "kubernetes build: go get: still running (" in capsys.readouterr().err
     assert "(exit 0)" in (tmp_path / "build.log").read_text()
