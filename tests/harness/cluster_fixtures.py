@@ -1,0 +1,54 @@
+"""pytest fixtures for a real Kubernetes control plane, shared by every cluster test of a session.
+
+Registered in tests/conftest.py. ``kubernetes_binaries`` and ``etcd_binary`` build (or take from
+the machine's cache) the kubernetes commands and etcd: 25-40 minutes the first time on two cores,
+nothing afterwards. ``control_plane`` starts etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler once per session (``control_plane.py``) and stops them at its end. A build or a
+start that fails skips locally and fails the test in CI (CI=true), like every missing engine.
+
+Tests share the cluster, so each works in a namespace (or node name) of its own; nothing here
+resets the cluster between tests. Nodes (kubelets registering with
+:meth:`ControlPlane.node_kubeconfig`) are for fixtures built on this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.harness import cluster_pki, kubernetes_build
+from tests.harness.control_plane import ControlPlane, ControlPlaneError
+from tests.harness.pod_fixtures import _unavailable
+
+
+@pytest.fixture(scope="session")
+def kubernetes_binaries() -> kubernetes_build.KubernetesBuild:
+    """kubelet, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of one build."""
+    try:
+        return kubernetes_build.ensure_kubernetes()
+    except kubernetes_build.KubernetesUnavailable as exc:
+        _unavailable(f"kubernetes {kubernetes_build.KUBERNETES_VERSION} unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def etcd_binary() -> kubernetes_build.EtcdBuild:
+    try:
+        return kubernetes_build.ensure_etcd()
+    except kubernetes_build.KubernetesUnavailable as exc:
+        _unavailable(f"etcd {kubernetes_build.ETCD_VERSION} unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def control_plane(kubernetes_binaries: kubernetes_build.KubernetesBuild, etcd_binary: kubernetes_build.EtcdBuild,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A running control plane for the session: etcd and the three components on loopback."""
+    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), kubernetes_binaries, etcd_binary)
+    try:
+        plane.start()
+    except (ControlPlaneError, cluster_pki.PkiError, OSError) as exc:
+        _unavailable(f"the control plane does not start here: {exc}")
+    try:
+        yield plane
+    finally:
+        plane.stop()
