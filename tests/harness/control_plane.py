@@ -39,6 +39,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import signal
 import ssl
 import subprocess
@@ -64,6 +65,8 @@ STOP_GRACE_S = 20.0
 KUBECTL_TIMEOUT_S = 120.0
 POLL_S = 0.25
 LEADER_LEASES = ("kube-controller-manager", "kube-scheduler")
+# cobra's "Error: ...", klog's E and F lines, etcd's JSON lines at level error or fatal.
+_ERROR_LINE = re.compile(r'^(Error:|[EF]\d{4} |\{"level":"(error|fatal)")')
 _PROXY_VARS = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy",
                          "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"})
 
@@ -133,8 +136,18 @@ class Component:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
+    def error_lines(self, limit: int = 5) -> list[str]:
+        """The log's first error lines: a bad flag's "Error:" heads a usage text that fills the tail."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line[:500] for line in lines if _ERROR_LINE.match(line)][:limit]
+
     def describe_death(self) -> str:
-        return f"{self.name} exited with {self.exit_code()} (log {self.log_path})\n--- log tail ---\n{self.log_tail()}"
+        errors = "\n".join(self.error_lines()) or "(none)"
+        return (f"{self.name} exited with {self.exit_code()} (log {self.log_path})\n--- first errors ---\n{errors}\n"
+                f"--- log tail ---\n{self.log_tail(20)}")
 
 
 _RUNNING: dict[int, Component] = {}
@@ -335,8 +348,10 @@ class ControlPlane:
                 component.mark_ready()
                 return
             time.sleep(POLL_S)
+        errors = "\n".join(component.error_lines()) or "(none)"
         raise ControlPlaneError(f"{component.name} not healthy within {deadline_s:.0f} s (last answer: {said})\n"
-                                f"--- log tail ({component.log_path}) ---\n{component.log_tail()}")
+                                f"--- first errors ---\n{errors}\n"
+                                f"--- log tail ({component.log_path}) ---\n{component.log_tail(20)}")
 
     # --- life -------------------------------------------------------------------------------------
 

@@ -116,3 +116,16 @@ def test_the_children_get_no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("no_proxy", "example.invalid")
     env = control_plane.loopback_env()
     assert "HTTPS_PROXY" not in env and "no_proxy" not in env and "PATH" in env
+
+
+def test_a_dead_component_is_described_by_its_first_errors_not_its_usage_text(tmp_path: pathlib.Path) -> None:
+    log = tmp_path / "kube-scheduler.log"
+    usage = [f"      --flag-{n} string   what flag {n} does" for n in range(100)]
+    log.write_text("\n".join(["I1202 15:13:17.2 1 server.go:1] starting", "Error: unknown flag: --no-such-flag",
+                              *usage, '{"level":"fatal","msg":"etcd gave up"}', "E1202 15:13:18.5 1 x.go:9] broke"]))
+    component = control_plane.Component("kube-scheduler", ["kube-scheduler"], log)
+    assert component.error_lines() == ["Error: unknown flag: --no-such-flag", '{"level":"fatal","msg":"etcd gave up"}',
+                                       "E1202 15:13:18.5 1 x.go:9] broke"]
+    described = component.describe_death()
+    assert described.startswith("kube-scheduler exited with None")
+    assert "--- first errors ---\nError: unknown flag: --no-such-flag\n" in described
