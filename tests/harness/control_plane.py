@@ -34,6 +34,7 @@ component dies or never gets healthy it stops the rest and says which one, with 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import json
@@ -41,6 +42,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -49,7 +51,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, TypeVar
 
-from tests.harness import cluster_pki, kubelet
+from tests.harness import cluster_pki
 from tests.harness.containerd import dying_with_parent
 from tests.harness.kubernetes_build import EtcdBuild, KubernetesBuild
 
@@ -171,7 +173,12 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        return cls(*(kubelet.free_port() for _ in range(5)))
+        """Five distinct free ports: each probe socket stays bound until all five are picked."""
+        with contextlib.ExitStack() as stack:
+            probes = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(5)]
+            for probe in probes:
+                probe.bind(("127.0.0.1", 0))
+            return cls(*(int(probe.getsockname()[1]) for probe in probes))
 
 
 class ControlPlane:

@@ -6,6 +6,7 @@ without building or starting anything.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import pathlib
 
@@ -129,3 +130,8 @@ def test_a_dead_component_is_described_by_its_first_errors_not_its_usage_text(tm
     described = component.describe_death()
     assert described.startswith("kube-scheduler exited with None")
     assert "--- first errors ---\nError: unknown flag: --no-such-flag\n" in described
+
+
+def test_the_five_ports_are_distinct() -> None:
+    ports = dataclasses.astuple(control_plane.Ports.free())
+    assert len(set(ports)) == 5 and all(1024 <= port < 65536 for port in ports)
