@@ -118,6 +118,22 @@ def test_transient_errors_are_retried_then_pinned() -> None:
     assert (item.action, item.attempts, item.pin) == ("pulled", 2, "pinned")
 
 
+def test_retry_delays_grow_capped_and_keep_at_least_half(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pull, "BACKOFF_FIRST", 1.0)
+    for attempt, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (9, 10.0)):
+        assert pull.retry_delay(attempt, lambda: 0.0) == ceiling / 2
+        assert pull.retry_delay(attempt, lambda: 1.0) == ceiling
+        assert ceiling / 2 <= pull.retry_delay(attempt) <= ceiling
+
+
+def test_retry_delays_of_a_fleet_spread_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pull, "BACKOFF_FIRST", 1.0)
+    # 1,000 nodes whose first pull failed together come back over half a second, not at one instant.
+    delays = sorted(pull.retry_delay(1) for _ in range(1000))
+    assert delays[-1] - delays[0] > 0.4
+    assert len({round(delay, 3) for delay in delays}) > 300
+
+
 def test_permanent_errors_are_not_retried() -> None:
     target = FakeTarget(used=0, failures=[PullError("404 not found")])
     item = make_run(target, size=1).one("r/a:1")

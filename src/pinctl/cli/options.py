@@ -232,7 +232,7 @@ def _pull_option_list(func: F, kubelet: bool) -> F:
         _option("--pull-timeout", borrowed=borrowed, type=Seconds(1, 86400), default=600.0, metavar="SECONDS",
                      help="Give up on one pull after this long. Default: 600."),
         _option("--retries", borrowed=borrowed, type=Count(0, 10), default=3, metavar="N",
-                     help="Tries again after HTTP 429, 5xx or unavailable, waiting 1, 2, 4... s (0 to 10). "
+                     help="Retries HTTP 429, 5xx or unavailable, after 1, 2, 4... s, jittered (0 to 10). "
                           "Default: 3."),
         _option("--always", borrowed=borrowed, is_flag=True, help="Pull again even when the image is present (its pin labels "
                                                      "are kept)."),

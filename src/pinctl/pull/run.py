@@ -12,6 +12,7 @@ or past the budget, and the item says its size was not known.
 from __future__ import annotations
 
 import queue
+import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,16 @@ SKIPPED: Final = "skipped"
 FAILED: Final = "failed"
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 10.0
+
+
+def retry_delay(attempt: int, draw: Callable[[], float] = random.random) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (1, 2, ...): 1, 2, 4... s capped at
+    BACKOFF_MAX, each between half and all of that at random ("equal jitter"). A registry that
+    answers 503 to a fleet answers every node at once; a fixed back-off would bring all their
+    retries back at once too, a random part spreads them, and the half kept keeps each node's
+    own back-off growing."""
+    ceiling = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempt - 1))
+    return ceiling / 2 + draw() * ceiling / 2
 
 
 @dataclass(frozen=True)
@@ -157,7 +168,7 @@ class PullRun:
                 if not err.transient or attempts > self.request.retries:
                     return PullItem(ref, namespace, FAILED, str(err), size=size, attempts=attempts)
                 self.progress(ref, f"retrying: {err.message}")
-                if self.cancelled.wait(min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempts - 1))):
+                if self.cancelled.wait(retry_delay(attempts)):
                     return PullItem(ref, namespace, FAILED, "interrupted", size=size, attempts=attempts)
             except PinctlError as err:
                 return PullItem(ref, namespace, FAILED, str(err), size=size, attempts=attempts)
