@@ -5,6 +5,7 @@ tests/integration/test_metrics.py."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import socket
@@ -254,6 +255,23 @@ def test_health_endpoints_answer_with_one_line(server: tuple[serve.MetricsServer
     code, text = get(served.port, "/metrics")
     assert code == 200 and samples(text)[("pinctl_ready", ())] == 1
     assert get(served.port, "/nothing")[0] == 404
+
+
+def test_metrics_are_gzipped_only_for_a_client_that_asks(server: tuple[serve.MetricsServer, monitor.WatchState]) -> None:
+    served, state = server
+    state.synced(["k8s.io"])
+    url = f"http://127.0.0.1:{served.port}/metrics"
+    asked = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(asked, timeout=5) as reply:
+        assert reply.headers["Content-Encoding"] == "gzip"
+        wire = reply.read()
+        assert int(reply.headers["Content-Length"]) == len(wire)
+    plain = get(served.port, "/metrics")[1]
+    # The same series (an age moves between two scrapes; the names and labels do not).
+    assert samples(gzip.decompress(wire).decode()).keys() == samples(plain).keys()
+    assert len(wire) < len(plain.encode()) / 2
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        assert reply.headers["Content-Encoding"] is None
 
 
 def test_an_address_in_use_is_a_usage_error(server: tuple[serve.MetricsServer, monitor.WatchState]) -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optional
 
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
 from pinctl.criproxy.stats import liveness, proxy_figures, readiness
@@ -99,7 +100,13 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, encoder(self.server.registry), content_type)
+            body = encoder(self.server.registry)
+            if gzip_accepted(self.headers.get("Accept-Encoding", "")):
+                # Prometheus asks for it: a node's 8.7 kB scrape is 2.1 kB on the wire, which
+                # counts on a fleet of thousands (docs/fleet.md).
+                self._send(200, gzip.compress(body, compresslevel=6), content_type, encoding="gzip")
+            else:
+                self._send(200, body, content_type)
         elif path in ("/healthz", "/readyz"):
             verdict = (self.server.health if path == "/healthz" else self.server.ready)()
             self._send(200 if verdict.ok else 503, f"{'ok' if verdict.ok else 'not ok'}: {verdict.reason}\n".encode())
@@ -108,9 +115,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"not found: /metrics /healthz /readyz\n")
 
-    def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+    def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
+              encoding: str = "") -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
