@@ -175,6 +175,39 @@ def test_kustomization_lists_every_manifest() -> None:
     assert sorted(kustomization["resources"]) == sorted(found)
 
 
+RBAC_KINDS = frozenset({"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
+
+
+def check_no_api_access(docs: list[dict[str, Any]]) -> None:
+    """What `kubectl apply -k deploy/kubernetes` applies gives pinctl no identity: docs/fleet.md's
+    "nothing from pinctl" holds only while this does."""
+    kinds = sorted({doc["kind"] for doc in docs} & RBAC_KINDS)
+    assert not kinds, f"the agent needs no API access, yet the manifests hold {kinds}"
+    pod = the("DaemonSet", docs)["spec"]["template"]["spec"]
+    assert pod.get("serviceAccountName", "default") == "default", "no service account of its own"
+    assert pod.get("automountServiceAccountToken") is False
+    volumes = [volume for volume in pod.get("volumes", []) if "projected" in volume or "secret" in volume]
+    assert not volumes, f"no token or secret volume, yet {volumes}"
+
+
+def test_the_agent_has_no_api_identity() -> None:
+    check_no_api_access(objects())
+
+
+@pytest.mark.parametrize("edit", ["rbac", "account", "projected"])
+def test_no_api_identity_check_fails(edit: str) -> None:
+    docs = copy.deepcopy(objects())
+    pod = the("DaemonSet", docs)["spec"]["template"]["spec"]
+    if edit == "rbac":
+        docs.append({"kind": "ClusterRole", "metadata": {"name": "pinctl"}})
+    elif edit == "account":
+        pod["serviceAccountName"] = "pinctl"
+    else:
+        pod["volumes"].append({"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}})
+    with pytest.raises(AssertionError):
+        check_no_api_access(docs)
+
+
 # -- each check can fail --------------------------------------------------------------------
 
 
