@@ -70,6 +70,11 @@ EngineEntry = Union[DebianEngine, GoEngine]
 CRI_DOCKERD_MODULE = "github.com/Mirantis/cri-dockerd"
 _CRI_DOCKERD_VERSION_VAR = f"{CRI_DOCKERD_MODULE}/cmd/version.Version"
 
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"
+PROMETHEUS_VERSION = "3.16.0"
+_PROMETHEUS_VERSION_VARS = (f"github.com/prometheus/common/version.Version={PROMETHEUS_VERSION}",)
+
 ENGINES: dict[str, EngineEntry] = {
     "containerd-1.7": DebianEngine("trixie", ("containerd",), pin="1.7.*"),
     "containerd-1.6": DebianEngine("bookworm", ("containerd",), pin="1.6.*"),
@@ -92,6 +97,17 @@ ENGINES: dict[str, EngineEntry] = {
             "v0.4.7 to v0.4.11 and lists no versions (asked 2026-12-01; v0.4.3 is served), "
             "and Debian packages no cri-dockerd"
         ),
+    ),
+    # Prometheus 3 with kubernetes_sd (Debian's 2.42 is built without it): module versions are
+    # v0.3MM.P for Prometheus 3.MM.P. No web UI assets (the builtinassets tag): the tests use the
+    # HTTP API only. promtool comes from the same module version.
+    "prometheus-3.16": GoEngine(
+        PROMETHEUS_MODULE, PROMETHEUS_MODULE_VERSION, "prometheus", package="cmd/prometheus",
+        version_vars=_PROMETHEUS_VERSION_VARS,
+    ),
+    "promtool-3.16": GoEngine(
+        PROMETHEUS_MODULE, PROMETHEUS_MODULE_VERSION, "promtool", package="cmd/promtool",
+        version_vars=_PROMETHEUS_VERSION_VARS,
     ),
     "crictl-1.37": GoEngine("sigs.k8s.io/cri-tools", "v1.37.0", "crictl", package="cmd/crictl", method="install"),
     # The only version the Go module proxy serves (its version list is refused). Its version is
@@ -121,6 +137,8 @@ CRI_DOCKERD_OLD = "cri-dockerd-0.4.3"
 CRI_DOCKERD_NEW = "cri-dockerd-0.4.10"
 CRICTL = "crictl-1.37"
 CRIO = "crio-1.34"
+PROMETHEUS = "prometheus-3.16"
+PROMTOOL = "promtool-3.16"
 
 
 def debian_engines() -> dict[str, DebianEngine]:
