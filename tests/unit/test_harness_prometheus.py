@@ -96,3 +96,18 @@ def test_rbac_grants_reading_pods_in_the_namespace_the_job_watches_and_nothing_e
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": account["metadata"]["namespace"]}]
+
+
+def test_bootstrap_builds_both_with_the_other_go_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.harness import gobuild
+
+    built: list[str] = []
+
+    def binary(name: str) -> pathlib.Path:
+        built.append(name)
+        return pathlib.Path("/x") / name
+
+    monkeypatch.setattr(gobuild, "binary", binary)
+    # scripts/bootstrap --test runs `python -m tests.harness.gobuild` with no names: every Go engine.
+    assert gobuild.build_all([]) == 0
+    assert {engines.PROMETHEUS, engines.PROMTOOL, engines.CRIO, engines.CRICTL} <= set(built)
