@@ -143,11 +143,15 @@ class FakeNodePods:
 
     def pod(self, namespace: str, name: str, labels: dict[str, str], ports: dict[str, int]) -> None:
         """A pod on the node, Running at 127.0.0.1 with these named container ports."""
+        # Admission wants the namespace's default service account, which a controller makes.
+        self.plane.wait_for(f"serviceaccount {namespace}/default", lambda: self.plane.kubectl(
+            "-n", namespace, "get", "serviceaccount", "default", check=False).returncode == 0)
         manifest = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {
                 "nodeName": self.node,
+                "automountServiceAccountToken": False,
                 # The node never becomes Ready: the pod stays through the taints that follow.
                 "tolerations": [{"operator": "Exists"}],
                 "containers": [{"name": "agent", "image": "pinctl:test",
