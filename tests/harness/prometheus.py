@@ -370,13 +370,18 @@ class Prometheus:
 # --- fixtures ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def prometheus3_build() -> PrometheusBuild:
-    """Prometheus 3 and promtool (``engines.PROMETHEUS``), built once per machine."""
+def build_or_unavailable() -> PrometheusBuild:
+    """:func:`ensure_build`, or a skip (a failure with CI=true) saying why it cannot be had."""
     try:
         return ensure_build()
     except debs.EngineUnavailable as exc:
         _unavailable(f"Prometheus {engines.PROMETHEUS_VERSION} unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def prometheus3_build() -> PrometheusBuild:
+    """Prometheus 3 and promtool (``engines.PROMETHEUS``), built once per machine."""
+    return build_or_unavailable()
 
 
 @pytest.fixture

@@ -111,3 +111,16 @@ def test_bootstrap_builds_both_with_the_other_go_engines(monkeypatch: pytest.Mon
     # scripts/bootstrap --test runs `python -m tests.harness.gobuild` with no names: every Go engine.
     assert gobuild.build_all([]) == 0
     assert {engines.PROMETHEUS, engines.PROMTOOL, engines.CRIO, engines.CRICTL} <= set(built)
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_a_build_that_fails_skips_locally_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
+    from tests.harness import debs
+
+    def broken() -> prom.PrometheusBuild:
+        raise debs.EngineUnavailable("go build failed")
+
+    monkeypatch.setattr(prom, "ensure_build", broken)
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.fail.Exception if ci else pytest.skip.Exception, match="go build failed"):
+        prom.build_or_unavailable()
