@@ -10,9 +10,11 @@ deploy/kubernetes/prometheus/rbac.yaml binds.
 
 No node runs here (the fleet tests bring real ones): a pod is bound to a Node object written by
 the test, and its status (phase, IP) is written by the test as a kubelet would. Its port named
-``metrics`` is the Prometheus's own, so the discovered target is scraped for real. The Node and the
-pods are removed at the end; so is each test's namespace. rbac.yaml's namespaces (pinctl,
-monitoring) are left in place: other cluster tests apply deploy/kubernetes into pinctl too.
+``metrics`` is the Prometheus's own, so the discovered target is scraped for real. The Node and
+the pods are removed at the end; so is each test's namespace. rbac.yaml's namespaces (pinctl,
+monitoring) are left in place: other cluster tests apply deploy/kubernetes into pinctl too. A
+DaemonSet that tolerates every taint, as pinctl's does, would put a pod on that Node as well:
+these tests expect none to be applied while they run.
 """
 
 from __future__ import annotations
@@ -223,6 +225,7 @@ def test_prometheus3_discovers_and_scrapes_the_shipped_jobs_pods(
     assert target["labels"]["job"] == "pinctl"
     assert target["scrapeUrl"] == f"http://127.0.0.1:{server.port}/metrics"
     assert _meta(target, "namespace") == namespace
+
     def both_dropped() -> list[dict[str, Any]]:
         found = server.targets("dropped")
         return found if len(found) >= 2 else []
