@@ -10,9 +10,10 @@ puts everything under one base directory, on free ports of 127.0.0.1 only:
 
 Choices that matter for the cluster tests built on it:
 
-* ``--authorization-mode=Node,RBAC``: a kubelet registers with a certificate from
-  :meth:`ControlPlane.node_kubeconfig` (``system:node:<name>`` in ``system:nodes``), as on a
-  real cluster; the admin is in ``system:masters``.
+* ``--authorization-mode=Node,RBAC`` and the ``NodeRestriction`` admission plugin: a kubelet
+  registers with a certificate from :meth:`ControlPlane.node_kubeconfig` (``system:node:<name>``
+  in ``system:nodes``) and may change only its own Node and its own pods, as on a real cluster;
+  the admin is in ``system:masters``.
 * The controller-manager runs each controller under its own service account
   (``--use-service-account-credentials``), signs tokens with the key the apiserver verifies
   (``--service-account-private-key-file``), hands pods the CA (``--root-ca-file``) and can sign
@@ -260,6 +261,8 @@ class ControlPlane:
             f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
             f"--client-ca-file={pki.ca.cert}",
             "--authorization-mode=Node,RBAC",
+            # A kubelet may change only its own Node and the pods bound to it (with Node authorization).
+            "--enable-admission-plugins=NodeRestriction",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",

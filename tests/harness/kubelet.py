@@ -1,4 +1,5 @@
-"""A standalone kubelet for integration tests: no API server, static pods, any CRI socket.
+"""A kubelet for integration tests: standalone by default (no API server, static pods, any CRI socket),
+or registered to the harness's control plane (:class:`Registration`, tests/harness/cluster_nodes.py).
 
 The binary comes from ``kubernetes_build.py`` (built once per machine). :class:`Kubelet` writes a
 ``KubeletConfiguration`` file and starts it with its own root dir, so several can run side by side
@@ -19,6 +20,17 @@ and none reads or writes the host's ``/var/lib/kubelet`` or ``/etc/kubernetes``:
   root dir stays private, and the six kernel settings it insists on read as it wants them from
   files bound over ``/proc/sys``. With ``protectKernelDefaults: true`` it checks them and would
   refuse to start rather than change this machine's kernel settings.
+
+Registered (a :class:`Registration`): ``--kubeconfig`` (``ControlPlane.node_kubeconfig``),
+``registerNode``, ``--node-ip`` and ``--hostname-override`` naming the node. The kubelet refuses a
+loopback node IP (``validateNodeIP``: 127/8), so each node has a /32 of 198.18.0.0/15 (RFC 2544's
+benchmarking range, never routed) that the harness adds to ``lo``; the kubelet's server listens
+there (the apiserver reaches it for logs), healthz stays on 127.0.0.1. ``syncFrequency`` and
+``configMapAndSecretChangeDetectionStrategy`` are set from the registration (defaults 1m, Watch:
+the kubelet's own). With ``mount_namespace`` the kubelet joins a namespace its node made (nsenter)
+instead of making its own; that node binds the same private directories and tunables
+(:meth:`Kubelet.namespace_binds`) and containerd's paths, so containerd and the kubelet see one
+``/run/containerd`` and ``/var/lib/containerd``.
 
 Image GC facts read from ``pkg/kubelet`` (1.37) that the tests rely on:
 
@@ -110,6 +122,21 @@ class GcPolicy:
 
 
 @dataclasses.dataclass(frozen=True)
+class Registration:
+    """What a kubelet that registers to an API server adds to the standalone configuration."""
+
+    kubeconfig: pathlib.Path
+    node_ip: str  # not loopback (the kubelet refuses 127/8); on an interface of this machine
+    # How often each pod is synced again (its ConfigMap volumes rewritten among the rest); the
+    # kubelet's defaults are 1m and Watch.
+    sync_frequency: str = "1m"
+    change_detection: str = "Watch"
+    # registerWithTaints: keeps pods that do not tolerate them off the node.
+    taints: tuple[Mapping[str, str], ...] = ()
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
 class StaticPod:
     """A host-network pod whose one container runs ``command`` from a local image."""
 
@@ -157,10 +184,10 @@ def cgroup_v1() -> bool:
     return not pathlib.Path("/sys/fs/cgroup/cgroup.controllers").exists()
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on at 127.0.0.1 now (the kubelet binds it a moment later)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at ``host`` now (the kubelet binds it a moment later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         return int(probe.getsockname()[1])
 
 
@@ -189,6 +216,8 @@ class Kubelet:
         verbosity: int = 5,
         extra_config: Optional[Mapping[str, object]] = None,
         binary: Optional[pathlib.Path] = None,
+        registration: Optional[Registration] = None,
+        mount_namespace: Optional[str] = None,
     ) -> None:
         self.base_dir = pathlib.Path(base_dir).resolve()
         # A unix socket path or any endpoint the kubelet accepts (a proxy's socket later).
@@ -200,6 +229,9 @@ class Kubelet:
         self.verbosity = verbosity
         self.extra_config = dict(extra_config or {})
         self.binary = binary or kubernetes_build.ensure_kubelet().binary
+        self.registration = registration
+        # A mount namespace's file (/proc/<pid>/ns/mnt) whose owner made namespace_binds() already.
+        self.mount_namespace = mount_namespace
         self.root_dir = self.base_dir / "root"
         self.manifest_dir = self.base_dir / "manifests"
         self.config_path = self.base_dir / "kubelet.yaml"
@@ -243,6 +275,15 @@ class Kubelet:
         }
         if cgroup_v1():
             config["failCgroupV1"] = False
+        if self.registration is not None:
+            registration = self.registration
+            config.update({
+                "registerNode": True,
+                "address": registration.node_ip,
+                "syncFrequency": registration.sync_frequency,
+                "configMapAndSecretChangeDetectionStrategy": registration.change_detection,
+                "registerWithTaints": [dict(taint) for taint in registration.taints],
+            })
         config.update(self.extra_config)
         return config
 
@@ -260,24 +301,37 @@ class Kubelet:
             f"--hostname-override={self.node_name}",
             f"-v={self.verbosity}",
         ]
+        if self.registration is not None:
+            kubelet += [f"--kubeconfig={self.registration.kubeconfig}", f"--node-ip={self.registration.node_ip}"]
+            if self.registration.labels:
+                kubelet.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.registration.labels.items()))
+        if self.mount_namespace is not None:
+            # nsenter execs the kubelet in place (no --pid): same PID, so signals reach it.
+            return ["nsenter", f"--mount={self.mount_namespace}", "--", *kubelet]
         return ["unshare", "--mount", "--propagation", "slave", "/bin/sh", "-c", NAMESPACE_SCRIPT, "kubelet-ns", *kubelet]
 
     def _namespace_binds(self) -> str:
         """``source=target`` pairs the namespace script binds: host dirs first, then the tunables."""
-        pairs = []
+        pairs = [f"{source}={target}" for source, target in self.namespace_binds()]
+        if any(" " in pair or pair.count("=") != 1 for pair in pairs):
+            raise KubeletError(f"paths under {self.base_dir} must not hold spaces or '='")
+        return " ".join(pairs)
+
+    def namespace_binds(self) -> list[tuple[pathlib.Path, str]]:
+        """(source, target) of each bind the kubelet's mount namespace needs, in order: private
+        directories over :data:`HIDDEN_HOST_DIRS`, then files over the six kernel settings."""
+        pairs: list[tuple[pathlib.Path, str]] = []
         for host_dir in HIDDEN_HOST_DIRS:
             private = self.base_dir / "host" / host_dir.strip("/").replace("/", "-")
             (private / "kubelet" if host_dir == "/var/lib" else private).mkdir(parents=True, exist_ok=True)
-            pairs.append(f"{private}={host_dir}")
+            pairs.append((private, host_dir))
         tunables = self.base_dir / "host" / "sysctl"
         for name, value in KERNEL_TUNABLES.items():
             path = tunables / name.replace("/", ".")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(value + "\n")
-            pairs.append(f"{path}=/proc/sys/{name}")
-        if any(" " in pair or pair.count("=") != 1 for pair in pairs):
-            raise KubeletError(f"paths under {self.base_dir} must not hold spaces or '='")
-        return " ".join(pairs)
+            pairs.append((path, f"/proc/sys/{name}"))
+        return pairs
 
     # --- static pods ---------------------------------------------------------------------------
 
@@ -304,10 +358,12 @@ class Kubelet:
         """Write the config, start the kubelet and wait until its healthz answers ok."""
         if self.pid is not None and self.is_alive():
             return self
-        self.port, self.healthz_port = free_port(), free_port()
+        self.port = free_port(self.registration.node_ip if self.registration else "127.0.0.1")
+        self.healthz_port = free_port()
         self.write_config()
         env = dict(os.environ)
-        env["PINCTL_KUBELET_BINDS"] = self._namespace_binds()
+        if self.mount_namespace is None:
+            env["PINCTL_KUBELET_BINDS"] = self._namespace_binds()
         self.started_at = time.time()
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
