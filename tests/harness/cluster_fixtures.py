@@ -7,8 +7,10 @@ kube-scheduler once per session (``control_plane.py``) and stops them at its end
 start that fails skips locally and fails the test in CI (CI=true), like every missing engine.
 
 Tests share the cluster, so each works in a namespace (or node name) of its own; nothing here
-resets the cluster between tests. Nodes (kubelets registering with
-:meth:`ControlPlane.node_kubeconfig`) are for fixtures built on this one.
+resets the cluster between tests. ``fleet`` registers nodes to it (cluster_nodes.py): one per
+runtime of :data:`cluster_nodes.ENGINES`, started side by side, each Ready in the API before the
+first test that asks for it; they are tainted (``cluster_nodes.FLEET_TAINT``), so only pods that
+tolerate it (pinctl's DaemonSet tolerates every taint) are placed on them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import cluster_pki, kubernetes_build
+from tests.harness import cluster_nodes, cluster_pki, kubernetes_build
+from tests.harness.cluster_nodes import Fleet
 from tests.harness.control_plane import ControlPlane, ControlPlaneError
 from tests.harness.pod_fixtures import _unavailable
 
@@ -52,3 +55,22 @@ def control_plane(kubernetes_binaries: kubernetes_build.KubernetesBuild, etcd_bi
         yield plane
     finally:
         plane.stop()
+
+
+# The fleet's kubelets sync each pod (and rewrite its ConfigMap volumes) this often; the kubelet's
+# default is 1m (tests/integration/test_fleet.py says what that gives).
+FLEET_SYNC_FREQUENCY = "10s"
+
+
+@pytest.fixture(scope="session")
+def fleet(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Nodes of containerd 1.7 and 2.1 registered to the session's control plane, each Ready."""
+    made = Fleet.create(control_plane, tmp_path_factory.mktemp("fleet"), sync_frequency=FLEET_SYNC_FREQUENCY)
+    try:
+        made.start()
+    except cluster_nodes.FLEET_UNAVAILABLE as exc:
+        _unavailable(f"the fleet's nodes do not come up here: {exc}")
+    try:
+        yield made
+    finally:
+        made.stop()
