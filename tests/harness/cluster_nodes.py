@@ -46,7 +46,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent import futures
 from typing import Any, Optional
 
 from tests.harness import cluster_pki, cri, debs, images, kubelet, pods, runnable
@@ -235,6 +234,8 @@ class FleetNode:
         daemon.enter(self.namespace)
         daemon.start()
         runnable.ensure_runnable_sandbox_image(daemon)
+        if daemon.pinned_images:
+            self.load_images([images.recipe(ref, seed=ref) for ref in daemon.pinned_images.values()])
         made.mount_namespace = self.namespace.path
         self.node_kubelet = made
         made.start()
@@ -299,6 +300,27 @@ def _cleanup_pods(daemon: NodeDaemon) -> None:
             pods.Pods(daemon).cleanup()
 
 
+class _Owner:
+    """The thread that starts a node, then waits, then stops it (see :meth:`Fleet.start`)."""
+
+    def __init__(self, node: FleetNode) -> None:
+        self.node = node
+        self.started = threading.Event()
+        self.stopping = threading.Event()
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, name=f"fleet-{node.engine}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.node.start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
+            self.error = exc
+        finally:
+            self.started.set()
+        self.stopping.wait()
+        self.node.stop()
+
+
 # --- the fleet --------------------------------------------------------------------------------
 
 
@@ -309,6 +331,7 @@ class Fleet:
     plane: ControlPlane
     nodes: list[FleetNode]
     startup_seconds: float = 0.0
+    _owners: list[_Owner] = dataclasses.field(default_factory=list)
 
     @classmethod
     def create(cls, plane: ControlPlane, base_dir: pathlib.Path, *, engines: Iterable[str] = ENGINES,
@@ -318,11 +341,17 @@ class Fleet:
         return cls(plane, nodes)
 
     def start(self) -> Fleet:
-        """Every node at once; when one fails, all are stopped and the first error raised."""
+        """Every node at once, each in a thread of its own that lives as long as the node: the
+        parent-death signal (``dying_with_parent``) fires when the *thread* that started a process
+        ends, so a pool's worker would take its node's containerd and kubelet with it. When a node
+        fails, all are stopped and the first error raised."""
         began = time.monotonic()
-        with futures.ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
-            running = [pool.submit(node.start) for node in self.nodes]
-            errors = [exc for exc in (job.exception() for job in running) if exc is not None]
+        self._owners = [_Owner(node) for node in self.nodes]
+        for owner in self._owners:
+            owner.thread.start()
+        for owner in self._owners:
+            owner.started.wait()
+        errors = [owner.error for owner in self._owners if owner.error is not None]
         if errors:
             self.stop()
             raise errors[0]
@@ -330,8 +359,11 @@ class Fleet:
         return self
 
     def stop(self) -> None:
-        with futures.ThreadPoolExecutor(max_workers=max(1, len(self.nodes))) as pool:
-            list(pool.map(FleetNode.stop, self.nodes))
+        for owner in self._owners:
+            owner.stopping.set()
+        for owner in self._owners:
+            owner.thread.join()
+        self._owners = []
 
     def by_name(self) -> dict[str, FleetNode]:
         return {node.name: node for node in self.nodes}

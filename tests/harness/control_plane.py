@@ -269,6 +269,9 @@ class ControlPlane:
             f"--service-account-key-file={pki.service_account.cert}",
             f"--service-account-signing-key-file={pki.service_account.key}",
             f"--kubelet-client-certificate={kubelet_client}.crt", f"--kubelet-client-key={kubelet_client}.key",
+            # A node's address, never its name: the default tries Hostname first, which would be a
+            # DNS lookup leaving the machine (the fleet's nodes have 198.18.0.N on lo, cluster_nodes.py).
+            "--kubelet-preferred-address-types=InternalIP",
             # pinctl's DaemonSet runs privileged (deploy/kubernetes).
             "--allow-privileged=true",
             f"--cert-dir={self.base_dir / 'apiserver-certs'}",

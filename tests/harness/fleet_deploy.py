@@ -1,0 +1,188 @@
+"""pinctl's DaemonSet on the harness's fleet, the way an operator deploys it: a kustomize overlay over
+the repository's deploy/kubernetes, applied with kubectl (tests/integration/test_fleet.py).
+
+:class:`Overlay` writes the overlay into a temporary directory: its base is ``deploy/kubernetes``
+itself (a relative path to it), kustomize's ``images:`` names the image the nodes hold, and two
+patches say what this machine needs (see :meth:`Overlay.daemonset_patch`); the policy is a patch of
+the base's ConfigMap. Nothing of the base is copied or edited.
+
+The rest reads what the cluster and the nodes say: the DaemonSet's status and pods through
+kubectl, each node's pins through its containerd's CRI (``pinned``, what the kubelet's GC
+honours) and labels, each agent's ``/metrics`` at its pod IP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import urllib.request
+from typing import Any
+
+import yaml
+
+from tests.harness import cri
+from tests.harness.cluster_nodes import FleetNode
+from tests.harness.control_plane import ControlPlane
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BASE = ROOT / "deploy" / "kubernetes"
+NAMESPACE = "pinctl"
+NAME = "pinctl"
+CONTAINER = "pinctl"
+CONFIGMAP = "pinctl-config"
+CONFIG_KEY = "config.toml"
+PIN_LABEL = "io.cri-containerd.pinned"
+METRICS_PORT = 9736
+# No proxy from the environment: every agent listens on a node address on lo.
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def base_daemonset() -> dict[str, Any]:
+    found: dict[str, Any] = yaml.safe_load((BASE / "daemonset.yaml").read_text())
+    return found
+
+
+def base_image_name() -> str:
+    """The image's name in the base (``pinctl`` of ``pinctl:0.1.0``): what ``images:`` matches."""
+    (container,) = base_daemonset()["spec"]["template"]["spec"]["containers"]
+    image: str = container["image"]
+    return image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+
+
+def policy(patterns: list[str]) -> str:
+    """A pinctl policy file (the ConfigMap's ``config.toml``) keeping ``patterns`` in ``k8s.io``."""
+    lines = ['pattern_dialect = "pinctl"', 'namespaces = ["k8s.io"]', "pinned_images = ["]
+    lines += [f"  {json.dumps(pattern)}," for pattern in patterns]
+    return "\n".join([*lines, "]", ""])
+
+
+@dataclasses.dataclass
+class Overlay:
+    """A kustomize overlay in ``directory`` over the repository's deploy/kubernetes."""
+
+    directory: pathlib.Path
+    image: str  # repository:tag as the nodes hold it
+    config: str  # the ConfigMap's config.toml
+
+    def kustomization(self) -> dict[str, Any]:
+        repository, tag = self.image.rsplit(":", 1)
+        return {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [os.path.relpath(BASE, self.directory)],
+            "images": [{"name": base_image_name(), "newName": repository, "newTag": tag}],
+            "patches": [{"path": "daemonset-patch.yaml"}, {"path": "configmap-patch.yaml"}],
+        }
+
+    def daemonset_patch(self) -> dict[str, Any]:
+        """What this machine needs changed, as a strategic merge patch:
+
+        * ``hostNetwork: true``: no CNI plugin here (the nodes' containerd has a loopback-only
+          conflist), so the pod shares its node's network, whose address is the node's own
+          198.18.0.N on lo;
+        * env ``POD_IP`` from ``status.podIP`` (a host-network pod's IP is its node's) and the
+          ``--metrics-address`` argument ``$(POD_IP):9736`` for ``0.0.0.0:9736``: every node's
+          agent shares this machine's network, and on 0.0.0.0 the second would find the port
+          taken (and listen on every interface of the machine). The probes name the port
+          ``metrics`` and the kubelet probes the pod IP, so they follow unchanged. ``args`` is a
+          list, which a strategic merge replaces whole: it is the base's with that one value changed.
+        """
+        (container,) = base_daemonset()["spec"]["template"]["spec"]["containers"]
+        args = list(container["args"])
+        args[args.index("--metrics-address") + 1] = f"$(POD_IP):{METRICS_PORT}"
+        env = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        return {
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": {"template": {"spec": {"hostNetwork": True,
+                                           "containers": [{"name": CONTAINER, "env": env, "args": args}]}}},
+        }
+
+    def configmap(self, config: str | None = None) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIGMAP, "namespace": NAMESPACE},
+                "data": {CONFIG_KEY: self.config if config is None else config}}
+
+    def write(self) -> pathlib.Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name, document in (("kustomization.yaml", self.kustomization()),
+                               ("daemonset-patch.yaml", self.daemonset_patch()),
+                               ("configmap-patch.yaml", self.configmap())):
+            (self.directory / name).write_text(yaml.safe_dump(document, sort_keys=False))
+        return self.directory
+
+
+# --- what the cluster says ------------------------------------------------------------------------
+
+
+def daemonset_status(plane: ControlPlane) -> dict[str, Any]:
+    found = plane.kubectl_json("-n", NAMESPACE, "get", "daemonset", NAME)
+    return found
+
+
+def rolled_out(plane: ControlPlane, nodes: int, image: str) -> bool:
+    """Every node runs a Ready pod of the current template, and the controller has seen that."""
+    found = daemonset_status(plane)
+    status = found.get("status", {})
+    (container,) = found["spec"]["template"]["spec"]["containers"]
+    return (container["image"] == image and status.get("observedGeneration") == found["metadata"]["generation"]
+            and status.get("desiredNumberScheduled") == nodes and status.get("numberReady") == nodes
+            and status.get("updatedNumberScheduled") == nodes and status.get("numberAvailable") == nodes
+            and not status.get("numberUnavailable"))
+
+
+def agent_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = plane.kubectl_json(
+        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=pinctl")["items"]
+    return items
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+    return conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp")
+
+
+def pod_on(plane: ControlPlane, node: FleetNode) -> dict[str, Any]:
+    (pod,) = [pod for pod in agent_pods(plane) if pod["spec"].get("nodeName") == node.name
+              and not pod["metadata"].get("deletionTimestamp")]
+    return pod
+
+
+def pod_messages(plane: ControlPlane, pod_name: str) -> list[dict[str, Any]]:
+    """The agent's JSON log lines, through the apiserver and that node's kubelet (``kubectl logs``)."""
+    text = plane.kubectl("-n", NAMESPACE, "logs", pod_name, "-c", CONTAINER).stdout
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            lines.append(json.loads(line))
+    return lines
+
+
+# --- what the nodes say -------------------------------------------------------------------------
+
+
+def cri_pinned(node: FleetNode) -> dict[str, bool]:
+    """Each tag in the node's CRI, and whether the CRI reports it pinned (what the kubelet's GC reads)."""
+    return {tag: image.pinned for image in cri.list_images(node.containerd.address) for tag in image.repo_tags}
+
+
+def labelled(node: FleetNode) -> set[str]:
+    return {row.ref for row in node.containerd.images() if row.labels.get(PIN_LABEL) == "pinned"}
+
+
+def metrics(node: FleetNode, timeout: float = 5.0) -> str:
+    with _LOOPBACK.open(f"http://{node.address}:{METRICS_PORT}/metrics", timeout=timeout) as reply:
+        text: str = reply.read().decode(errors="replace")
+    return text
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of the exposition ``text`` (0 when it is absent)."""
+    wanted = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    pattern = re.compile(r"^%s(?:\{([^}]*)\})? (\S+)$" % re.escape(name), re.M)
+    for match in pattern.finditer(text):
+        found = ",".join(sorted((match.group(1) or "").split(","))) if match.group(1) else ""
+        if found == wanted:
+            return float(match.group(2))
+    return 0.0
