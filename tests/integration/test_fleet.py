@@ -22,6 +22,9 @@ CRI (``pinned``: what the kubelet's image GC honours), its labels and ``pinctl l
 from __future__ import annotations
 
 import dataclasses
+import os
+import pathlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -31,7 +34,7 @@ import pytest
 import yaml
 
 from tests.conftest import engine_unavailable
-from tests.harness import cri, daemonset_pod, debs, fleet_deploy, image_build, images
+from tests.harness import cri, cri_pods, daemonset_pod, debs, fleet_deploy, image_build, images
 from tests.harness.cluster_nodes import CONFIG_PINNED, Fleet, FleetNode
 from tests.harness.control_plane import ControlPlane
 from tests.harness.fleet_deploy import NAMESPACE, Overlay
@@ -45,8 +48,17 @@ AGENT_V1 = f"{AGENT}:fleet-1"
 COVERED_GLOB = "example.test/fleet/platform/proxy:1"
 COVERED_EXACT = "example.test/fleet/api:2.14"
 NOT_COVERED = "example.test/fleet/other:1"
+# On every node from the start, covered only once the edited policy is applied.
+ADDED = "example.test/fleet/added:1"
 PATTERNS = ["example.test/fleet/platform/*", COVERED_EXACT]
-SAMPLES = (COVERED_GLOB, COVERED_EXACT, NOT_COVERED)
+EDITED = [*PATTERNS, ADDED]
+SAMPLES = (COVERED_GLOB, COVERED_EXACT, NOT_COVERED, ADDED)
+AGENT_V2 = f"{AGENT}:fleet-2"
+# Not TOML: an unterminated array.
+BROKEN = 'pattern_dialect = "pinctl"\nnamespaces = ["k8s.io"]\npinned_images = [\n  "example.test/fleet/*",\n'
+# The kubelet rewrites a ConfigMap volume at the pod's next sync: within syncFrequency x 1.5
+# (FLEET_SYNC_FREQUENCY, 10s), then pinctl within 3 s; generous on a busy machine.
+POLICY_S = 180.0
 # Generous: a busy machine; the first readiness probe can come a periodSeconds (10) after the start.
 ROLLOUT_S = 300.0
 PIN_S = 60.0
@@ -195,3 +207,215 @@ def test_the_pods_have_no_token_and_the_manifest_no_rbac(deployed: Deployed) -> 
                  if subject.get("namespace") == NAMESPACE or NAMESPACE in subject.get("name", "").split(":")]
         assert named == [], (kind, named)
     assert all(fleet_deploy.pod_ready(pod) for pod in fleet_deploy.agent_pods(plane))
+
+
+# --- the policy changed with kubectl -------------------------------------------------------------
+
+
+def apply_config(deployed: Deployed, config: str, *, keep: bool = True) -> float:
+    """``kubectl apply -f`` of the ConfigMap holding ``config``; with ``keep`` the overlay says so
+    too (so a later ``apply -k`` keeps it). When the apply returned (monotonic)."""
+    path = deployed.overlay.directory.parent / f"configmap-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump(deployed.overlay.configmap(config)))
+    deployed.plane.kubectl("apply", "-f", str(path))
+    if keep:
+        deployed.overlay.config = config
+        deployed.overlay.write()
+    return time.monotonic()
+
+
+def config_volume(node: FleetNode, pod: dict[str, Any]) -> pathlib.Path:
+    """The pod's ConfigMap volume as that node's kubelet keeps it (``..data`` and the key's link)."""
+    (volume,) = [v["name"] for v in fleet_deploy.base_daemonset()["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    return (node.running_kubelet.root_dir / "pods" / pod["metadata"]["uid"] / "volumes" / "kubernetes.io~configmap"
+            / volume)
+
+
+def data_target(node: FleetNode, pod: dict[str, Any]) -> str:
+    return os.readlink(config_volume(node, pod) / "..data")
+
+
+def metric(node: FleetNode, name: str, **labels: str) -> float:
+    return fleet_deploy.sample(fleet_deploy.metrics(node), name, **labels)
+
+
+def messages(deployed: Deployed, node: FleetNode) -> list[str]:
+    pod = fleet_deploy.pod_on(deployed.plane, node)
+    return [str(line.get("msg")) for line in fleet_deploy.pod_messages(deployed.plane, pod["metadata"]["name"])]
+
+
+def test_an_edited_configmap_reaches_every_node_through_the_kubelet_and_is_applied(
+        deployed: Deployed, record_property: Callable[[str, object], None]) -> None:
+    """``kubectl apply`` of the ConfigMap with one more pattern; each node's kubelet rewrites the
+    pod's volume (its atomic writer: a new timestamped directory, ``..data`` renamed onto it) and
+    the agent reloads and pins the newly covered image. The kubelet rewrites a ConfigMap volume
+    only when it syncs the pod again (pkg/kubelet, 1.37): with the Watch strategy its ConfigMap
+    manager follows the object through a watch (so the new data is there within about a second),
+    and a pod is synced again ``syncFrequency`` after its last sync, jittered up to half as much
+    again (pod_workers.go, ``workerResyncIntervalJitterFactor`` 0.5). With the fleet's 10s that is
+    10-15 s; with the defaults (1m, Watch) 60-90 s, then pinctl's 2 s poll and 0.5 s settle: the
+    README's "within about a minute" is 1.5 minutes at worst. Measured, not asserted."""
+    plane, nodes = deployed.plane, deployed.fleet.nodes
+    pods = {node.name: fleet_deploy.pod_on(plane, node) for node in nodes}
+    before = {node.name: data_target(node, pods[node.name]) for node in nodes}
+    reloads = {node.name: metric(node, "pinctl_config_reloads_total", result="ok") for node in nodes}
+    assert not any(fleet_deploy.cri_pinned(node)[ADDED] for node in nodes)
+    began = apply_config(deployed, fleet_deploy.policy(EDITED))
+    written: dict[str, float] = {}
+    pinned: dict[str, float] = {}
+
+    def every_node_pins() -> bool:
+        for node in nodes:
+            now = round(time.monotonic() - began, 1)
+            if node.name not in written and data_target(node, pods[node.name]) != before[node.name]:
+                written[node.name] = now
+            if node.name not in pinned and fleet_deploy.cri_pinned(node)[ADDED]:
+                pinned[node.name] = now
+        return len(pinned) == len(nodes)
+
+    wait_until("the edited policy applied on every node", every_node_pins, POLICY_S, lambda: f"{written} {pinned}")
+    for node in nodes:
+        volume = config_volume(node, pods[node.name])
+        assert (volume / fleet_deploy.CONFIG_KEY).read_text() == fleet_deploy.policy(EDITED)
+        assert data_target(node, pods[node.name]).startswith("..") and node.name in written
+        assert metric(node, "pinctl_config_reloads_total", result="ok") > reloads[node.name]
+        assert metric(node, "pinctl_config_last_reload_successful") == 1.0
+        said = messages(deployed, node)
+        assert "config changed, reloading" in said and "config reloaded" in said, said
+        # No restart: the same pod and container took the new policy.
+        now = fleet_deploy.pod_on(plane, node)
+        assert now["metadata"]["uid"] == pods[node.name]["metadata"]["uid"]
+        assert now["status"]["containerStatuses"][0]["restartCount"] == 0
+    record_property("fleet_policy_s", max(pinned.values()))
+    print(f"edited policy: volume rewritten {written}, pinned {pinned} s after kubectl apply")  # noqa: T201
+
+
+def test_a_broken_configmap_is_refused_on_every_node_and_the_pins_kept(deployed: Deployed) -> None:
+    plane, nodes = deployed.plane, deployed.fleet.nodes
+    failed = {node.name: metric(node, "pinctl_config_reloads_total", result="failed") for node in nodes}
+    kept = {node.name: {ref for ref in (COVERED_GLOB, COVERED_EXACT, ADDED) if fleet_deploy.cri_pinned(node)[ref]}
+            for node in nodes}
+    good = deployed.overlay.config
+    apply_config(deployed, BROKEN, keep=False)
+    try:
+        def refused_everywhere() -> bool:
+            return all(metric(node, "pinctl_config_reloads_total", result="failed") > failed[node.name]
+                       and metric(node, "pinctl_config_last_reload_successful") == 0.0 for node in nodes)
+
+        wait_until("the broken policy refused on every node", refused_everywhere, POLICY_S)
+        for node in nodes:
+            # The alert's condition (PinctlConfigReloadFailed: pinctl_config_last_reload_successful == 0) holds,
+            # the old policy stays in force and the pod is neither restarted nor unready.
+            assert {COVERED_GLOB, COVERED_EXACT} <= kept[node.name]
+            assert {ref for ref in kept[node.name] if fleet_deploy.cri_pinned(node)[ref]} == kept[node.name]
+            assert "config reload failed, keeping the previous one" in messages(deployed, node)
+            pod = fleet_deploy.pod_on(plane, node)
+            assert fleet_deploy.pod_ready(pod) and pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    finally:
+        apply_config(deployed, good)
+        wait_until("the good policy back on every node",
+                   lambda: all(metric(node, "pinctl_config_last_reload_successful") == 1.0 for node in nodes), POLICY_S)
+
+
+# --- a rolling update, cordon and drain --------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Sampled:
+    """What one node's CRI said during a rollout: pins that lapsed, and which agent containers ran."""
+
+    samples: int = 0
+    lapses: list[str] = dataclasses.field(default_factory=list)
+    old_running: int = 0
+    new_running: int = 0
+    none_running: int = 0
+
+
+def sample_node(node: FleetNode, watched: set[str], old: set[str], into: Sampled) -> None:
+    pinned = fleet_deploy.cri_pinned(node)
+    running = {c.id for c in cri_pods.list_containers(node.containerd.address)
+               if c.name == fleet_deploy.CONTAINER and c.state == "running"}
+    into.samples += 1
+    into.lapses += [f"{ref} at {time.strftime('%H:%M:%S')}" for ref in sorted(watched) if not pinned.get(ref)]
+    into.old_running += bool(running & old)
+    into.new_running += bool(running - old)
+    into.none_running += not running
+
+
+def test_a_rolling_update_to_a_new_image_never_unpins(deployed: Deployed,
+                                                      record_property: Callable[[str, object], None]) -> None:
+    """The image retagged as a new version on every node, the overlay applied with it; while the
+    DaemonSet controller replaces the pods node by node (``maxUnavailable: 10%``: one at a time
+    here), every node's CRI is sampled: none of the policy's images is ever unpinned, even while
+    a node has no agent (pinctl unpins nothing when it stops)."""
+    plane, nodes = deployed.plane, deployed.fleet.nodes
+    with futures.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        list(pool.map(lambda node: tag(node, AGENT_V1, AGENT_V2), nodes))
+    watched = {ref for ref in (COVERED_GLOB, COVERED_EXACT, ADDED)
+               if all(fleet_deploy.cri_pinned(node)[ref] for node in nodes)}
+    assert {COVERED_GLOB, COVERED_EXACT} <= watched
+    old_pods = {pod["metadata"]["uid"] for pod in fleet_deploy.agent_pods(plane)}
+    old = {c.id for node in nodes for c in cri_pods.list_containers(node.containerd.address)
+           if c.name == fleet_deploy.CONTAINER and c.state == "running"}
+    sampled = {node.name: Sampled() for node in nodes}
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def sampler() -> None:
+        try:
+            while not stop.is_set():
+                for node in nodes:
+                    sample_node(node, watched, old, sampled[node.name])
+                time.sleep(0.2)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    thread = threading.Thread(target=sampler, name="fleet-pin-sampler", daemon=True)
+    thread.start()
+    began = time.monotonic()
+    try:
+        deployed.overlay.image = AGENT_V2
+        deployed.overlay.write()
+        plane.kubectl("apply", "-k", str(deployed.overlay.directory))
+        plane.wait_for("the rollout to the new image", lambda: fleet_deploy.rolled_out(plane, len(nodes), AGENT_V2),
+                       ROLLOUT_S)
+        seconds = round(time.monotonic() - began, 1)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert failures == [] and not thread.is_alive()
+    new_pods = fleet_deploy.agent_pods(plane)
+    assert {pod["metadata"]["uid"] for pod in new_pods}.isdisjoint(old_pods)
+    assert sorted(pod["spec"]["nodeName"] for pod in new_pods) == sorted(node.name for node in nodes)
+    assert all(pod["spec"]["containers"][0]["image"] == AGENT_V2 and fleet_deploy.pod_ready(pod) for pod in new_pods)
+    for node in nodes:
+        seen = sampled[node.name]
+        assert seen.lapses == [], (node.name, seen.lapses)
+        # Sampled before (the old agent running) and after (the new one) the node's turn.
+        assert seen.old_running and seen.new_running, (node.name, seen)
+        assert all(fleet_deploy.cri_pinned(node)[ref] for ref in watched)
+    record_property("fleet_rollout_update_s", seconds)
+    print(f"rollout {seconds}s; samples per node "  # noqa: T201
+          f"{ {name: (s.samples, s.none_running) for name, s in sampled.items()} } (total, with no agent running)")
+
+
+def test_a_drained_node_keeps_its_agent_and_its_pins(deployed: Deployed) -> None:
+    plane = deployed.plane
+    node = deployed.fleet.nodes[0]
+    pod = fleet_deploy.pod_on(plane, node)
+    pinned = {ref for ref, is_pinned in fleet_deploy.cri_pinned(node).items() if is_pinned}
+    assert {COVERED_GLOB, COVERED_EXACT} <= pinned
+    plane.kubectl("cordon", node.name)
+    try:
+        done = plane.kubectl("drain", node.name, "--ignore-daemonsets", "--timeout=120s")
+        assert plane.kubectl_json("get", "node", node.name)["spec"].get("unschedulable") is True
+        # Drain leaves DaemonSet pods alone (and says so); they tolerate the unschedulable taint.
+        assert f"{NAMESPACE}/{pod['metadata']['name']}" in done.stdout + done.stderr
+        after = fleet_deploy.pod_on(plane, node)
+        assert after["metadata"]["uid"] == pod["metadata"]["uid"] and fleet_deploy.pod_ready(after)
+        assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+        assert {ref for ref, is_pinned in fleet_deploy.cri_pinned(node).items() if is_pinned} >= pinned
+        assert fleet_deploy.rolled_out(plane, len(deployed.fleet.nodes), deployed.overlay.image)
+    finally:
+        plane.kubectl("uncordon", node.name)
+    assert not plane.kubectl_json("get", "node", node.name)["spec"].get("unschedulable")
