@@ -39,6 +39,7 @@ import atexit
 import contextlib
 import dataclasses
 import ipaddress
+import json
 import pathlib
 import shutil
 import signal
@@ -61,6 +62,9 @@ ENGINES = ("containerd-1.7", "containerd-2.1")
 NODE_FS_BYTES = 2048 * 1024 * 1024
 # containerd 2.1's CRI config pins this one itself (pinned_images), beside its sandbox image.
 CONFIG_PINNED = "example.test/fleet/config-pinned:1"
+# Where the shipped manifest's hostPaths point, inside each node's namespace.
+NODE_ROOT = "/var/lib/containerd"
+NODE_RUN = "/run/containerd"
 NODE_READY_S = 300.0
 HOLDER_READY_S = 60.0
 _ip_lock = threading.Lock()
@@ -172,6 +176,16 @@ class NodeDaemon(pods.PodsDaemon):
             if not link.exists():
                 link.symlink_to(self.real_bin_dir / name)
 
+    def render_config(self) -> str:
+        """The harness's config with containerd's root at the node's ``/var/lib/containerd`` (its
+        namespace binds ``data_dir/root`` there): the path the CRI reports for the image
+        filesystem (ImageFsInfo) is then one the manifest's mount shows the agent, as on a real node."""
+        rendered = super().render_config()
+        line = f"root = {json.dumps(str(self.data_dir / 'root'))}"
+        if line not in rendered.splitlines():
+            raise FleetError(f"containerd config without {line!r}")
+        return rendered.replace(line, f"root = {json.dumps(NODE_ROOT)}", 1)
+
     def enter(self, namespace: NodeNamespace) -> None:
         wrapper = self.bin_dir / "containerd"
         wrapper.write_text(f'#!/bin/sh\nexec nsenter --mount={namespace.path} -- {self.real_bin_dir / "containerd"} "$@"\n')
@@ -255,9 +269,8 @@ class FleetNode:
         daemon.socket_dir.mkdir(parents=True, exist_ok=True)
         dirs = [pair for pair in binds if not pair[1].startswith("/proc/")]
         tunables = [pair for pair in binds if pair[1].startswith("/proc/")]
-        ordered = [*dirs, (private_run, "/run"), (root, "/var/lib/containerd"), (daemon.socket_dir, "/run/containerd"),
-                   *tunables]
-        return ordered, ["/run/containerd"]
+        ordered = [*dirs, (private_run, "/run"), (root, NODE_ROOT), (daemon.socket_dir, NODE_RUN), *tunables]
+        return ordered, [NODE_RUN]
 
     def node_object(self) -> dict[str, Any]:
         return self.plane.kubectl_json("get", "node", self.name)

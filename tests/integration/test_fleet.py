@@ -22,6 +22,7 @@ CRI (``pinned``: what the kubelet's image GC honours), its labels and ``pinctl l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
 import threading
@@ -162,6 +163,10 @@ def test_kubectl_apply_puts_one_ready_pod_on_every_node(deployed: Deployed,
           f"DaemonSet ready {deployed.seconds}s after kubectl apply")
 
 
+def has_gc_figures(node: FleetNode) -> bool:
+    return metric(node, "pinctl_image_fs_capacity_bytes") > 0
+
+
 def test_every_node_pins_the_policys_images(deployed: Deployed) -> None:
     for node in deployed.fleet.nodes:
         def covered_pinned(node: FleetNode = node) -> bool:
@@ -179,8 +184,10 @@ def test_every_node_pins_the_policys_images(deployed: Deployed) -> None:
             # containerd 2.1 pins its own config's entry; the agent's policy does not name it.
             assert pinned[CONFIG_PINNED] is True
             assert "containerd-config" in {reason["kind"] for reason in rows[CONFIG_PINNED]["reasons"]}
-        text = fleet_deploy.metrics(node)
-        assert fleet_deploy.sample(text, "pinctl_config_last_reload_successful") in (0.0, 1.0)
+        # The image filesystem's figures: the CRI's path is below the manifest's /var/lib/containerd mount.
+        wait_until(f"the GC figures of {node.name}", functools.partial(has_gc_figures, node), PIN_S + 90,
+                   functools.partial(fleet_deploy.metrics, node))
+        assert metric(node, "pinctl_check_errors_total", part="gc") == 0
     for node in deployed.fleet.nodes:
         messages = [line.get("msg") for line in fleet_deploy.pod_messages(deployed.plane,
                                                                           fleet_deploy.pod_on(deployed.plane, node)["metadata"]["name"])]
@@ -252,9 +259,10 @@ def test_an_edited_configmap_reaches_every_node_through_the_kubelet_and_is_appli
     only when it syncs the pod again (pkg/kubelet, 1.37): with the Watch strategy its ConfigMap
     manager follows the object through a watch (so the new data is there within about a second),
     and a pod is synced again ``syncFrequency`` after its last sync, jittered up to half as much
-    again (pod_workers.go, ``workerResyncIntervalJitterFactor`` 0.5). With the fleet's 10s that is
-    10-15 s; with the defaults (1m, Watch) 60-90 s, then pinctl's 2 s poll and 0.5 s settle: the
-    README's "within about a minute" is 1.5 minutes at worst. Measured, not asserted."""
+    again (pod_workers.go, ``workerResyncIntervalJitterFactor`` 0.5; the sync loop picks due pods
+    every second). So the volume is rewritten at most 1.5 x syncFrequency after the apply: 15 s
+    with the fleet's 10s (6-13 s measured here), 90 s with the defaults (1m, Watch), then pinctl's
+    2 s poll and 0.5 s settle. Measured and printed, not asserted (no test depends on speed)."""
     plane, nodes = deployed.plane, deployed.fleet.nodes
     pods = {node.name: fleet_deploy.pod_on(plane, node) for node in nodes}
     before = {node.name: data_target(node, pods[node.name]) for node in nodes}
