@@ -54,7 +54,7 @@ from tests.harness.containerd import DaemonError, dying_with_parent
 from tests.harness.control_plane import ControlPlane, ControlPlaneError
 
 # RFC 2544's benchmarking range is 198.18.0.0/15; the harness takes /32s of its first /24.
-NODE_NET = ipaddress.ip_network("198.18.0.0/24")
+NODE_NET = ipaddress.IPv4Network("198.18.0.0/24")
 FLEET_TAINT = {"key": "pinctl.test/fleet", "value": "true", "effect": "NoSchedule"}
 RUNTIME_LABEL = "pinctl.test/runtime"
 ENGINES = ("containerd-1.7", "containerd-2.1")
