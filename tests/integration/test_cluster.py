@@ -1,8 +1,8 @@
 """A real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) on loopback.
 
 The foundation of the cluster tests (issue 33): ``control_plane`` is one cluster for the whole
-session, built from source with the go command. No node has registered, so no pod runs; each test
-works in a namespace of its own and checks what the real components did, through the built kubectl.
+session, built from source with the go command. No pod of these tests runs: the fleet's nodes
+(test_fleet.py), when they are up, are tainted against them; each test works in a namespace of its own and checks what the real components did, through the built kubectl.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_a_deployment_gets_its_replicaset_and_pending_pods_from_the_real_control
             "selector": {"matchLabels": {"app": "sleeper"}},
             "template": {
                 "metadata": {"labels": {"app": "sleeper"}},
-                # Never pulled: no node exists to run it.
+                # Never pulled: no node runs it (the fleet's nodes, when up, are tainted).
                 "spec": {"containers": [{"name": "sleeper", "image": "example.test/sleeper:1"}]},
             },
         },
@@ -115,7 +115,7 @@ def test_a_deployment_gets_its_replicaset_and_pending_pods_from_the_real_control
     made = control_plane.wait_for("the ReplicaSet's two pods", pods, CONTROLLER_WAIT_S)
     for pod in made:
         assert pod["metadata"]["ownerReferences"][0]["name"] == replica_set["metadata"]["name"]
-        # No node: the scheduler finds nowhere to put them, so they stay Pending and unbound.
+        # No node for them (the fleet's are tainted): the scheduler finds nowhere, so they stay Pending and unbound.
         assert pod["status"]["phase"] == "Pending"
         assert "nodeName" not in pod["spec"]
     control_plane.kubectl("delete", "namespace", namespace, "--wait=false")
