@@ -392,6 +392,8 @@ def test_a_rolling_update_to_a_new_image_never_unpins(deployed: Deployed,
         stop.set()
         thread.join(60)
     assert failures == [] and not thread.is_alive()
+    for node in nodes:  # once more, with the rollout done: the new agent runs everywhere
+        sample_node(node, watched, old, sampled[node.name])
     new_pods = fleet_deploy.agent_pods(plane)
     assert {pod["metadata"]["uid"] for pod in new_pods}.isdisjoint(old_pods)
     assert sorted(pod["spec"]["nodeName"] for pod in new_pods) == sorted(node.name for node in nodes)
