@@ -261,7 +261,7 @@ def test_an_edited_configmap_reaches_every_node_through_the_kubelet_and_is_appli
     and a pod is synced again ``syncFrequency`` after its last sync, jittered up to half as much
     again (pod_workers.go, ``workerResyncIntervalJitterFactor`` 0.5; the sync loop picks due pods
     every second). So the volume is rewritten at most 1.5 x syncFrequency after the apply: 15 s
-    with the fleet's 10s (6-13 s measured here), 90 s with the defaults (1m, Watch), then pinctl's
+    with the fleet's 10s (6-14 s measured here), 90 s with the defaults (1m, Watch), then pinctl's
     2 s poll and 0.5 s settle. Measured and printed, not asserted (no test depends on speed)."""
     plane, nodes = deployed.plane, deployed.fleet.nodes
     pods = {node.name: fleet_deploy.pod_on(plane, node) for node in nodes}
