@@ -29,7 +29,7 @@ from tests.harness.containerd import ContainerdDaemon, DaemonError  # noqa: E402
 from tests.harness.engine_fixtures import containerd21, cri_dockerd_043, crictl, docker_images  # noqa: E402, F401  (more engines)
 from tests.harness.crio_fixtures import crio, crio_crictl, crio_registry  # noqa: E402, F401  (CRI-O)
 from tests.harness.kubelet_fixtures import kubelet_binary, kubelet_node  # noqa: E402, F401  (a real kubelet)
-from tests.harness.cluster_fixtures import control_plane, etcd_binary, fleet, kubernetes_binaries  # noqa: E402, F401  (a real control plane and its nodes)
+from tests.harness.cluster_fixtures import agent_image, control_plane, etcd_binary, fleet, kubernetes_binaries  # noqa: E402, F401  (a real control plane, its nodes, the agent image)
 from tests.harness.prometheus import prometheus3, prometheus3_build  # noqa: E402, F401  (Prometheus 3)
 from tests.harness.pod_fixtures import containerd17_pods, containerd21_pods, modern_pod_node, pod_node  # noqa: E402, F401  (real pods)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import cluster_nodes, cluster_pki, kubernetes_build
+from tests.harness import cluster_nodes, cluster_pki, daemonset_pod, debs, image_build, kubernetes_build
 from tests.harness.cluster_nodes import Fleet
 from tests.harness.control_plane import ControlPlane, ControlPlaneError
 from tests.harness.pod_fixtures import _unavailable
@@ -74,3 +74,12 @@ def fleet(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         yield made
     finally:
         made.stop()
+
+
+@pytest.fixture(scope="session")
+def agent_image() -> image_build.BuiltImage:
+    """pinctl's image built from the Containerfile (cached per machine): the DaemonSet's pod, through the CRI, a standalone kubelet and the fleet."""
+    try:
+        return image_build.pinctl_image(daemonset_pod.plan(daemonset_pod.manifest()).image)
+    except (debs.EngineUnavailable, OSError) as exc:
+        _unavailable(f"the pinctl image cannot be built here: {exc}")

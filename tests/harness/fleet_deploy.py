@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness import cri
+from tests.harness import cri, image_build, images
 from tests.harness.cluster_nodes import FleetNode
 from tests.harness.control_plane import ControlPlane
 
@@ -111,6 +111,24 @@ class Overlay:
                                ("configmap-patch.yaml", self.configmap())):
             (self.directory / name).write_text(yaml.safe_dump(document, sort_keys=False))
         return self.directory
+
+
+# --- what the nodes hold before the agents come --------------------------------------------------
+
+
+def tag(node: FleetNode, source: str, target: str) -> None:
+    """A second name for an image the node holds (``ctr images tag``), once the CRI lists it."""
+    node.containerd.ctr("images", "tag", "--force", source, target)
+    cri.wait_for_refs(node.containerd.address, [target])
+
+
+def prepare(node: FleetNode, built: image_build.BuiltImage, agent: str, samples: tuple[str, ...]) -> None:
+    """pinctl's image under the overlay's name ``agent`` alone (the archive's name removed: the
+    content stays, held by the other), and sample images named ``samples``."""
+    image_build.import_image(node.containerd, built)
+    tag(node, built.name, agent)
+    node.containerd.ctr("images", "rm", built.name)
+    node.load_images([images.recipe(ref, seed=ref) for ref in samples])
 
 
 # --- what the cluster says ------------------------------------------------------------------------

@@ -39,22 +39,14 @@ RECONNECT_DEADLINE = 25.0
 
 
 @pytest.fixture(scope="module")
-def built() -> image_build.BuiltImage:
-    try:
-        return image_build.pinctl_image(daemonset_pod.plan(daemonset_pod.manifest()).image)
-    except (debs.EngineUnavailable, OSError) as exc:
-        engine_unavailable(f"the pinctl image cannot be built here: {exc}")
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory, built: image_build.BuiltImage) -> Iterator[NetnsPodsDaemon]:
+def node(tmp_path_factory: pytest.TempPathFactory, agent_image: image_build.BuiltImage) -> Iterator[NetnsPodsDaemon]:
     try:
         context = daemonset_pod.daemonset_node(tmp_path_factory.mktemp("daemonset"))
         daemon = context.__enter__()
     except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         engine_unavailable(f"containerd 1.7 with pods unavailable: {exc}")
     try:
-        image_build.import_image(daemon, built)
+        image_build.import_image(daemon, agent_image)
         yield daemon
     finally:
         context.__exit__(None, None, None)
@@ -106,7 +98,7 @@ def process_of(daemon: NetnsPodsDaemon, container_id: str) -> int:
     raise AssertionError(f"no task {container_id}")
 
 
-def test_the_daemonsets_pod_runs_as_the_manifest_says(node: NetnsPodsDaemon, built: image_build.BuiltImage,
+def test_the_daemonsets_pod_runs_as_the_manifest_says(node: NetnsPodsDaemon, agent_image: image_build.BuiltImage,
                                                        tmp_path: Path) -> None:
     found: PodPlan = daemonset_pod.plan(daemonset_pod.manifest())
     (config_mount,) = [mount for mount in found.mounts if mount.kind == "configMap"]
@@ -118,7 +110,7 @@ def test_the_daemonsets_pod_runs_as_the_manifest_says(node: NetnsPodsDaemon, bui
     load(node, work, AT_START)
     port = found.ports["metrics"]
 
-    pod = daemonset_pod.run_pod(node, found, built.name, sources)
+    pod = daemonset_pod.run_pod(node, found, agent_image.name, sources)
     wait_until("ready", lambda: daemonset_pod.get(node.netns, found.readiness[1], found.readiness[0])[0] == 200,
                30, pod)
     code, body = daemonset_pod.get(node.netns, port, found.readiness[0])
@@ -182,18 +174,18 @@ def test_the_daemonsets_pod_runs_as_the_manifest_says(node: NetnsPodsDaemon, bui
     assert seconds < 2.0, f"stopped in {seconds:.1f} s"
     assert pod.messages()[-1] == "stopped"
     print(f"reload applied {took:.1f} s after the ConfigMap changed; stopped in {seconds:.2f} s; "  # noqa: T201
-          f"RSS {rss >> 20} MiB (limit {limit}); image built in {built.seconds} (cached: {built.cached})")
+          f"RSS {rss >> 20} MiB (limit {limit}); image built in {agent_image.seconds} (cached: {agent_image.cached})")
 
 
-def test_the_image_runs_pinctl_as_root_with_the_watch_command(built: image_build.BuiltImage) -> None:
+def test_the_image_runs_pinctl_as_root_with_the_watch_command(agent_image: image_build.BuiltImage) -> None:
     """The Containerfile's last stage, as built: pinctl is the entrypoint, uid 0."""
     import json
     import tarfile
 
-    with tarfile.open(built.archive) as tar:
+    with tarfile.open(agent_image.archive) as tar:
         index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
         (entry,) = index["manifests"]
-        assert entry["annotations"][images.ANNOTATION_IMAGE_NAME] == built.name
+        assert entry["annotations"][images.ANNOTATION_IMAGE_NAME] == agent_image.name
         manifest = json.load(tar.extractfile("blobs/sha256/" + entry["digest"].split(":")[1]))  # type: ignore[arg-type]
         config = json.load(tar.extractfile("blobs/sha256/" + manifest["config"]["digest"].split(":")[1]))  # type: ignore[arg-type]
     settings = config["config"]

@@ -34,7 +34,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import engine_unavailable
 from tests.harness import cri, cri_pods, daemonset_pod, debs, fleet_deploy, image_build, images
 from tests.harness.cluster_nodes import CONFIG_PINNED, Fleet, FleetNode
 from tests.harness.control_plane import ControlPlane
@@ -74,33 +73,10 @@ class Deployed:
 
 
 @pytest.fixture(scope="module")
-def built() -> image_build.BuiltImage:
-    try:
-        return image_build.pinctl_image(daemonset_pod.plan(daemonset_pod.manifest()).image)
-    except (debs.EngineUnavailable, OSError) as exc:
-        engine_unavailable(f"the pinctl image cannot be built here: {exc}")
-
-
-def tag(node: FleetNode, source: str, target: str) -> None:
-    """A second name for an image the node holds (``ctr images tag``), once the CRI lists it."""
-    node.containerd.ctr("images", "tag", "--force", source, target)
-    cri.wait_for_refs(node.containerd.address, [target])
-
-
-def prepare(node: FleetNode, built: image_build.BuiltImage) -> None:
-    """pinctl's image under the overlay's name alone (the archive's name removed: the content
-    stays, held by the other), and the policy's samples."""
-    image_build.import_image(node.containerd, built)
-    tag(node, built.name, AGENT_V1)
-    node.containerd.ctr("images", "rm", built.name)
-    node.load_images([images.recipe(ref, seed=ref) for ref in SAMPLES])
-
-
-@pytest.fixture(scope="module")
-def deployed(fleet: Fleet, built: image_build.BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+def deployed(fleet: Fleet, agent_image: image_build.BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     plane = fleet.plane
     with futures.ThreadPoolExecutor(max_workers=len(fleet.nodes)) as pool:
-        list(pool.map(lambda node: prepare(node, built), fleet.nodes))
+        list(pool.map(lambda node: fleet_deploy.prepare(node, agent_image, AGENT_V1, SAMPLES), fleet.nodes))
     overlay = Overlay(tmp_path_factory.mktemp("overlay"), AGENT_V1, fleet_deploy.policy(PATTERNS))
     overlay.write()
     began = time.monotonic()
@@ -358,7 +334,7 @@ def test_a_rolling_update_to_a_new_image_never_unpins(deployed: Deployed,
     a node has no agent (pinctl unpins nothing when it stops)."""
     plane, nodes = deployed.plane, deployed.fleet.nodes
     with futures.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        list(pool.map(lambda node: tag(node, AGENT_V1, AGENT_V2), nodes))
+        list(pool.map(lambda node: fleet_deploy.tag(node, AGENT_V1, AGENT_V2), nodes))
     watched = {ref for ref in (COVERED_GLOB, COVERED_EXACT, ADDED)
                if all(fleet_deploy.cri_pinned(node)[ref] for node in nodes)}
     assert {COVERED_GLOB, COVERED_EXACT} <= watched

@@ -51,16 +51,8 @@ STOP_TIMEOUT_S = 20.0
 PROBE_SUCCEEDED = r'"Probe succeeded" probeType="{kind}" pod="{namespace}/{name}"[^\n]* containerName="{container}"'
 
 
-@pytest.fixture(scope="module")
-def built() -> image_build.BuiltImage:
-    try:
-        return image_build.pinctl_image(daemonset_pod.plan(daemonset_pod.manifest()).image)
-    except (debs.EngineUnavailable, OSError) as exc:
-        engine_unavailable(f"the pinctl image cannot be built here: {exc}")
-
-
 @pytest.fixture
-def daemonset_kubelet_node(kubelet_binary: KubeletBuild, built: image_build.BuiltImage,
+def daemonset_kubelet_node(kubelet_binary: KubeletBuild, agent_image: image_build.BuiltImage,
                            tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeletNode]:
     """kubelet_node's containerd 1.7 on a loop-mounted ext4 (here 1.5 GiB), the pinctl image
     imported, and its socket directory a shared mount of its own, as /run is on a systemd node
@@ -80,7 +72,7 @@ def daemonset_kubelet_node(kubelet_binary: KubeletBuild, built: image_build.Buil
             if proc.returncode != 0:
                 engine_unavailable(f"{' '.join(argv)}: {proc.stderr.strip()}")
             shared = True
-        image_build.import_image(daemon, built)
+        image_build.import_image(daemon, agent_image)
         yield node
     finally:
         for made in node.kubelets:
@@ -204,7 +196,7 @@ def pod_messages(made: kubelet.Kubelet) -> list[str]:
 
 
 def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
-    daemonset_kubelet_node: KubeletNode, built: image_build.BuiltImage, tmp_path: pathlib.Path,
+    daemonset_kubelet_node: KubeletNode, agent_image: image_build.BuiltImage, tmp_path: pathlib.Path,
     record_property: Callable[[str, object], None],
 ) -> None:
     began = time.monotonic()
@@ -226,7 +218,7 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
     write_static_pod(made, pod)
     sandbox_name = f"{found.name}-{made.node_name}"
     container = wait_until("running", lambda: running_container(node, sandbox_name), POD_TIMEOUT_S, made.log_tail)
-    assert container.name == found.container and built.name in (container.image, *_refs(node, container.image_ref))
+    assert container.name == found.container and agent_image.name in (container.image, *_refs(node, container.image_ref))
     running = time.monotonic() - began
 
     # The manifest's security context, as the container's process has it.
@@ -285,7 +277,7 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
     seconds = time.monotonic() - began
     record_property("kubelet_daemonset_s", round(seconds, 1))
     print(f"static pod running {running:.1f}s, probed ready {probed:.1f}s, stopped {seconds:.1f}s after the start "  # noqa: T201
-          f"(the readiness line at {made.line_time(ready_line):%H:%M:%S.%f}); image cached: {built.cached}")
+          f"(the readiness line at {made.line_time(ready_line):%H:%M:%S.%f}); image cached: {agent_image.cached}")
 
 
 def nothing_runs(node: KubeletNode) -> bool:

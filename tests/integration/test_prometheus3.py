@@ -8,13 +8,15 @@ the shipped alert rules (and refuses broken copies), and a Prometheus 3 running 
 with a client certificate bound a ClusterRole, once with the token of the service account
 deploy/kubernetes/prometheus/rbac.yaml binds.
 
-No node runs here (the fleet tests bring real ones): a pod is bound to a Node object written by
-the test, and its status (phase, IP) is written by the test as a kubelet would. Its port named
+These tests need no node: what they check is discovery, relabelling and RBAC, so a pod is bound
+to a Node object written by the test and its status (phase, IP) is written as a kubelet would.
+The real agents on real nodes, discovered and judged by the shipped alerts, are
+test_fleet_prometheus.py's. Its port named
 ``metrics`` is the Prometheus's own, so the discovered target is scraped for real. The Node and
 the pods are removed at the end; so is each test's namespace. rbac.yaml's namespaces (pinctl,
-monitoring) are left in place: other cluster tests apply deploy/kubernetes into pinctl too. A
-DaemonSet that tolerates every taint, as pinctl's does, would put a pod on that Node as well:
-these tests expect none to be applied while they run.
+monitoring) are left in place: other cluster tests apply deploy/kubernetes into pinctl too. The Node has
+no ``kubernetes.io/os`` label, so pinctl's DaemonSet (nodeSelector ``kubernetes.io/os: linux``)
+never places a pod on it, and the fleet tests delete their DaemonSet when their module ends.
 """
 
 from __future__ import annotations

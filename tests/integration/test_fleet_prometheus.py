@@ -1,0 +1,146 @@
+"""Prometheus 3 finds the fleet's agents through the API server and the shipped alerts judge them (issue 33, item 4).
+
+The session's fleet (containerd 1.7 and 2.1 nodes registered to the control plane) runs the
+DaemonSet as ``kubectl apply -k`` of an overlay over deploy/kubernetes puts it there
+(tests/harness/fleet_deploy.py). The policy names two exact images: every node holds the first;
+the second, MISSING, is on the 1.7 node only. A Prometheus 3 built from its module runs
+deploy/kubernetes/prometheus/scrape.yaml's job as shipped (role pod, namespace pinctl, the same
+relabelling) with only what running outside the cluster needs added (the API server's address, its
+CA and a client certificate bound to get/list/watch pods) and a 1 s interval, and the shipped rules
+(monitoring/prometheusrule.yaml's spec) with one change: each ``for:`` is 1 s, since a test cannot
+wait 15 minutes. The expressions, labels and annotations are the shipped ones.
+
+Then: both agents are discovered and scraped, labelled by node; README's query for "which nodes
+lack image X, and why" names the 2.1 node alone, with state absent; PinctlPolicyImageNotKept fires
+there and nowhere else; once the image is imported on that node the agent pins it, the query
+comes back empty and the alert clears.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import fleet_deploy, image_build, images
+from tests.harness.cluster_nodes import Fleet, FleetNode
+from tests.harness.fleet_deploy import Overlay
+from tests.harness.prometheus import Prometheus, cluster_identity, kubernetes_job, server_config, shipped_job
+from tests.unit.test_deploy_monitoring import monitoring_objects, rule_groups
+
+pytestmark = pytest.mark.integration
+
+AGENT = "example.test/pinctl/agent:fleet-prom"
+EVERYWHERE = "example.test/fleet-prom/base:1"
+MISSING = "example.test/fleet-prom/missing:1"
+RULES_FILE = "pinctl-rules.yaml"
+ALERT = "PinctlPolicyImageNotKept"
+# README's query, "which nodes lack image X, and why", with X the missing image's pattern.
+README_QUERY = f'pinctl_policy_images{{pattern="{MISSING}", state!="pinned"}} > 0'
+# Generous: a busy machine. The agent's figures behind pinctl_policy_images are read every
+# --check-interval (60 s, the shipped default), so a change shows within a minute of the pin.
+ROLLOUT_S = 300.0
+CHANGE_S = 240.0
+
+
+def quick_rules() -> str:
+    """The shipped rules, each ``for:`` cut to 1 s; nothing else changed."""
+    groups = copy.deepcopy(rule_groups(monitoring_objects()))
+    for group in groups["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = "1s"
+    return yaml.safe_dump(groups)
+
+
+def holds_missing(node: FleetNode) -> bool:
+    return node.engine == "containerd-1.7"
+
+
+@pytest.fixture(scope="module")
+def deployed(fleet: Fleet, agent_image: image_build.BuiltImage,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    def prepare(node: FleetNode) -> None:
+        fleet_deploy.prepare(node, agent_image, AGENT, (EVERYWHERE, MISSING) if holds_missing(node) else (EVERYWHERE,))
+
+    with futures.ThreadPoolExecutor(max_workers=len(fleet.nodes)) as pool:
+        list(pool.map(prepare, fleet.nodes))
+    overlay = Overlay(tmp_path_factory.mktemp("overlay"), AGENT, fleet_deploy.policy([EVERYWHERE, MISSING]))
+    overlay.write()
+    plane = fleet.plane
+    plane.kubectl("apply", "-k", str(overlay.directory))
+    try:
+        plane.wait_for("the DaemonSet rolled out on every node",
+                       lambda: fleet_deploy.rolled_out(plane, len(fleet.nodes), AGENT), ROLLOUT_S)
+        yield fleet
+    finally:
+        plane.kubectl("delete", "-k", str(overlay.directory), "--wait=true", "--timeout=120s", check=False)
+        for node in fleet.nodes:
+            node.containerd.ctr("images", "rm", MISSING, EVERYWHERE, check=False)
+
+
+@pytest.fixture
+def prometheus(deployed: Fleet, prometheus3: Callable[..., Prometheus]) -> Prometheus:
+    job = kubernetes_job(shipped_job(), cluster_identity(deployed.plane))
+    return prometheus3(server_config([job], [RULES_FILE]), {RULES_FILE: quick_rules()})
+
+
+def firing(server: Prometheus) -> list[dict[str, Any]]:
+    return [alert for alert in server.alerts() if alert["labels"].get("alertname") == ALERT
+            and alert.get("state") == "firing"]
+
+
+def lacking(server: Prometheus) -> list[tuple[str, str]]:
+    """README's query: (node, state) of each series it returns."""
+    return sorted((labels.get("node", ""), labels.get("state", "")) for labels, _ in server.query(README_QUERY))
+
+
+def test_prometheus_finds_every_agent_and_the_alert_follows_the_missing_image(
+        deployed: Fleet, prometheus: Prometheus, record_property: Callable[[str, object], None]) -> None:
+    server, nodes = prometheus, deployed.by_name()
+    (lacks,) = [node for node in deployed.nodes if not holds_missing(node)]
+
+    def every_agent_up() -> dict[str, dict[str, Any]]:
+        targets = {target["labels"].get("node", ""): target for target in server.targets()}
+        return targets if sorted(targets) == sorted(nodes) and all(
+            target["health"] == "up" for target in targets.values()) else {}
+
+    targets = server.wait_for("every node's agent discovered and up", every_agent_up, ROLLOUT_S)
+    for name, target in targets.items():
+        pod = fleet_deploy.pod_on(deployed.plane, nodes[name])
+        # Discovered from the API server: the pod the DaemonSet put on that node, at its IP.
+        assert target["labels"]["pod"] == pod["metadata"]["name"]
+        assert target["scrapeUrl"] == f"http://{nodes[name].address}:{fleet_deploy.METRICS_PORT}/metrics"
+    assert server.own_metric("prometheus_sd_kubernetes_failures_total") == 0
+
+    # Which nodes lack MISSING, and why: the 2.1 node alone, absent. The figures are the agents'
+    # periodic check's (every 60 s), so a node whose agent has just pinned the image may still
+    # say unpinned for up to a minute (the alert's 15 minutes cover that): wait for the answer.
+    expected = [(lacks.name, "absent")]
+    server.wait_for("README's query to name only the node lacking the image",
+                    lambda: lacking(server) == expected, CHANGE_S)
+
+    def only_there() -> list[dict[str, Any]]:
+        found = firing(server)
+        return found if [alert["labels"].get("node") for alert in found] == [lacks.name] else []
+
+    alerts = server.wait_for(f"{ALERT} firing on {lacks.name} alone", only_there, CHANGE_S)
+    assert [(a["labels"]["node"], a["labels"]["pattern"], a["labels"]["state"]) for a in alerts] == [
+        (lacks.name, MISSING, "absent")]
+    assert alerts[0]["annotations"]["summary"] == f"{MISSING} is absent on {lacks.name}"
+    # Nothing else fires on a fleet that is otherwise well: the other rules evaluate and keep quiet.
+    assert {a["labels"]["alertname"] for a in server.alerts() if a.get("state") == "firing"} == {ALERT}
+    assert all(rule.get("health") == "ok" for rule in server.rules())
+
+    # The image arrives on that node: its agent pins it, the query empties and the alert clears.
+    lacks.load_images([images.recipe(MISSING, seed=MISSING)])
+    server.wait_for(f"{MISSING} pinned on {lacks.name}",
+                    lambda: fleet_deploy.cri_pinned(lacks).get(MISSING) is True, CHANGE_S)
+    server.wait_for("README's query to come back empty", lambda: lacking(server) == [], CHANGE_S)
+    server.wait_for(f"{ALERT} cleared", lambda: firing(server) == [], CHANGE_S)
+    assert server.query(f'pinctl_policy_images{{pattern="{MISSING}", state="pinned"}} == 1')
+    record_property("targets", sorted(targets))
