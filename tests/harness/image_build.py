@@ -182,7 +182,10 @@ class Buildah:
         # No search registries and enforcing short names: a name not in this storage is an error.
         (self.home / "registries.conf").write_text('unqualified-search-registries = []\nshort-name-mode = "enforcing"\n')
         (self.home / "storage.conf").write_text('[storage]\ndriver = "vfs"\n')
-        (self.home / "containers.conf").write_text("")
+        # Its network backend's config (and lock file) in this directory, not /etc/cni/net.d: a
+        # test set-up leaves nothing on the host (the build's RUN steps need no network of their own).
+        (self.home / "cni").mkdir(exist_ok=True)
+        (self.home / "containers.conf").write_text(f'[network]\nnetwork_config_dir = "{self.home / "cni"}"\n')
         return self
 
     def env(self) -> dict[str, str]:

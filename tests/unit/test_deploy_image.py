@@ -6,13 +6,15 @@ rejects. The mutation tests at the end show that each check can fail."""
 
 from __future__ import annotations
 
+import pathlib
 import re
+import tomllib
 from collections.abc import Callable
 
 import click
 import pytest
 
-from tests.harness.image_build import build_inputs, ignore_matcher
+from tests.harness.image_build import Buildah, build_inputs, ignore_matcher
 
 from .deploy_helpers import (
     ROOT,
@@ -139,3 +141,12 @@ def test_dockerignore_check_fails(extra: str) -> None:
 def test_dockerignore_check_fails_when_the_repository_goes_in() -> None:
     with pytest.raises(AssertionError):
         check_ignore(ignore_matcher("tests\n"), build_inputs())
+
+
+def test_buildah_keeps_its_network_config_below_its_own_home(tmp_path: pathlib.Path) -> None:
+    """Else its network backend makes /etc/cni/net.d (and a lock file there) on the host."""
+    buildah = Buildah(tmp_path / "buildah").prepare()
+    conf = tomllib.loads(pathlib.Path(buildah.env()["CONTAINERS_CONF"]).read_text())
+    network_dir = pathlib.Path(conf["network"]["network_config_dir"])
+    assert network_dir.is_dir() and network_dir.is_relative_to(tmp_path / "buildah")
+
