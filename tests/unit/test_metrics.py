@@ -9,6 +9,8 @@ import gzip
 import os
 import re
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -196,6 +198,60 @@ def test_a_part_that_cannot_be_read_is_left_out_and_counted() -> None:
     assert checker.round().node is None and checker.errors["containerd"] == 1
     text = metrics.text_of(metrics.figure_families(found))
     assert "pinctl_images{" in text and "pinctl_cri_mismatches" not in text and "pinctl_gc_at_risk" not in text
+
+
+class CountingChecker(monitor.Checker):
+    """A Checker whose rounds only count: when they run is what is tested."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(lambda: Sources(Node([]), EngineUnreachable("unused")), interval)
+        self.began: list[float] = []
+        self.ran = threading.Condition()
+
+    def round(self) -> figures.Figures:
+        with self.ran:
+            self.began.append(time.monotonic())
+            self.ran.notify_all()
+        return figures.Figures()
+
+    def wait_rounds(self, count: int, timeout: float = 30.0) -> bool:
+        with self.ran:
+            return self.ran.wait_for(lambda: len(self.began) >= count, timeout)
+
+
+def test_a_change_brings_the_next_check_forward_but_not_too_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor, "SETTLE_S", 0.05)
+    monkeypatch.setattr(monitor, "EARLIEST_FRACTION", 0.0)
+    checker = CountingChecker(interval=3600)
+    state = monitor.WatchState("/run/c.sock")
+    state.on_change = checker.soon
+    checker.start()
+    try:
+        assert checker.wait_rounds(1), "the first round runs at start"
+        # Nothing written: no early round asked for.
+        state.counted([ItemResult("k8s.io", "a", "already-pinned")])
+        assert checker._early_due is None
+        state.counted([ItemResult("k8s.io", "b", "pinned")])
+        assert checker.wait_rounds(2), "a pin brings the next round forward from an hour away"
+        state.reloaded(True)
+        assert checker.wait_rounds(3), "so does a reload, later"
+        # A quarter of the interval after the last round at the earliest: not within the hour's quarter.
+        monkeypatch.setattr(monitor, "EARLIEST_FRACTION", 0.25)
+        state.counted([ItemResult("k8s.io", "c", "pruned")])
+        assert checker._early_due is not None and checker._early_due >= checker.began[-1] + 900 - 1
+        assert not checker.wait_rounds(4, timeout=0.5)
+    finally:
+        checker.stop()
+
+
+def test_stop_ends_the_wait_for_the_next_check() -> None:
+    checker = CountingChecker(interval=3600)
+    checker.start()
+    assert checker.wait_rounds(1)
+    checker.stop()
+    assert checker._thread is not None
+    checker._thread.join(10)
+    assert not checker._thread.is_alive()
 
 
 # -- addresses, the HTTP endpoint, textfiles -----------------------------------------------------

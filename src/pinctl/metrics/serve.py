@@ -38,6 +38,8 @@ def watcher_metrics(address: Optional[str], source: str, watcher: Watcher, log: 
     # The check's rounds and the watcher's full syncs take turns (Watcher.reading): each reads the whole node.
     checker = (Checker(lambda: watcher.settings, check_interval, log, watcher.reading)
                if check_interval > 0 else None)
+    if checker is not None:
+        watcher.state.on_change = checker.soon
     server = MetricsServer(address, source, watcher_registry(watcher.state, checker), watcher.state.liveness,
                            watcher.state.readiness)
     return _serving(server, log, checker, check_interval=f"{check_interval:g}s")
