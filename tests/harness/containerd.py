@@ -422,6 +422,18 @@ def dying_with_parent(argv: list[str], signal_name: str = "TERM") -> list[str]:
     return ["setpriv", "--pdeathsig", signal_name, *argv]
 
 
+def terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; waits for the exit either way."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace_s)
+
+
 def _socket_dir(base_dir: pathlib.Path) -> pathlib.Path:
     preferred = base_dir / "s"
     if len(str(preferred / "containerd.sock.ttrpc")) <= MAX_SOCKET_PATH:

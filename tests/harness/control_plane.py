@@ -42,7 +42,6 @@ import json
 import os
 import pathlib
 import re
-import signal
 import socket
 import ssl
 import subprocess
@@ -53,7 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional, TypeVar
 
 from tests.harness import cluster_pki
-from tests.harness.containerd import dying_with_parent
+from tests.harness.containerd import dying_with_parent, terminate
 from tests.harness.kubernetes_build import EtcdBuild, KubernetesBuild
 
 # Loopback, and far from anything else the harness binds (it binds 127.0.0.1 only).
@@ -124,13 +123,7 @@ class Component:
         if proc is None:
             return
         _RUNNING.pop(proc.pid, None)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_GRACE_S)
+        terminate(proc, STOP_GRACE_S)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

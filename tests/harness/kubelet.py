@@ -57,7 +57,6 @@ import json
 import os
 import pathlib
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -388,13 +387,7 @@ class Kubelet:
             return
         _RUNNING.pop(proc.pid, None)
         self.pid = None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_GRACE_S)
+        ctd.terminate(proc, STOP_GRACE_S)
 
     def healthz(self) -> str:
         url = f"http://127.0.0.1:{self.healthz_port}/healthz"

@@ -34,7 +34,6 @@ import copy
 import dataclasses
 import json
 import pathlib
-import signal
 import socket
 import subprocess
 import time
@@ -50,7 +49,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import debs, engines, gobuild
-from tests.harness.containerd import dying_with_parent
+from tests.harness.containerd import dying_with_parent, terminate
 from tests.harness.control_plane import ControlPlane, loopback_env
 from tests.harness.pod_fixtures import _unavailable
 
@@ -263,14 +262,8 @@ class Prometheus:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_GRACE_S)
+        if proc is not None:
+            terminate(proc, STOP_GRACE_S)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
