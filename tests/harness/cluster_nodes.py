@@ -47,9 +47,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
-from tests.harness import cluster_pki, cri, debs, images, kubelet, pods, runnable
+from tests.harness import cluster_pki, cri, debs, image_build, images, kubelet, pods, runnable
 from tests.harness.containerd import DaemonError, dying_with_parent
 from tests.harness.control_plane import ControlPlane, ControlPlaneError
 
@@ -57,7 +57,11 @@ from tests.harness.control_plane import ControlPlane, ControlPlaneError
 NODE_NET = ipaddress.IPv4Network("198.18.0.0/24")
 FLEET_TAINT = {"key": "pinctl.test/fleet", "value": "true", "effect": "NoSchedule"}
 RUNTIME_LABEL = "pinctl.test/runtime"
-ENGINES = ("containerd-1.7", "containerd-2.1")
+# What an operator labels a node that does not run containerd with: the shipped DaemonSets choose
+# their nodes by it (deploy/kubernetes, "Nodes of other runtimes").
+SHIPPED_RUNTIME_LABEL = "pinctl.io/runtime"
+PIN_LABEL = "io.cri-containerd.pinned"
+ENGINES = ("containerd-1.7", "containerd-2.1", "cri-dockerd")
 # The pinctl image unpacked (native snapshotter, ~200 MB, once more per container and per rollout).
 NODE_FS_BYTES = 2048 * 1024 * 1024
 # containerd 2.1's CRI config pins this one itself (pinned_images), beside its sandbox image.
@@ -68,7 +72,7 @@ NODE_RUN = "/run/containerd"
 NODE_READY_S = 300.0
 HOLDER_READY_S = 60.0
 _ip_lock = threading.Lock()
-_pki_lock = threading.Lock()
+pki_lock = threading.Lock()
 
 # Runs in the new mount namespace: the binds in order, then sleeps holding the namespace.
 HOLDER_SCRIPT = r"""
@@ -82,6 +86,36 @@ exec sleep infinity
 
 class FleetError(RuntimeError):
     """A node did not come up, register or get Ready."""
+
+
+class NodeKind(Protocol):
+    """What the fleet's tests use of a node, whatever its runtime: :class:`FleetNode` (containerd),
+    ``cluster_docker_node.DockerFleetNode`` (cri-dockerd behind pinctl cri-proxy)."""
+
+    engine: str
+    name: str
+    address: str
+    started_seconds: float
+
+    @property
+    def running_kubelet(self) -> kubelet.Kubelet: ...
+    @property
+    def cri_address(self) -> str: ...  # the kubelet's endpoint, as the host reaches it
+    @property
+    def runtime_version_prefix(self) -> str: ...  # of the Node's containerRuntimeVersion
+    @property
+    def pin_namespace(self) -> str: ...
+
+    def start(self) -> NodeKind: ...
+    def stop(self) -> None: ...
+    def ready(self) -> bool: ...
+    def prepare_agent(self, built: image_build.BuiltImage, name: str) -> None: ...
+    def load_samples(self, refs: Sequence[str]) -> None: ...
+    def retag(self, source: str, target: str) -> None: ...
+    def remove_images(self, refs: Sequence[str]) -> None: ...
+    def pinned_by_pinctl(self) -> set[str]: ...
+    def pinctl_env(self) -> dict[str, str]: ...
+    def pinctl_args(self) -> list[str]: ...
 
 
 # --- node addresses ---------------------------------------------------------------------------
@@ -235,7 +269,7 @@ class FleetNode:
         if daemon.config_version >= 3:
             daemon.pinned_images = {"fleet": CONFIG_PINNED}
         self.daemon = daemon
-        with _pki_lock:  # openssl's -CAcreateserial shares one serial file
+        with pki_lock:  # openssl's -CAcreateserial shares one serial file
             kubeconfig = self.plane.node_kubeconfig(self.name)
         made = kubelet.Kubelet(
             self.base_dir / "kubelet", "unix:///run/containerd/containerd.sock", node_name=self.name,
@@ -286,6 +320,49 @@ class FleetNode:
     def load_images(self, recipes: list[images.ImageRecipe]) -> list[images.ImageInfo]:
         return images.load_images(self.containerd, self.base_dir / "work", recipes, cri.NAMESPACE)
 
+    # --- what every kind of node offers the fleet's tests (see :class:`NodeKind`) --------------
+
+    @property
+    def cri_address(self) -> str:
+        """The CRI socket the kubelet uses, as the host reaches it: containerd's own."""
+        return self.containerd.address
+
+    @property
+    def runtime_version_prefix(self) -> str:
+        return f"containerd://{self.engine.split('-')[1]}."
+
+    @property
+    def pin_namespace(self) -> str:
+        return cri.NAMESPACE
+
+    def prepare_agent(self, built: image_build.BuiltImage, name: str) -> None:
+        """pinctl's image under ``name`` alone (the archive's name removed: the content stays, held by the other)."""
+        image_build.import_image(self.containerd, built)
+        self.retag(built.name, name)
+        self.containerd.ctr("images", "rm", built.name)
+
+    def load_samples(self, refs: Sequence[str]) -> None:
+        self.load_images([images.recipe(ref, seed=ref) for ref in refs])
+
+    def retag(self, source: str, target: str) -> None:
+        """A second name for an image the node holds (``ctr images tag``), once the CRI lists it."""
+        self.containerd.ctr("images", "tag", "--force", source, target)
+        cri.wait_for_refs(self.cri_address, [target])
+
+    def remove_images(self, refs: Sequence[str]) -> None:
+        self.containerd.ctr("images", "rm", *refs, check=False)
+
+    def pinned_by_pinctl(self) -> set[str]:
+        """The references that carry pinctl's pin label in the CRI's namespace."""
+        return {row.ref for row in self.containerd.images(self.pin_namespace) if row.labels.get(PIN_LABEL) == "pinned"}
+
+    def pinctl_env(self) -> dict[str, str]:
+        """What points pinctl, run on the host, at this node's runtime (with :meth:`pinctl_args`)."""
+        return {"CONTAINERD_ADDRESS": self.containerd.address, "PINCTL_CONTAINERD_CONFIG": str(self.containerd.config_path)}
+
+    def pinctl_args(self) -> list[str]:
+        return ["-n", self.pin_namespace]
+
     def stop(self) -> None:
         """Kubelet, pods, containerd, namespace, filesystem, address: each step runs even if one before failed."""
         steps = []
@@ -316,7 +393,7 @@ def _cleanup_pods(daemon: NodeDaemon) -> None:
 class _Owner:
     """The thread that starts a node, then waits, then stops it (see :meth:`Fleet.start`)."""
 
-    def __init__(self, node: FleetNode) -> None:
+    def __init__(self, node: NodeKind) -> None:
         self.node = node
         self.started = threading.Event()
         self.stopping = threading.Event()
@@ -342,15 +419,22 @@ class Fleet:
     """Nodes of :data:`ENGINES` registered to ``plane``, started side by side."""
 
     plane: ControlPlane
-    nodes: list[FleetNode]
+    nodes: list[NodeKind]
     startup_seconds: float = 0.0
     _owners: list[_Owner] = dataclasses.field(default_factory=list)
 
     @classmethod
     def create(cls, plane: ControlPlane, base_dir: pathlib.Path, *, engines: Iterable[str] = ENGINES,
                sync_frequency: str = "1m") -> Fleet:
-        nodes = [FleetNode(engine, base_dir / f"node-{index}-{engine}", plane, sync_frequency)
-                 for index, engine in enumerate(engines)]
+        from tests.harness.cluster_docker_node import ENGINE as DOCKER, DockerFleetNode  # imports this module
+
+        nodes: list[NodeKind] = []
+        for index, engine in enumerate(engines):
+            directory = base_dir / f"node-{index}-{engine}"
+            if engine == DOCKER:
+                nodes.append(DockerFleetNode(directory, plane, sync_frequency))
+            else:
+                nodes.append(FleetNode(engine, directory, plane, sync_frequency))
         return cls(plane, nodes)
 
     def start(self) -> Fleet:
@@ -378,7 +462,7 @@ class Fleet:
             owner.thread.join()
         self._owners = []
 
-    def by_name(self) -> dict[str, FleetNode]:
+    def by_name(self) -> dict[str, NodeKind]:
         return {node.name: node for node in self.nodes}
 
 

@@ -61,6 +61,7 @@ NO_RUNTIME_EFFECT = {
     "enableServiceLinks": "false: no service variables",
     "nodeSelector": "scheduling",
     "tolerations": "scheduling",
+    "affinity": "scheduling",
     "priorityClassName": "scheduling and eviction",
     "imagePullPolicy": "the image is imported, never pulled",
 }

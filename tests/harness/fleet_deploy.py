@@ -18,30 +18,38 @@ import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import urllib.request
 from typing import Any
 
 import yaml
 
-from tests.harness import cri, image_build, images
-from tests.harness.cluster_nodes import FleetNode
+from tests.harness import cri, image_build
+from tests.harness.cluster_nodes import NodeKind
 from tests.harness.control_plane import ControlPlane
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes"
 NAMESPACE = "pinctl"
 NAME = "pinctl"
+# Each DaemonSet of the base and its file: containerd nodes, and those labelled for another runtime.
+DAEMONSETS = {"pinctl": "daemonset.yaml", "pinctl-cri-dockerd": "daemonset-cri-dockerd.yaml"}
 CONTAINER = "pinctl"
 CONFIGMAP = "pinctl-config"
 CONFIG_KEY = "config.toml"
-PIN_LABEL = "io.cri-containerd.pinned"
 METRICS_PORT = 9736
 # No proxy from the environment: every agent listens on a node address on lo.
 _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def base_daemonset() -> dict[str, Any]:
-    found: dict[str, Any] = yaml.safe_load((BASE / "daemonset.yaml").read_text())
+def daemonset_of(node: NodeKind) -> str:
+    """The DaemonSet whose agent runs on ``node``: the one its runtime's label selects."""
+    return "pinctl-cri-dockerd" if node.engine == "cri-dockerd" else NAME
+
+
+def base_daemonset(name: str = NAME) -> dict[str, Any]:
+    found: dict[str, Any] = yaml.safe_load((BASE / DAEMONSETS[name]).read_text())
     return found
 
 
@@ -74,13 +82,13 @@ class Overlay:
             "kind": "Kustomization",
             "resources": [os.path.relpath(BASE, self.directory)],
             "images": [{"name": base_image_name(), "newName": repository, "newTag": tag}],
-            "patches": [{"path": "daemonset-patch.yaml"}, {"path": "configmap-patch.yaml"}],
+            "patches": [*({"path": f"{name}-patch.yaml"} for name in DAEMONSETS), {"path": "configmap-patch.yaml"}],
         }
 
-    def daemonset_patch(self) -> dict[str, Any]:
-        """What this machine needs changed, as a strategic merge patch:
+    def daemonset_patch(self, name: str = NAME) -> dict[str, Any]:
+        """What this machine needs changed in DaemonSet ``name``, as a strategic merge patch:
 
-        * ``hostNetwork: true``: no CNI plugin here (the nodes' containerd has a loopback-only
+        * ``hostNetwork: true``: no CNI plugin here (the nodes' runtimes have a loopback-only
           conflist), so the pod shares its node's network, whose address is the node's own
           198.18.0.N on lo;
         * env ``POD_IP`` from ``status.podIP`` (a host-network pod's IP is its node's) and the
@@ -90,12 +98,12 @@ class Overlay:
           ``metrics`` and the kubelet probes the pod IP, so they follow unchanged. ``args`` is a
           list, which a strategic merge replaces whole: it is the base's with that one value changed.
         """
-        (container,) = base_daemonset()["spec"]["template"]["spec"]["containers"]
+        (container,) = base_daemonset(name)["spec"]["template"]["spec"]["containers"]
         args = list(container["args"])
         args[args.index("--metrics-address") + 1] = f"$(POD_IP):{METRICS_PORT}"
         env = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
         return {
-            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"template": {"spec": {"hostNetwork": True,
                                            "containers": [{"name": CONTAINER, "env": env, "args": args}]}}},
         }
@@ -106,48 +114,45 @@ class Overlay:
 
     def write(self) -> pathlib.Path:
         self.directory.mkdir(parents=True, exist_ok=True)
-        for name, document in (("kustomization.yaml", self.kustomization()),
-                               ("daemonset-patch.yaml", self.daemonset_patch()),
-                               ("configmap-patch.yaml", self.configmap())):
-            (self.directory / name).write_text(yaml.safe_dump(document, sort_keys=False))
+        documents = [("kustomization.yaml", self.kustomization()), ("configmap-patch.yaml", self.configmap())]
+        documents += [(f"{name}-patch.yaml", self.daemonset_patch(name)) for name in DAEMONSETS]
+        for file_name, document in documents:
+            (self.directory / file_name).write_text(yaml.safe_dump(document, sort_keys=False))
         return self.directory
 
 
 # --- what the nodes hold before the agents come --------------------------------------------------
 
 
-def tag(node: FleetNode, source: str, target: str) -> None:
-    """A second name for an image the node holds (``ctr images tag``), once the CRI lists it."""
-    node.containerd.ctr("images", "tag", "--force", source, target)
-    cri.wait_for_refs(node.containerd.address, [target])
-
-
-def prepare(node: FleetNode, built: image_build.BuiltImage, agent: str, samples: tuple[str, ...]) -> None:
-    """pinctl's image under the overlay's name ``agent`` alone (the archive's name removed: the
-    content stays, held by the other), and sample images named ``samples``."""
-    image_build.import_image(node.containerd, built)
-    tag(node, built.name, agent)
-    node.containerd.ctr("images", "rm", built.name)
-    node.load_images([images.recipe(ref, seed=ref) for ref in samples])
+def prepare(node: NodeKind, built: image_build.BuiltImage, agent: str, samples: tuple[str, ...]) -> None:
+    """pinctl's image under the overlay's name ``agent`` alone, and sample images named ``samples``."""
+    node.prepare_agent(built, agent)
+    node.load_samples(samples)
 
 
 # --- what the cluster says ------------------------------------------------------------------------
 
 
-def daemonset_status(plane: ControlPlane) -> dict[str, Any]:
-    found = plane.kubectl_json("-n", NAMESPACE, "get", "daemonset", NAME)
+def daemonset_status(plane: ControlPlane, name: str = NAME) -> dict[str, Any]:
+    found: dict[str, Any] = plane.kubectl_json("-n", NAMESPACE, "get", "daemonset", name)
     return found
 
 
 def rolled_out(plane: ControlPlane, nodes: int, image: str) -> bool:
-    """Every node runs a Ready pod of the current template, and the controller has seen that."""
-    found = daemonset_status(plane)
-    status = found.get("status", {})
-    (container,) = found["spec"]["template"]["spec"]["containers"]
-    return (container["image"] == image and status.get("observedGeneration") == found["metadata"]["generation"]
-            and status.get("desiredNumberScheduled") == nodes and status.get("numberReady") == nodes
-            and status.get("updatedNumberScheduled") == nodes and status.get("numberAvailable") == nodes
-            and not status.get("numberUnavailable"))
+    """Every node runs a Ready pod of its DaemonSet's current template, and each DaemonSet's
+    controller has seen that: the DaemonSets share the nodes out, one each."""
+    scheduled = 0
+    for name in DAEMONSETS:
+        found = daemonset_status(plane, name)
+        status = found.get("status", {})
+        (container,) = found["spec"]["template"]["spec"]["containers"]
+        wanted = status.get("desiredNumberScheduled", 0)
+        if not (container["image"] == image and status.get("observedGeneration") == found["metadata"]["generation"]
+                and status.get("numberReady") == wanted and status.get("updatedNumberScheduled", 0) == wanted
+                and status.get("numberAvailable", 0) == wanted and not status.get("numberUnavailable")):
+            return False
+        scheduled += wanted
+    return scheduled == nodes
 
 
 def agent_pods(plane: ControlPlane) -> list[dict[str, Any]]:
@@ -161,7 +166,7 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp")
 
 
-def pod_on(plane: ControlPlane, node: FleetNode) -> dict[str, Any]:
+def pod_on(plane: ControlPlane, node: NodeKind) -> dict[str, Any]:
     (pod,) = [pod for pod in agent_pods(plane) if pod["spec"].get("nodeName") == node.name
               and not pod["metadata"].get("deletionTimestamp")]
     return pod
@@ -180,16 +185,22 @@ def pod_messages(plane: ControlPlane, pod_name: str) -> list[dict[str, Any]]:
 # --- what the nodes say -------------------------------------------------------------------------
 
 
-def cri_pinned(node: FleetNode) -> dict[str, bool]:
-    """Each tag in the node's CRI, and whether the CRI reports it pinned (what the kubelet's GC reads)."""
-    return {tag: image.pinned for image in cri.list_images(node.containerd.address) for tag in image.repo_tags}
+def cri_pinned(node: NodeKind) -> dict[str, bool]:
+    """Each tag in the CRI the node's kubelet uses, and whether it reports it pinned (what the kubelet's GC reads)."""
+    return {tag: image.pinned for image in cri.list_images(node.cri_address) for tag in image.repo_tags}
 
 
-def labelled(node: FleetNode) -> set[str]:
-    return {row.ref for row in node.containerd.images() if row.labels.get(PIN_LABEL) == "pinned"}
+def ls_rows(node: NodeKind) -> dict[str, dict[str, Any]]:
+    """``pinctl ls -o json`` run on the host against the node's runtime, rows by reference."""
+    env = {**os.environ, **node.pinctl_env()}
+    env.pop("CONTAINERD_NAMESPACE", None)
+    done = subprocess.run([sys.executable, "-m", "pinctl", "ls", *node.pinctl_args(), "-o", "json"],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return {row["ref"]: row for row in json.loads(done.stdout)["images"]}
 
 
-def metrics(node: FleetNode, timeout: float = 5.0) -> str:
+def metrics(node: NodeKind, timeout: float = 5.0) -> str:
     with _LOOPBACK.open(f"http://{node.address}:{METRICS_PORT}/metrics", timeout=timeout) as reply:
         text: str = reply.read().decode(errors="replace")
     return text

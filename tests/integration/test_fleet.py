@@ -34,11 +34,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import cri, cri_pods, daemonset_pod, debs, fleet_deploy, image_build, images
-from tests.harness.cluster_nodes import CONFIG_PINNED, Fleet, FleetNode
+from tests.harness import cri, cri_pods, fleet_deploy, image_build
+from tests.harness.cluster_docker_node import DockerFleetNode
+from tests.harness.cluster_nodes import CONFIG_PINNED, Fleet, FleetNode, NodeKind
 from tests.harness.control_plane import ControlPlane
 from tests.harness.fleet_deploy import NAMESPACE, Overlay
-from tests.integration.pinctl_runner import pinctl_json
 
 pytestmark = pytest.mark.integration
 
@@ -103,16 +103,19 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, tail: Callab
 def test_kubectl_apply_puts_one_ready_pod_on_every_node(deployed: Deployed,
                                                         record_property: Callable[[str, object], None]) -> None:
     plane, nodes = deployed.plane, deployed.fleet.by_name()
-    status = fleet_deploy.daemonset_status(plane)["status"]
-    assert status["desiredNumberScheduled"] == status["numberReady"] == status["currentNumberScheduled"] == len(nodes)
+    daemonsets = {name: fleet_deploy.daemonset_status(plane, name) for name in fleet_deploy.DAEMONSETS}
+    for name, found in daemonsets.items():
+        status = found["status"]
+        wanted = sum(fleet_deploy.daemonset_of(node) == name for node in nodes.values())
+        assert status["desiredNumberScheduled"] == status["numberReady"] == status["currentNumberScheduled"] == wanted
     pods = [pod for pod in fleet_deploy.agent_pods(plane) if not pod["metadata"].get("deletionTimestamp")]
-    # One per node, made by the DaemonSet controller (its controller reference) ...
+    # One per node, made by that node's runtime's DaemonSet controller (its controller reference) ...
     assert sorted(pod["spec"]["nodeName"] for pod in pods) == sorted(nodes)
-    daemonset_uid = fleet_deploy.daemonset_status(plane)["metadata"]["uid"]
     for pod in pods:
         (owner,) = pod["metadata"]["ownerReferences"]
+        expected = fleet_deploy.daemonset_of(nodes[pod["spec"]["nodeName"]])
         assert (owner["kind"], owner["name"], owner["uid"], owner.get("controller")) == (
-            "DaemonSet", "pinctl", daemonset_uid, True)
+            "DaemonSet", expected, daemonsets[expected]["metadata"]["uid"], True)
         # ... bound by the scheduler: the controller asks for the node by affinity, not nodeName.
         terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert [field["values"] for term in terms["nodeSelectorTerms"] for field in term["matchFields"]] == [
@@ -123,11 +126,11 @@ def test_kubectl_apply_puts_one_ready_pod_on_every_node(deployed: Deployed,
         (container,) = pod["status"]["containerStatuses"]
         assert container["ready"] and container["restartCount"] == 0 and "running" in container["state"]
         assert pod["spec"]["containers"][0]["image"] == AGENT_V1
-        held = {tag: image.id for image in cri.list_images(node.containerd.address) for tag in image.repo_tags}
+        held = {tag: image.id for image in cri.list_images(node.cri_address) for tag in image.repo_tags}
         assert container["imageID"].rpartition("@")[2] == held[AGENT_V1] and container["image"] == AGENT_V1
         assert pod["status"]["podIP"] == pod["status"]["hostIP"] == node.address
         runtime = plane.kubectl_json("get", "node", node.name)["status"]["nodeInfo"]["containerRuntimeVersion"]
-        assert runtime.startswith(f"containerd://{node.engine.split('-')[1]}.")
+        assert runtime.startswith(node.runtime_version_prefix), runtime
     scheduled = {event["involvedObject"]["name"]: event for event in
                  plane.kubectl_json("-n", NAMESPACE, "get", "events", "--field-selector", "reason=Scheduled")["items"]}
     for pod in pods:
@@ -139,24 +142,28 @@ def test_kubectl_apply_puts_one_ready_pod_on_every_node(deployed: Deployed,
           f"DaemonSet ready {deployed.seconds}s after kubectl apply")
 
 
-def has_gc_figures(node: FleetNode) -> bool:
+def has_gc_figures(node: NodeKind) -> bool:
     return metric(node, "pinctl_image_fs_capacity_bytes") > 0
 
 
 def test_every_node_pins_the_policys_images(deployed: Deployed) -> None:
     for node in deployed.fleet.nodes:
-        def covered_pinned(node: FleetNode = node) -> bool:
+        def covered_pinned(node: NodeKind = node) -> bool:
             pinned = fleet_deploy.cri_pinned(node)
             return pinned.get(COVERED_GLOB) is True and pinned.get(COVERED_EXACT) is True
 
         wait_until(f"the policy's images pinned on {node.name}", covered_pinned, PIN_S)
         pinned = fleet_deploy.cri_pinned(node)
         assert pinned[NOT_COVERED] is False and pinned[AGENT_V1] is False
-        assert {COVERED_GLOB, COVERED_EXACT} <= fleet_deploy.labelled(node)
-        assert NOT_COVERED not in fleet_deploy.labelled(node)
-        rows = {row["ref"]: row for row in pinctl_json(node.containerd, "ls", "-n", "k8s.io")["images"]}
+        assert {COVERED_GLOB, COVERED_EXACT} <= node.pinned_by_pinctl()
+        assert NOT_COVERED not in node.pinned_by_pinctl()
+        rows = fleet_deploy.ls_rows(node)
         assert rows[COVERED_GLOB]["pinned"] and rows[COVERED_EXACT]["pinned"] and not rows[NOT_COVERED]["pinned"]
-        if node.containerd.config_version >= 3:
+        if isinstance(node, DockerFleetNode):
+            # The kubelet sees these pins through the proxy alone: cri-dockerd 0.4.3 reports none of them.
+            direct = {tag: image.pinned for image in cri.list_images(node.runtime_address) for tag in image.repo_tags}
+            assert not direct[COVERED_GLOB] and not direct[COVERED_EXACT]
+        if isinstance(node, FleetNode) and node.containerd.config_version >= 3:
             # containerd 2.1 pins its own config's entry; the agent's policy does not name it.
             assert pinned[CONFIG_PINNED] is True
             assert "containerd-config" in {reason["kind"] for reason in rows[CONFIG_PINNED]["reasons"]}
@@ -207,22 +214,22 @@ def apply_config(deployed: Deployed, config: str, *, keep: bool = True) -> float
     return time.monotonic()
 
 
-def config_volume(node: FleetNode, pod: dict[str, Any]) -> pathlib.Path:
+def config_volume(node: NodeKind, pod: dict[str, Any]) -> pathlib.Path:
     """The pod's ConfigMap volume as that node's kubelet keeps it (``..data`` and the key's link)."""
     (volume,) = [v["name"] for v in fleet_deploy.base_daemonset()["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
     return (node.running_kubelet.root_dir / "pods" / pod["metadata"]["uid"] / "volumes" / "kubernetes.io~configmap"
             / volume)
 
 
-def data_target(node: FleetNode, pod: dict[str, Any]) -> str:
+def data_target(node: NodeKind, pod: dict[str, Any]) -> str:
     return os.readlink(config_volume(node, pod) / "..data")
 
 
-def metric(node: FleetNode, name: str, **labels: str) -> float:
+def metric(node: NodeKind, name: str, **labels: str) -> float:
     return fleet_deploy.sample(fleet_deploy.metrics(node), name, **labels)
 
 
-def messages(deployed: Deployed, node: FleetNode) -> list[str]:
+def messages(deployed: Deployed, node: NodeKind) -> list[str]:
     pod = fleet_deploy.pod_on(deployed.plane, node)
     return [str(line.get("msg")) for line in fleet_deploy.pod_messages(deployed.plane, pod["metadata"]["name"])]
 
@@ -315,9 +322,9 @@ class Sampled:
     none_running: int = 0
 
 
-def sample_node(node: FleetNode, watched: set[str], old: set[str], into: Sampled) -> None:
+def sample_node(node: NodeKind, watched: set[str], old: set[str], into: Sampled) -> None:
     pinned = fleet_deploy.cri_pinned(node)
-    running = {c.id for c in cri_pods.list_containers(node.containerd.address)
+    running = {c.id for c in cri_pods.list_containers(node.cri_address)
                if c.name == fleet_deploy.CONTAINER and c.state == "running"}
     into.samples += 1
     into.lapses += [f"{ref} at {time.strftime('%H:%M:%S')}" for ref in sorted(watched) if not pinned.get(ref)]
@@ -334,12 +341,12 @@ def test_a_rolling_update_to_a_new_image_never_unpins(deployed: Deployed,
     a node has no agent (pinctl unpins nothing when it stops)."""
     plane, nodes = deployed.plane, deployed.fleet.nodes
     with futures.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        list(pool.map(lambda node: fleet_deploy.tag(node, AGENT_V1, AGENT_V2), nodes))
+        list(pool.map(lambda node: node.retag(AGENT_V1, AGENT_V2), nodes))
     watched = {ref for ref in (COVERED_GLOB, COVERED_EXACT, ADDED)
                if all(fleet_deploy.cri_pinned(node)[ref] for node in nodes)}
     assert {COVERED_GLOB, COVERED_EXACT} <= watched
     old_pods = {pod["metadata"]["uid"] for pod in fleet_deploy.agent_pods(plane)}
-    old = {c.id for node in nodes for c in cri_pods.list_containers(node.containerd.address)
+    old = {c.id for node in nodes for c in cri_pods.list_containers(node.cri_address)
            if c.name == fleet_deploy.CONTAINER and c.state == "running"}
     sampled = {node.name: Sampled() for node in nodes}
     stop = threading.Event()

@@ -1,16 +1,16 @@
 """Prometheus 3 finds the fleet's agents through the API server and the shipped alerts judge them (issue 33, item 4).
 
-The session's fleet (containerd 1.7 and 2.1 nodes registered to the control plane) runs the
+The session's fleet (containerd 1.7 and 2.1 nodes and a cri-dockerd one behind pinctl cri-proxy, registered to the control plane) runs the
 DaemonSet as ``kubectl apply -k`` of an overlay over deploy/kubernetes puts it there
 (tests/harness/fleet_deploy.py). The policy names two exact images: every node holds the first;
-the second, MISSING, is on the 1.7 node only. A Prometheus 3 built from its module runs
+the second, MISSING, is on every node but the 2.1 one. A Prometheus 3 built from its module runs
 deploy/kubernetes/prometheus/scrape.yaml's job as shipped (role pod, namespace pinctl, the same
 relabelling) with only what running outside the cluster needs added (the API server's address, its
 CA and a client certificate bound to get/list/watch pods) and a 1 s interval, and the shipped rules
 (monitoring/prometheusrule.yaml's spec) with one change: each ``for:`` is 1 s, since a test cannot
 wait 15 minutes. The expressions, labels and annotations are the shipped ones.
 
-Then: both agents are discovered and scraped, labelled by node; README's query for "which nodes
+Then: every agent is discovered and scraped, labelled by node; README's query for "which nodes
 lack image X, and why" names the 2.1 node alone, with state absent; PinctlPolicyImageNotKept fires
 there and nowhere else; once the image is imported on that node the agent pins it, the query
 comes back empty and the alert clears.
@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import fleet_deploy, image_build, images
-from tests.harness.cluster_nodes import Fleet, FleetNode
+from tests.harness import fleet_deploy, image_build
+from tests.harness.cluster_nodes import Fleet, NodeKind
 from tests.harness.fleet_deploy import Overlay
 from tests.harness.prometheus import Prometheus, cluster_identity, kubernetes_job, server_config, shipped_job
 from tests.unit.test_deploy_monitoring import monitoring_objects, rule_groups
@@ -58,14 +58,14 @@ def quick_rules() -> str:
     return yaml.safe_dump(groups)
 
 
-def holds_missing(node: FleetNode) -> bool:
-    return node.engine == "containerd-1.7"
+def holds_missing(node: NodeKind) -> bool:
+    return node.engine != "containerd-2.1"
 
 
 @pytest.fixture(scope="module")
 def deployed(fleet: Fleet, agent_image: image_build.BuiltImage,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    def prepare(node: FleetNode) -> None:
+    def prepare(node: NodeKind) -> None:
         fleet_deploy.prepare(node, agent_image, AGENT, (EVERYWHERE, MISSING) if holds_missing(node) else (EVERYWHERE,))
 
     with futures.ThreadPoolExecutor(max_workers=len(fleet.nodes)) as pool:
@@ -81,7 +81,7 @@ def deployed(fleet: Fleet, agent_image: image_build.BuiltImage,
     finally:
         plane.kubectl("delete", "-k", str(overlay.directory), "--wait=true", "--timeout=120s", check=False)
         for node in fleet.nodes:
-            node.containerd.ctr("images", "rm", MISSING, EVERYWHERE, check=False)
+            node.remove_images([MISSING, EVERYWHERE])
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_prometheus_finds_every_agent_and_the_alert_follows_the_missing_image(
 
     # The image arrives on that node: its agent pins it, the query empties and the alert clears.
     arrived = time.monotonic()
-    lacks.load_images([images.recipe(MISSING, seed=MISSING)])
+    lacks.load_samples([MISSING])
     server.wait_for(f"{MISSING} pinned on {lacks.name}",
                     lambda: fleet_deploy.cri_pinned(lacks).get(MISSING) is True, CHANGE_S)
     server.wait_for("README's query to come back empty", lambda: lacking(server) == [], CHANGE_S)

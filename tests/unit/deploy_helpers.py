@@ -124,6 +124,22 @@ def the(kind: str, docs: list[dict[str, Any]]) -> dict[str, Any]:
     return found[0]
 
 
+BASE_DAEMONSET = "pinctl"
+# The shipped DaemonSets' node label: the base runs where it is absent, each other DaemonSet where it names its runtime.
+RUNTIME_LABEL = "pinctl.io/runtime"
+
+
+def daemonsets(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = [doc for doc in docs if doc.get("kind") == "DaemonSet"]
+    assert found, "no DaemonSet"
+    return found
+
+
+def daemonset(name: str, docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [doc for doc in daemonsets(docs) if doc["metadata"]["name"] == name]
+    return found
+
+
 def container_of(daemonset: dict[str, Any]) -> dict[str, Any]:
     containers: list[dict[str, Any]] = daemonset["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1, "one container"

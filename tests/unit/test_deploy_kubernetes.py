@@ -26,8 +26,12 @@ from .deploy_helpers import (
     DEFAULT_SOCKET,
     KUBE,
     Parsed,
+    BASE_DAEMONSET,
+    RUNTIME_LABEL,
     check_watch_command,
     container_of,
+    daemonset,
+    daemonsets,
     has_registry_host,
     manifests,
     metrics_address,
@@ -52,9 +56,15 @@ def config_text(configmap: dict[str, Any]) -> str:
 
 
 def check_pod(docs: list[dict[str, Any]], parse: Callable[[list[str]], Parsed]) -> None:
-    daemonset = the("DaemonSet", docs)
-    pod = daemonset["spec"]["template"]["spec"]
-    container = container_of(daemonset)
+    """Every DaemonSet of the manifests, each on its own (:func:`check_agent`), then what they share."""
+    for each in daemonsets(docs):
+        check_agent(each, docs, parse)
+    check_node_selection(docs)
+
+
+def check_agent(agent: dict[str, Any], docs: list[dict[str, Any]], parse: Callable[[list[str]], Parsed]) -> None:
+    pod = agent["spec"]["template"]["spec"]
+    container = container_of(agent)
     argv = [*container.get("command", []), *container.get("args", [])]
     assert argv[:1] == ["pinctl"], f"the container runs {argv[:1]}"
     parsed = parse(argv[1:])
@@ -77,6 +87,12 @@ def check_pod(docs: list[dict[str, Any]], parse: Callable[[list[str]], Parsed]) 
     assert mounts[run].get("readOnly") is True, f"{run} is mounted writable"
     assert mounts[run].get("mountPropagation") == "HostToContainer", (
         f"{run} without HostToContainer holds on to the mounts of containers the node has removed")
+    endpoint = str(parsed.option("--runtime-endpoint") or "")
+    if endpoint:
+        # The CRI endpoint's directory too, read-only, for the same reason as the socket's.
+        runtime_run = os.path.dirname(endpoint.removeprefix("unix://"))
+        assert runtime_run in mounts, f"pinctl asks the CRI at {endpoint}, but {runtime_run} is not mounted"
+        assert mounts[runtime_run].get("readOnly") is True, f"{runtime_run} is mounted writable"
 
     config_path = parsed.option("--config")
     assert config_path, "the container gives no --config"
@@ -111,6 +127,37 @@ def check_pod(docs: list[dict[str, Any]], parse: Callable[[list[str]], Parsed]) 
     assert not has_registry_host(image), f"image {image} names a registry: leave it to the operator"
     assert ":" in image and not image.endswith(":latest"), f"image {image} needs a version tag"
     check_probes(container, metrics_address(parsed))
+
+
+def node_choice(agent: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(runtimes the DaemonSet takes by the label, runtimes it leaves out with NotIn)."""
+    pod = agent["spec"]["template"]["spec"]
+    taken = {pod.get("nodeSelector", {})[RUNTIME_LABEL]} if RUNTIME_LABEL in pod.get("nodeSelector", {}) else set()
+    terms = pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    left: set[str] = set()
+    for term in terms.get("nodeSelectorTerms", []):
+        for expression in term.get("matchExpressions", []):
+            if expression["key"] == RUNTIME_LABEL and expression["operator"] == "NotIn":
+                left |= set(expression["values"])
+    return taken, left
+
+
+def check_node_selection(docs: list[dict[str, Any]]) -> None:
+    """Each node gets one agent: the base where the runtime label is absent (or names no other
+    DaemonSet), each other DaemonSet exactly where the label names it; all share one pod shape."""
+    base = daemonset(BASE_DAEMONSET, docs)
+    base_taken, left_out = node_choice(base)
+    assert not base_taken, "the base DaemonSet must run on unlabelled (containerd) nodes"
+    others = [each for each in daemonsets(docs) if each is not base]
+    taken = [node_choice(each)[0] for each in others]
+    assert all(len(one) == 1 for one in taken), "each other DaemonSet selects one runtime by the label"
+    assert left_out == set().union(*taken), f"the base leaves out {sorted(left_out)}, the others take {taken}"
+    shared = ("securityContext", "resources", "ports", "livenessProbe", "readinessProbe", "image", "command")
+    for each in others:
+        for key in shared:
+            assert container_of(each).get(key) == container_of(base).get(key), f"{each['metadata']['name']}: {key} differs"
+        labels = each["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "pinctl", "the PodMonitor and the scrape job select every agent by name"
 
 
 def check_probes(container: dict[str, Any], address: tuple[str, int]) -> None:
@@ -183,11 +230,12 @@ def check_no_api_access(docs: list[dict[str, Any]]) -> None:
     "nothing from pinctl" holds only while this does."""
     kinds = sorted({doc["kind"] for doc in docs} & RBAC_KINDS)
     assert not kinds, f"the agent needs no API access, yet the manifests hold {kinds}"
-    pod = the("DaemonSet", docs)["spec"]["template"]["spec"]
-    assert pod.get("serviceAccountName", "default") == "default", "no service account of its own"
-    assert pod.get("automountServiceAccountToken") is False
-    volumes = [volume for volume in pod.get("volumes", []) if "projected" in volume or "secret" in volume]
-    assert not volumes, f"no token or secret volume, yet {volumes}"
+    for each in daemonsets(docs):
+        pod = each["spec"]["template"]["spec"]
+        assert pod.get("serviceAccountName", "default") == "default", "no service account of its own"
+        assert pod.get("automountServiceAccountToken") is False
+        volumes = [volume for volume in pod.get("volumes", []) if "projected" in volume or "secret" in volume]
+        assert not volumes, f"no token or secret volume, yet {volumes}"
 
 
 def test_the_agent_has_no_api_identity() -> None:
@@ -197,7 +245,7 @@ def test_the_agent_has_no_api_identity() -> None:
 @pytest.mark.parametrize("edit", ["rbac", "account", "projected"])
 def test_no_api_identity_check_fails(edit: str) -> None:
     docs = copy.deepcopy(objects())
-    pod = the("DaemonSet", docs)["spec"]["template"]["spec"]
+    pod = daemonset(BASE_DAEMONSET, docs)["spec"]["template"]["spec"]
     if edit == "rbac":
         docs.append({"kind": "ClusterRole", "metadata": {"name": "pinctl"}})
     elif edit == "account":
@@ -213,9 +261,30 @@ def test_no_api_identity_check_fails(edit: str) -> None:
 
 def _edited(edit: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]) -> list[dict[str, Any]]:
     docs = copy.deepcopy(objects())
-    daemonset = the("DaemonSet", docs)
-    edit(daemonset["spec"]["template"]["spec"], container_of(daemonset), the("ConfigMap", docs))
+    base = daemonset(BASE_DAEMONSET, docs)
+    edit(base["spec"]["template"]["spec"], container_of(base), the("ConfigMap", docs))
     return docs
+
+
+def _variant_edited(edit: Callable[[dict[str, Any], dict[str, Any]], None]) -> list[dict[str, Any]]:
+    docs = copy.deepcopy(objects())
+    (variant, *_) = [each for each in daemonsets(docs) if each["metadata"]["name"] != BASE_DAEMONSET]
+    edit(variant["spec"]["template"]["spec"], container_of(variant))
+    return docs
+
+
+VARIANT_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {
+    "label-unknown-to-base": lambda pod, c: pod["nodeSelector"].__setitem__(RUNTIME_LABEL, "gvisor"),
+    "no-label": lambda pod, c: pod["nodeSelector"].pop(RUNTIME_LABEL),
+    "other-limits": lambda pod, c: c["resources"]["limits"].__setitem__("memory", "1Gi"),
+    "runtime-endpoint-not-mounted": lambda pod, c: c["args"].extend(["-r", "unix:///run/elsewhere/cri.sock"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANT_EDITS))
+def test_variant_check_fails(name: str, parse: Callable[[list[str]], Parsed]) -> None:
+    with pytest.raises(AssertionError):
+        check_pod(_variant_edited(VARIANT_EDITS[name]), parse)
 
 
 POD_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]] = {
@@ -252,6 +321,7 @@ POD_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], 
     "no-liveness": lambda pod, c, cm: c.pop("livenessProbe"),
     "readiness-on-healthz": lambda pod, c, cm: c["readinessProbe"]["httpGet"].__setitem__("path", "/healthz"),
     "configmap-renamed": lambda pod, c, cm: cm["metadata"].__setitem__("name", "other"),
+    "other-runtimes-not-left-out": lambda pod, c, cm: pod.pop("affinity"),
 }
 
 

@@ -20,9 +20,12 @@ import yaml  # PyYAML: part of the test extras
 from pinctl.metrics import exposition as metrics
 
 from .deploy_helpers import (
+    BASE_DAEMONSET,
     KUBE,
     Parsed,
     container_of,
+    daemonset,
+    daemonsets,
     named_ports,
     objects,
     parse_fixture,  # noqa: F401  (the parse fixture)
@@ -56,15 +59,15 @@ def alert_rules(groups: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def check_monitoring(docs: list[dict[str, Any]], pod_docs: list[dict[str, Any]]) -> None:
-    daemonset = the("DaemonSet", pod_docs)
     namespace = the("Namespace", pod_docs)["metadata"]["name"]
     for doc in docs:
         assert doc["metadata"].get("namespace") == namespace, f"{doc['kind']} is not in {namespace}"
     monitor = the("PodMonitor", docs)["spec"]
-    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
     selector = monitor["selector"].get("matchLabels", {})
-    assert selector and selector.items() <= pod_labels.items(), f"selector {selector} misses the pods {pod_labels}"
-    ports = named_ports(container_of(daemonset))
+    for agent in daemonsets(pod_docs):  # every agent, whatever its node's runtime
+        pod_labels = agent["spec"]["template"]["metadata"]["labels"]
+        assert selector and selector.items() <= pod_labels.items(), f"selector {selector} misses the pods {pod_labels}"
+    ports = named_ports(container_of(daemonset(BASE_DAEMONSET, pod_docs)))
     for endpoint in monitor["podMetricsEndpoints"]:
         assert endpoint.get("port") in ports, f"PodMonitor scrapes port {endpoint.get('port')!r}, not one of {ports}"
         assert endpoint.get("path", "/metrics") == "/metrics"

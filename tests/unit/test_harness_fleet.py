@@ -92,14 +92,18 @@ def test_the_overlay_is_the_repositorys_base_with_three_changes(tmp_path: pathli
     (base,) = kustomization["resources"]
     assert (overlay.directory / base).resolve() == fleet_deploy.BASE.resolve()
     assert kustomization["images"] == [{"name": "pinctl", "newName": "example.test/pinctl/agent", "newTag": "fleet-1"}]
-    patch = yaml.safe_load((overlay.directory / "daemonset-patch.yaml").read_text())
-    spec = patch["spec"]["template"]["spec"]
-    assert spec["hostNetwork"] is True
-    (container,) = spec["containers"]
-    base_args = fleet_deploy.base_daemonset()["spec"]["template"]["spec"]["containers"][0]["args"]
-    changed = [(old, new) for old, new in zip(base_args, container["args"]) if old != new]
-    assert changed == [("0.0.0.0:9736", "$(POD_IP):9736")] and len(base_args) == len(container["args"])
-    assert container["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    assert [entry["path"] for entry in kustomization["patches"]] == [
+        *(f"{name}-patch.yaml" for name in fleet_deploy.DAEMONSETS), "configmap-patch.yaml"]
+    for name in fleet_deploy.DAEMONSETS:  # every DaemonSet of the base, each with the same three changes
+        patch = yaml.safe_load((overlay.directory / f"{name}-patch.yaml").read_text())
+        assert patch["metadata"]["name"] == name
+        spec = patch["spec"]["template"]["spec"]
+        assert spec["hostNetwork"] is True
+        (container,) = spec["containers"]
+        base_args = fleet_deploy.base_daemonset(name)["spec"]["template"]["spec"]["containers"][0]["args"]
+        changed = [(old, new) for old, new in zip(base_args, container["args"]) if old != new]
+        assert changed == [("0.0.0.0:9736", "$(POD_IP):9736")] and len(base_args) == len(container["args"])
+        assert container["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     config = yaml.safe_load((overlay.directory / "configmap-patch.yaml").read_text())
     assert config["data"]["config.toml"] == fleet_deploy.policy(["example.test/fleet/*"])
 

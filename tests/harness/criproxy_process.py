@@ -1,0 +1,52 @@
+"""``pinctl cri-proxy`` as a process of the tests: the CRI proxy tests, the periodic GC run's seed
+scenario and the fleet's cri-dockerd node."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.harness.containerd import ContainerdDaemon
+
+
+class ProxyProcess:
+    """`pinctl cri-proxy` as a process, on a short socket path (unix paths are limited to 108 bytes)."""
+
+    def __init__(self, daemon: ContainerdDaemon, upstream: str, *extra: str, env: dict[str, str] | None = None,
+                 listen: str | None = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="px", dir="/tmp")
+        self.path = listen or os.path.join(self.dir, "cri.sock")
+        self.log = Path(self.dir) / "proxy.log"
+        full_env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address,
+                    "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path), **(env or {})}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pinctl", "cri-proxy", "--listen", self.path, "-r", f"unix://{upstream}",
+                 *extra], stdout=subprocess.DEVNULL, stderr=log, env=full_env)
+
+    def wait_serving(self, timeout: float = 20.0) -> ProxyProcess:
+        deadline = time.monotonic() + timeout
+        while "serving the CRI" not in self.log.read_text():
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, self.log.read_text()
+            time.sleep(0.05)
+        return self
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            shutil.rmtree(self.dir, ignore_errors=True)
