@@ -30,7 +30,9 @@ it stay off the fleet, so other cluster tests' pods are never placed here (and n
 pinctl's DaemonSet tolerates every taint (``operator: Exists``). No CNI: pods run on the host
 network (containerd's loopback-only conflist reads as network-ready).
 
-:class:`Fleet` starts its nodes side by side (threads) and waits until every Node is Ready in the API.
+A node of another runtime offers the same :class:`NodeKind`: ``cluster_docker_node.DockerFleetNode``
+(Docker, cri-dockerd and ``pinctl cri-proxy``). :class:`Fleet` starts its nodes side by side
+(threads) and waits until every Node is Ready in the API.
 """
 
 from __future__ import annotations

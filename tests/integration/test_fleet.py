@@ -1,22 +1,27 @@
-"""pinctl's DaemonSet rolled out by Kubernetes itself, on nodes of two runtimes, with kubectl only (issue 33).
+"""pinctl's DaemonSets rolled out by Kubernetes itself, on nodes of three runtimes, with kubectl only (issue 33).
 
 The session's control plane (``control_plane``) and its fleet (``fleet``, tests/harness/
-cluster_nodes.py): a containerd 1.7 node (pins are labels) and a containerd 2.1 node (labels too,
-and a ``pinned_images`` entry of its own CRI config), each with its own kubelet registered to the
-API server, address on lo and mount namespace in which the shipped hostPaths (/run/containerd,
-/var/lib/containerd) are that node's. Into each node's containerd the test imports pinctl's image
-(built from the Containerfile, tests/harness/image_build.py) under the name the overlay gives it,
-and the policy's sample images; then ``kubectl apply -k`` of an overlay whose base is the
-repository's deploy/kubernetes (tests/harness/fleet_deploy.py says each change and why:
-kustomize's ``images:``, ``hostNetwork: true`` since there is no CNI, and the metrics address
-``$(POD_IP):9736`` from the downward API so the agents sharing this machine's network do not
-collide). Nothing else of the manifest is patched: the hostPaths, the security contexts, the
-probes, the token and the namespace are the shipped ones. The policy is a patch of the base's
-ConfigMap naming images present on the nodes.
+cluster_nodes.py): a containerd 1.7 node (pins are labels), a containerd 2.1 node (labels too,
+and a ``pinned_images`` entry of its own CRI config) and a Docker node (tests/harness/
+cluster_docker_node.py: cri-dockerd v0.4.3, which pins nothing but its sandbox image, behind
+``pinctl cri-proxy``, the kubelet pointed at the proxy, the node labelled
+``pinctl.io/runtime=cri-dockerd``), each with its own kubelet registered to the API server,
+address on lo and mount namespace in which the shipped hostPaths (/run/containerd,
+/var/lib/containerd, /run/pinctl, /var/lib/docker) are that node's. Into each node's runtime the
+test puts pinctl's image (built from the Containerfile, tests/harness/image_build.py) under the
+name the overlay gives it, and the policy's sample images; then ``kubectl apply -k`` of an
+overlay whose base is the repository's deploy/kubernetes (tests/harness/fleet_deploy.py says
+each change and why: kustomize's ``images:``, ``hostNetwork: true`` since there is no CNI, and
+the metrics address ``$(POD_IP):9736`` from the downward API so the agents sharing this
+machine's network do not collide). Nothing else of the manifests is patched: the node selection,
+the hostPaths, the security contexts, the probes, the token and the namespace are the shipped
+ones. The policy is a patch of the base's ConfigMap naming images present on the nodes.
 
-The DaemonSet controller makes the pods, the scheduler binds them, the kubelets run them and
-probe them; the test reads the cluster through kubectl, each node's pins through its containerd's
-CRI (``pinned``: what the kubelet's image GC honours), its labels and ``pinctl ls``.
+The DaemonSet controller makes the pods (``pinctl`` on the containerd nodes, ``pinctl-cri-dockerd``
+on the Docker node), the scheduler binds them, the kubelets run them and probe them; the test
+reads the cluster through kubectl, each node's pins through the CRI its kubelet uses (``pinned``:
+what the kubelet's image GC honours; on the Docker node, the proxy's answer, while cri-dockerd's
+own says unpinned), pinctl's own pins (labels in ``k8s.io``, or in ``moby``) and ``pinctl ls``.
 """
 
 from __future__ import annotations
@@ -187,9 +192,10 @@ def test_the_pods_have_no_token_and_the_manifest_no_rbac(deployed: Deployed) -> 
         (container,) = spec["containers"]
         mounts = {mount["mountPath"] for mount in container.get("volumeMounts", [])}
         assert not any(path.startswith("/var/run/secrets") for path in mounts), mounts
-    # What operators apply: a namespace, a ConfigMap, a DaemonSet; no account, role or binding.
+    # What operators apply: a namespace, a ConfigMap, a DaemonSet per runtime; no account, role or binding.
     rendered = [doc for doc in yaml.safe_load_all(plane.kubectl("kustomize", str(fleet_deploy.BASE)).stdout) if doc]
-    assert sorted(doc["kind"] for doc in rendered) == ["ConfigMap", "DaemonSet", "Namespace"]
+    assert sorted(doc["kind"] for doc in rendered) == sorted(
+        ["ConfigMap", "Namespace", *["DaemonSet"] * len(fleet_deploy.DAEMONSETS)])
     # And none is needed: nothing in the cluster grants the namespace's accounts anything, yet every pod is Ready.
     for kind in ("rolebindings", "clusterrolebindings"):
         bindings = plane.kubectl_json("get", kind, "-A")["items"]
