@@ -13,7 +13,9 @@ wait 15 minutes. The expressions, labels and annotations are the shipped ones.
 Then: every agent is discovered and scraped, labelled by node; README's query for "which nodes
 lack image X, and why" names the 2.1 node alone, with state absent; PinctlPolicyImageNotKept fires
 there and nowhere else; once the image is imported on that node the agent pins it, the query
-comes back empty and the alert clears.
+comes back empty and the alert clears. A broken ConfigMap applied with kubectl fires the shipped
+PinctlConfigReloadFailed on every node (the Docker node's agent too), the old policy's pins kept;
+the good one again clears it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ README_QUERY = f'pinctl_policy_images{{pattern="{MISSING}", state!="pinned"}} > 
 # pins (Checker.soon), else every --check-interval (60 s, the shipped default).
 ROLLOUT_S = 300.0
 CHANGE_S = 240.0
+RELOAD_ALERT = "PinctlConfigReloadFailed"
+# Not TOML: an unterminated array.
+BROKEN = 'pattern_dialect = "pinctl"\npinned_images = [\n  "example.test/fleet-prom/*",\n'
+# The deployed fleet's overlay, for a test that changes the ConfigMap.
+OVERLAYS: dict[int, Overlay] = {}
 
 
 def quick_rules() -> str:
@@ -72,6 +79,7 @@ def deployed(fleet: Fleet, agent_image: image_build.BuiltImage,
         list(pool.map(prepare, fleet.nodes))
     overlay = Overlay(tmp_path_factory.mktemp("overlay"), AGENT, fleet_deploy.policy([EVERYWHERE, MISSING]))
     overlay.write()
+    OVERLAYS[id(fleet)] = overlay
     plane = fleet.plane
     plane.kubectl("apply", "-k", str(overlay.directory))
     try:
@@ -90,8 +98,8 @@ def prometheus(deployed: Fleet, prometheus3: Callable[..., Prometheus]) -> Prome
     return prometheus3(server_config([job], [RULES_FILE]), {RULES_FILE: quick_rules()})
 
 
-def firing(server: Prometheus) -> list[dict[str, Any]]:
-    return [alert for alert in server.alerts() if alert["labels"].get("alertname") == ALERT
+def firing(server: Prometheus, name: str = ALERT) -> list[dict[str, Any]]:
+    return [alert for alert in server.alerts() if alert["labels"].get("alertname") == name
             and alert.get("state") == "firing"]
 
 
@@ -149,3 +157,38 @@ def test_prometheus_finds_every_agent_and_the_alert_follows_the_missing_image(
           f"after the image arrived on {lacks.name}")
     assert server.query(f'pinctl_policy_images{{pattern="{MISSING}", state="pinned"}} == 1')
     record_property("targets", sorted(targets))
+
+
+def apply_configmap(fleet: Fleet, config: str) -> None:
+    overlay = OVERLAYS[id(fleet)]
+    path = overlay.directory.parent / f"configmap-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump(overlay.configmap(config)))
+    fleet.plane.kubectl("apply", "-f", str(path))
+
+
+def test_a_broken_configmap_fires_the_reload_alert_on_every_node_until_mended(
+        deployed: Fleet, prometheus: Prometheus) -> None:
+    """``kubectl apply`` of a ConfigMap that is not TOML: every node's agent refuses it and keeps
+    its policy, and the shipped PinctlConfigReloadFailed fires on every node, evaluated by the
+    real Prometheus; the good ConfigMap again, and it clears everywhere."""
+    server, nodes = prometheus, deployed.by_name()
+    good = OVERLAYS[id(deployed)].config
+    server.wait_for("every node's agent discovered and up", lambda: sorted(
+        target["labels"].get("node", "") for target in server.targets() if target["health"] == "up") == sorted(nodes),
+        ROLLOUT_S)
+    pinned_before = {name: fleet_deploy.cri_pinned(node).get(EVERYWHERE) for name, node in nodes.items()}
+    assert all(pinned_before.values()), pinned_before
+    apply_configmap(deployed, BROKEN)
+    try:
+        def on_every_node() -> list[dict[str, Any]]:
+            found = firing(server, RELOAD_ALERT)
+            return found if sorted(alert["labels"].get("node", "") for alert in found) == sorted(nodes) else []
+
+        alerts = server.wait_for(f"{RELOAD_ALERT} firing on every node", on_every_node, CHANGE_S)
+        assert {alert["annotations"]["summary"] for alert in alerts} == {
+            f"pinctl on {name} could not read its changed config" for name in nodes}
+        # The policy in force stays the old one: its image is still pinned everywhere.
+        assert all(fleet_deploy.cri_pinned(node).get(EVERYWHERE) for node in nodes.values())
+    finally:
+        apply_configmap(deployed, good)
+    server.wait_for(f"{RELOAD_ALERT} cleared everywhere", lambda: firing(server, RELOAD_ALERT) == [], CHANGE_S)
