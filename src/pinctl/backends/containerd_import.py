@@ -127,13 +127,25 @@ class ContainerdImporter:
                 self._channel = None
                 self._stubs.clear()
 
+    def _hold(self, kind: str, name: str) -> None:
+        """Add a resource to the lease before looking it up: containerd's GC spares what a lease
+        holds, and an import uses what it finds stored without writing it (which would lease it)."""
+        from pinctl.proto import leases_pb2
+
+        if self.lease:
+            resource = leases_pb2.Resource(id=name, type=kind)
+            self._call("leases", "AddResource", leases_pb2.AddResourceRequest(id=self.lease, resource=resource))
+
     # -- content (the archive reader's BlobSink) -----------------------------------------
 
     def has(self, digest: str, size: int) -> bool:
+        """Whether the blob is stored with this size; held by the lease first, so that one found
+        (an image's leftover, which nothing may reference now) stays until the records refer to it."""
         import grpc
 
         from pinctl.proto import content_pb2
 
+        self._hold("content", digest)
         try:
             reply = self._stub("content").Info(content_pb2.InfoRequest(digest=digest), metadata=self._metadata(),
                                                timeout=self.timeout)
@@ -232,6 +244,7 @@ class ContainerdImporter:
 
         from pinctl.proto import snapshots_pb2
 
+        self._hold(f"snapshots/{self.snapshotter}", name)  # as has(): one found stays
         request = snapshots_pb2.StatSnapshotRequest(snapshotter=self.snapshotter, key=name)
         try:
             self._stub("snapshots").Stat(request, metadata=self._metadata(), timeout=self.timeout)

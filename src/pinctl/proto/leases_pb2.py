@@ -26,7 +26,7 @@ from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19pinctl/proto/leases.proto\x12\x1d\x63ontainerd.services.leases.v1\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x01\n\x05Lease\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12@\n\x06labels\x18\x03 \x03(\x0b\x32\x30.containerd.services.leases.v1.Lease.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x94\x01\n\rCreateRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12H\n\x06labels\x18\x03 \x03(\x0b\x32\x38.containerd.services.leases.v1.CreateRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\x0e\x43reateResponse\x12\x33\n\x05lease\x18\x01 \x01(\x0b\x32$.containerd.services.leases.v1.Lease\")\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04sync\x18\x02 \x01(\x08\x32\xbf\x01\n\x06Leases\x12\x65\n\x06\x43reate\x12,.containerd.services.leases.v1.CreateRequest\x1a-.containerd.services.leases.v1.CreateResponse\x12N\n\x06\x44\x65lete\x12,.containerd.services.leases.v1.DeleteRequest\x1a\x16.google.protobuf.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19pinctl/proto/leases.proto\x12\x1d\x63ontainerd.services.leases.v1\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x01\n\x05Lease\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12@\n\x06labels\x18\x03 \x03(\x0b\x32\x30.containerd.services.leases.v1.Lease.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x94\x01\n\rCreateRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12H\n\x06labels\x18\x03 \x03(\x0b\x32\x38.containerd.services.leases.v1.CreateRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\x0e\x43reateResponse\x12\x33\n\x05lease\x18\x01 \x01(\x0b\x32$.containerd.services.leases.v1.Lease\")\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04sync\x18\x02 \x01(\x08\"$\n\x08Resource\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\"[\n\x12\x41\x64\x64ResourceRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x39\n\x08resource\x18\x02 \x01(\x0b\x32\'.containerd.services.leases.v1.Resource2\x99\x02\n\x06Leases\x12\x65\n\x06\x43reate\x12,.containerd.services.leases.v1.CreateRequest\x1a-.containerd.services.leases.v1.CreateResponse\x12N\n\x06\x44\x65lete\x12,.containerd.services.leases.v1.DeleteRequest\x1a\x16.google.protobuf.Empty\x12X\n\x0b\x41\x64\x64Resource\x12\x31.containerd.services.leases.v1.AddResourceRequest\x1a\x16.google.protobuf.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,6 +49,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATERESPONSE']._serialized_end=525
   _globals['_DELETEREQUEST']._serialized_start=527
   _globals['_DELETEREQUEST']._serialized_end=568
-  _globals['_LEASES']._serialized_start=571
-  _globals['_LEASES']._serialized_end=762
+  _globals['_RESOURCE']._serialized_start=570
+  _globals['_RESOURCE']._serialized_end=606
+  _globals['_ADDRESOURCEREQUEST']._serialized_start=608
+  _globals['_ADDRESOURCEREQUEST']._serialized_end=699
+  _globals['_LEASES']._serialized_start=702
+  _globals['_LEASES']._serialized_end=983
 # @@protoc_insertion_point(module_scope)

@@ -55,3 +55,19 @@ class DeleteRequest(_message.Message):
     id: str
     sync: bool
     def __init__(self, id: _Optional[str] = ..., sync: bool = ...) -> None: ...
+
+class Resource(_message.Message):
+    __slots__ = ("id", "type")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    type: str
+    def __init__(self, id: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
+
+class AddResourceRequest(_message.Message):
+    __slots__ = ("id", "resource")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    resource: Resource
+    def __init__(self, id: _Optional[str] = ..., resource: _Optional[_Union[Resource, _Mapping]] = ...) -> None: ...
