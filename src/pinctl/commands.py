@@ -418,25 +418,25 @@ class WatchRequest:
     max_usage: Optional[float] = None
 
 
-def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn, warn: Callable[[str], None],
+def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn,
           served: Callable[[Watcher], ContextManager[None]]) -> int:
     """Keep the policy's pins true until SIGTERM or SIGINT; read_config is called again on
     SIGHUP and when the config's files change, and served(watcher) runs the metrics endpoint
-    beside it. warn says what opening the node notices (as every command does), log what the
-    watcher does. A namespace that does not exist yet is followed as empty (a fresh node)."""
+    beside it. log says what the watcher does and (warn_once) what opening the node notices."""
 
     from pinctl.gc.kubelet import read_gc_settings
     from pinctl.node import crio as crio_node
     from pinctl.node.sources import open_node, open_runtime
     from pinctl.pins.policy import compile_policy
     from pinctl.service.configfiles import watched_paths
-    from pinctl.watch.watcher import Watcher, WatchSetup
+    from pinctl.watch.watcher import Watcher, WatchSetup, warn_once
 
     first = read_config()
     refuse_empty_prune(compile_policy(first.patterns), SyncRequest(request.prune, False, request.allow_empty_policy,
                                                                    first.files))
     if request.kubelet_config:
         read_gc_settings(request.kubelet_config)  # a file named but unreadable is exit 2, now
+    warn = warn_once(log)
 
     def load() -> WatchSetup:
         cfg = read_config()

@@ -31,7 +31,7 @@ pinctl's DaemonSet tolerates every taint (``operator: Exists``). No CNI: pods ru
 network (containerd's loopback-only conflist reads as network-ready).
 
 A node of another runtime offers the same :class:`NodeKind`: ``cluster_docker_node.DockerFleetNode``
-(Docker, cri-dockerd and ``pinctl cri-proxy``). :class:`Fleet` starts its nodes side by side
+(Docker, cri-dockerd and ``pinctl cri-proxy``), ``cluster_crio_node.CrioFleetNode`` (CRI-O). :class:`Fleet` starts its nodes side by side
 (threads) and waits until every Node is Ready in the API.
 """
 
@@ -63,7 +63,7 @@ RUNTIME_LABEL = "pinctl.test/runtime"
 # their nodes by it (deploy/kubernetes, "Nodes of other runtimes").
 SHIPPED_RUNTIME_LABEL = "pinctl.io/runtime"
 PIN_LABEL = "io.cri-containerd.pinned"
-ENGINES = ("containerd-1.7", "containerd-2.1", "cri-dockerd")
+ENGINES = ("containerd-1.7", "containerd-2.1", "cri-dockerd", "cri-o")
 # The pinctl image unpacked (native snapshotter, ~200 MB, once more per container and per rollout).
 NODE_FS_BYTES = 2048 * 1024 * 1024
 # containerd 2.1's CRI config pins this one itself (pinned_images), beside its sandbox image.
@@ -76,9 +76,14 @@ HOLDER_READY_S = 60.0
 _ip_lock = threading.Lock()
 pki_lock = threading.Lock()
 
-# Runs in the new mount namespace: the binds in order, then sleeps holding the namespace.
+# Runs in the new mount namespace: the overlays (target=upper=work, the target its own lower),
+# the binds in order, then sleeps holding the namespace.
 HOLDER_SCRIPT = r"""
 set -eu
+for spec in $PINCTL_NODE_OVERLAYS; do
+  target=${spec%%=*}; rest=${spec#*=}
+  mount -t overlay overlay -o "lowerdir=$target,upperdir=${rest%%=*},workdir=${rest#*=}" "$target"
+done
 for pair in $PINCTL_NODE_BINDS; do mount --bind "${pair%%=*}" "${pair#*=}"; done
 for path in $PINCTL_NODE_SHARED; do mount --make-shared "$path"; done
 echo ready
@@ -92,7 +97,8 @@ class FleetError(RuntimeError):
 
 class NodeKind(Protocol):
     """What the fleet's tests use of a node, whatever its runtime: :class:`FleetNode` (containerd),
-    ``cluster_docker_node.DockerFleetNode`` (cri-dockerd behind pinctl cri-proxy)."""
+    ``cluster_docker_node.DockerFleetNode`` (cri-dockerd behind pinctl cri-proxy),
+    ``cluster_crio_node.CrioFleetNode`` (CRI-O)."""
 
     engine: str
     name: str
@@ -105,8 +111,6 @@ class NodeKind(Protocol):
     def cri_address(self) -> str: ...  # the kubelet's endpoint, as the host reaches it
     @property
     def runtime_version_prefix(self) -> str: ...  # of the Node's containerRuntimeVersion
-    @property
-    def pin_namespace(self) -> str: ...
 
     def start(self) -> NodeKind: ...
     def stop(self) -> None: ...
@@ -159,14 +163,19 @@ def node_name(address: str) -> str:
 
 
 class NodeNamespace:
-    """A mount namespace (a slave of the host's) held by a sleeping process, with ``binds`` made
-    in order and ``shared`` mount points made shared; others join it through :attr:`path`."""
+    """A mount namespace (a slave of the host's) held by a sleeping process, with ``overlays``
+    (target, upper, work: a writable layer over a host directory, so that a mount point can be made
+    in it without touching the host), then ``binds`` made in order and ``shared`` mount points made
+    shared; others join it through :attr:`path`."""
 
-    def __init__(self, binds: Sequence[tuple[pathlib.Path, str]], shared: Sequence[str]) -> None:
+    def __init__(self, binds: Sequence[tuple[pathlib.Path, str]], shared: Sequence[str],
+                 overlays: Sequence[tuple[str, pathlib.Path, pathlib.Path]] = ()) -> None:
         pairs = [f"{source}={target}" for source, target in binds]
-        if any(" " in pair or pair.count("=") != 1 for pair in pairs) or any(" " in path or "=" in path for path in shared):
-            raise FleetError(f"bind paths must not hold spaces or '=': {pairs}")
-        self._binds, self._shared = " ".join(pairs), " ".join(shared)
+        specs = [f"{target}={upper}={work}" for target, upper, work in overlays]
+        if (any(" " in pair or pair.count("=") != 1 for pair in pairs) or any(" " in path or "=" in path for path in shared)
+                or any(" " in spec or spec.count("=") != 2 or "," in spec for spec in specs)):
+            raise FleetError(f"mount paths must not hold spaces, '=' or ',': {pairs} {specs}")
+        self._binds, self._shared, self._overlays = " ".join(pairs), " ".join(shared), " ".join(specs)
         self._proc: Optional[subprocess.Popen[str]] = None
 
     @property
@@ -177,7 +186,7 @@ class NodeNamespace:
 
     def start(self) -> NodeNamespace:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PINCTL_NODE_BINDS": self._binds,
-               "PINCTL_NODE_SHARED": self._shared}
+               "PINCTL_NODE_SHARED": self._shared, "PINCTL_NODE_OVERLAYS": self._overlays}
         argv = dying_with_parent(["unshare", "--mount", "--propagation", "slave", "/bin/sh", "-c", HOLDER_SCRIPT,
                                   "node-ns"], "KILL")
         self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -428,13 +437,17 @@ class Fleet:
     @classmethod
     def create(cls, plane: ControlPlane, base_dir: pathlib.Path, *, engines: Iterable[str] = ENGINES,
                sync_frequency: str = "1m") -> Fleet:
-        from tests.harness.cluster_docker_node import ENGINE as DOCKER, DockerFleetNode  # imports this module
+        # Both import this module.
+        from tests.harness.cluster_crio_node import ENGINE as CRIO, CrioFleetNode
+        from tests.harness.cluster_docker_node import ENGINE as DOCKER, DockerFleetNode
 
         nodes: list[NodeKind] = []
         for index, engine in enumerate(engines):
             directory = base_dir / f"node-{index}-{engine}"
             if engine == DOCKER:
                 nodes.append(DockerFleetNode(directory, plane, sync_frequency))
+            elif engine == CRIO:
+                nodes.append(CrioFleetNode(directory, plane, sync_frequency))
             else:
                 nodes.append(FleetNode(engine, directory, plane, sync_frequency))
         return cls(plane, nodes)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
@@ -179,8 +180,27 @@ def cgroups_as_mounted(proc_cgroups: str = "/proc/cgroups", mounts: str = "/proc
     return "".join(lines) if changed else None
 
 
+@dataclasses.dataclass(frozen=True)
+class CrioView:
+    """Where crio finds its files, socket and storage, as its own mount namespace shows them."""
+
+    config: str
+    config_dir: str
+    root: str
+    runroot: str
+    listen: str
+
+
 class CrioDaemon:
-    """One crio process with every path under ``base_dir``, pulling from ``registry_host``."""
+    """One crio process with every path under ``base_dir``, pulling from ``registry_host``.
+
+    A subclass may run it elsewhere: :meth:`view` says where crio sees its paths, :meth:`argv`
+    how it is started, ``storage_driver`` and ``registry_prefixes`` what it stores with and
+    pulls from (``cluster_crio_node.NodeCrio``)."""
+
+    storage_driver = "vfs"
+    # Names under these pull from the loopback registry.
+    registry_prefixes: tuple[str, ...] = (DEFAULT_DOMAIN,)
 
     def __init__(
         self,
@@ -222,19 +242,19 @@ class CrioDaemon:
 
     def render_config(self) -> str:
         q = json.dumps
-        run, root, base = self.run_dir, self.root_dir, self.base_dir
+        run, root, base, seen = self.run_dir, self.root_dir, self.base_dir, self.view()
         lines = [
             "[crio]",
-            f"root = {q(str(root / 'storage'))}",
-            f"runroot = {q(str(run / 'storage'))}",
-            'storage_driver = "vfs"',
+            f"root = {q(seen.root)}",
+            f"runroot = {q(seen.runroot)}",
+            f"storage_driver = {q(self.storage_driver)}",
             f"log_dir = {q(str(base / 'pod-logs'))}",
             f"version_file = {q(str(run / 'version'))}",
             f"version_file_persist = {q(str(root / 'version'))}",
             f"clean_shutdown_file = {q(str(root / 'clean.shutdown'))}",
             "",
             "[crio.api]",
-            f"listen = {q(self.address)}",
+            f"listen = {q(seen.listen)}",
             'stream_address = "127.0.0.1"',
             'stream_port = "0"',
             "",
@@ -281,19 +301,19 @@ class CrioDaemon:
         ]
         return "\n".join(lines) + "\n"
 
+    def view(self) -> CrioView:
+        """The paths crio is given: the private ones under ``base_dir``."""
+        return CrioView(str(self.config_path), str(self.dropin_dir), str(self.root_dir / "storage"),
+                        str(self.run_dir / "storage"), self.address)
+
     def render_registries(self) -> str:
-        return "\n".join([
-            "unqualified-search-registries = []",
-            'short-name-mode = "enforcing"',
-            "",
+        lines = ["unqualified-search-registries = []", 'short-name-mode = "enforcing"', ""]
+        for prefix in self.registry_prefixes:
             # location, not a mirror: a pull that misses the loopback registry fails here
             # instead of falling back to the network.
-            "[[registry]]",
-            f"prefix = {json.dumps(DEFAULT_DOMAIN)}",
-            f"location = {json.dumps(self.registry_host)}",
-            "insecure = true",
-            "",
-        ])
+            lines += ["[[registry]]", f"prefix = {json.dumps(prefix)}", f"location = {json.dumps(self.registry_host)}",
+                      "insecure = true", ""]
+        return "\n".join(lines)
 
     def write_config(self) -> None:
         for path in (
@@ -306,9 +326,10 @@ class CrioDaemon:
         self.registries_conf.write_text(self.render_registries())
         self.policy_path.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}) + "\n")
         # containers/storage refuses a storage.conf without roots ("runroot must be set").
+        seen = self.view()
         (self.base_dir / "storage.conf").write_text(
-            f'[storage]\ndriver = "vfs"\nrunroot = {json.dumps(str(self.run_dir / "storage"))}\n'
-            f"graphroot = {json.dumps(str(self.root_dir / 'storage'))}\n"
+            f"[storage]\ndriver = {json.dumps(self.storage_driver)}\nrunroot = {json.dumps(seen.runroot)}\n"
+            f"graphroot = {json.dumps(seen.root)}\n"
         )
         (self.base_dir / "containers.conf").write_text("")
 
@@ -335,19 +356,23 @@ class CrioDaemon:
 
     # --- process ---------------------------------------------------------------------------
 
-    def argv(self) -> list[str]:
-        crio = [
+    def crio_argv(self) -> list[str]:
+        seen = self.view()
+        return [
             str(self.binary),
-            f"--config={self.config_path}",
-            f"--config-dir={self.dropin_dir}",
-            f"--root={self.root_dir / 'storage'}",
-            f"--runroot={self.run_dir / 'storage'}",
-            f"--listen={self.address}",
+            f"--config={seen.config}",
+            f"--config-dir={seen.config_dir}",
+            f"--root={seen.root}",
+            f"--runroot={seen.runroot}",
+            f"--listen={seen.listen}",
             f"--registries-conf={self.registries_conf}",
             f"--registries-conf-dir={self.base_dir / 'registries.conf.d'}",
             f"--log-level={self.log_level}",
         ]
-        return ["unshare", "--mount", "--propagation", "slave", "/bin/sh", "-c", NAMESPACE_SCRIPT, "crio-ns", *crio]
+
+    def argv(self) -> list[str]:
+        return ["unshare", "--mount", "--propagation", "slave", "/bin/sh", "-c", NAMESPACE_SCRIPT, "crio-ns",
+                *self.crio_argv()]
 
     def _namespace_binds(self) -> str:
         pairs = []

@@ -34,7 +34,10 @@ BASE = ROOT / "deploy" / "kubernetes"
 NAMESPACE = "pinctl"
 NAME = "pinctl"
 # Each DaemonSet of the base and its file: containerd nodes, and those labelled for another runtime.
-DAEMONSETS = {"pinctl": "daemonset.yaml", "pinctl-cri-dockerd": "daemonset-cri-dockerd.yaml"}
+DAEMONSETS = {"pinctl": "daemonset.yaml", "pinctl-cri-dockerd": "daemonset-cri-dockerd.yaml",
+              "pinctl-crio": "daemonset-crio.yaml"}
+# The DaemonSet of each node that is not a containerd one, by the node's runtime.
+DAEMONSET_BY_RUNTIME = {"cri-dockerd": "pinctl-cri-dockerd", "cri-o": "pinctl-crio"}
 CONTAINER = "pinctl"
 CONFIGMAP = "pinctl-config"
 CONFIG_KEY = "config.toml"
@@ -45,7 +48,7 @@ _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def daemonset_of(node: NodeKind) -> str:
     """The DaemonSet whose agent runs on ``node``: the one its runtime's label selects."""
-    return "pinctl-cri-dockerd" if node.engine == "cri-dockerd" else NAME
+    return DAEMONSET_BY_RUNTIME.get(node.engine, NAME)
 
 
 def base_daemonset(name: str = NAME) -> dict[str, Any]:

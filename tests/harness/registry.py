@@ -96,6 +96,12 @@ class Registry:
         return info
 
 
+    def copy_in(self, source: str, path: str, timeout: float = 600.0) -> None:
+        """skopeo copy of ``source`` (``oci-archive:FILE`` of one image, or ``docker://`` a name of this
+        registry) to ``path`` (``repository:tag``) here, layers as they are."""
+        subprocess.run([SKOPEO_BIN, "copy", "--quiet", "--src-tls-verify=false", "--dest-tls-verify=false", source,
+                        f"docker://{self.host}/{path}"], check=True, capture_output=True, timeout=timeout)
+
     def push_runnable(self, work: pathlib.Path, recipe: runnable.RunnableRecipe) -> images.ImageInfo:
         """A runnable image (busybox and its payload, uncompressed) copied to its one reference here."""
         (ref,) = recipe.refs

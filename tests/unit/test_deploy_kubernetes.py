@@ -44,6 +44,10 @@ from .deploy_helpers import (
 CONFIG_MAP = "pinctl-config"
 METRICS_PORT = "metrics"
 CONFIG_KEY = "config.toml"
+# CRI-O's agent talks to no containerd: its pins are CRI-O's files, which pinctl's drop-in joins
+# (written below /etc/crio), and a SIGHUP to the crio process, found in the node's PID namespace.
+CRIO = "cri-o"
+CRIO_ETC = "/etc/crio"
 
 
 # -- Kubernetes ---------------------------------------------------------------------------
@@ -77,17 +81,14 @@ def check_agent(agent: dict[str, Any], docs: list[dict[str, Any]], parse: Callab
     used = {mount["name"] for mount in mounts.values()}
     assert not set(volumes) - used, f"volumes mounted nowhere: {sorted(set(volumes) - used)}"
 
-    # The socket's directory is mounted, so that a restarted containerd's new socket shows.
-    socket = str(parsed.option("--address") or DEFAULT_SOCKET)
-    run = os.path.dirname(socket)
-    assert run in mounts, f"pinctl talks to {socket}, but its directory {run} is not mounted"
-    host = volumes[mounts[run]["name"]].get("hostPath")
-    assert host and host.get("type") == "Directory", f"{run} is not a hostPath of type Directory"
-    assert host["path"] == run, f"hostPath {host['path']} is mounted at {run}"
-    assert mounts[run].get("readOnly") is True, f"{run} is mounted writable"
-    assert mounts[run].get("mountPropagation") == "HostToContainer", (
-        f"{run} without HostToContainer holds on to the mounts of containers the node has removed")
+    runtime = node_choice(agent)[0]
     endpoint = str(parsed.option("--runtime-endpoint") or "")
+    if CRIO in runtime:
+        check_crio_agent(pod, mounts, volumes, endpoint)
+    else:
+        # The socket's directory is mounted, so that a restarted containerd's new socket shows.
+        check_socket_directory(str(parsed.option("--address") or DEFAULT_SOCKET), mounts, volumes)
+        assert not pod.get("hostPID"), "hostPID is not needed: pinctl signals no process here"
     if endpoint:
         # The CRI endpoint's directory too, read-only, for the same reason as the socket's.
         runtime_run = os.path.dirname(endpoint.removeprefix("unix://"))
@@ -107,7 +108,7 @@ def check_agent(agent: dict[str, Any], docs: list[dict[str, Any]], parse: Callab
     config_text(the("ConfigMap", docs))
 
     assert pod.get("automountServiceAccountToken") is False, "pinctl needs no API access: no token"
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
+    for key in ("hostNetwork", "hostIPC"):
         assert not pod.get(key), f"{key} is not needed"
     security = container.get("securityContext", {})
     assert security.get("readOnlyRootFilesystem") is True
@@ -127,6 +128,30 @@ def check_agent(agent: dict[str, Any], docs: list[dict[str, Any]], parse: Callab
     assert not has_registry_host(image), f"image {image} names a registry: leave it to the operator"
     assert ":" in image and not image.endswith(":latest"), f"image {image} needs a version tag"
     check_probes(container, metrics_address(parsed))
+
+
+def check_socket_directory(socket: str, mounts: dict[str, Any], volumes: dict[str, Any]) -> None:
+    """The socket's directory from the node, at its own path, read-only, following new mounts."""
+    run = os.path.dirname(socket)
+    assert run in mounts, f"pinctl talks to {socket}, but its directory {run} is not mounted"
+    host = volumes[mounts[run]["name"]].get("hostPath")
+    assert host and host.get("type") == "Directory", f"{run} is not a hostPath of type Directory"
+    assert host["path"] == run, f"hostPath {host['path']} is mounted at {run}"
+    assert mounts[run].get("readOnly") is True, f"{run} is mounted writable"
+    assert mounts[run].get("mountPropagation") == "HostToContainer", (
+        f"{run} without HostToContainer holds on to the mounts of containers the node has removed")
+
+
+def check_crio_agent(pod: dict[str, Any], mounts: dict[str, Any], volumes: dict[str, Any], endpoint: str) -> None:
+    """CRI-O's agent: its socket's directory as the containerd one's, /etc/crio writable at its own
+    path (pinctl's drop-in), and the node's PID namespace (the SIGHUP)."""
+    assert endpoint, "a CRI-O agent names CRI-O's socket with -r"
+    check_socket_directory(endpoint.removeprefix("unix://"), mounts, volumes)
+    assert CRIO_ETC in mounts, f"pinctl writes its drop-in below {CRIO_ETC}, which is not mounted"
+    host = volumes[mounts[CRIO_ETC]["name"]].get("hostPath")
+    assert host and host["path"] == CRIO_ETC and host.get("type") == "Directory", f"{CRIO_ETC} is not the node's"
+    assert not mounts[CRIO_ETC].get("readOnly"), f"{CRIO_ETC} is read-only: pinctl cannot write its drop-in"
+    assert pod.get("hostPID") is True, "without hostPID pinctl cannot find crio to make it re-read its files"
 
 
 def node_choice(agent: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -266,25 +291,38 @@ def _edited(edit: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], Non
     return docs
 
 
-def _variant_edited(edit: Callable[[dict[str, Any], dict[str, Any]], None]) -> list[dict[str, Any]]:
+def _variant_edited(name: str, edit: Callable[[dict[str, Any], dict[str, Any]], None]) -> list[dict[str, Any]]:
     docs = copy.deepcopy(objects())
-    (variant, *_) = [each for each in daemonsets(docs) if each["metadata"]["name"] != BASE_DAEMONSET]
+    variant = daemonset(name, docs)
     edit(variant["spec"]["template"]["spec"], container_of(variant))
     return docs
 
 
-VARIANT_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {
-    "label-unknown-to-base": lambda pod, c: pod["nodeSelector"].__setitem__(RUNTIME_LABEL, "gvisor"),
-    "no-label": lambda pod, c: pod["nodeSelector"].pop(RUNTIME_LABEL),
-    "other-limits": lambda pod, c: c["resources"]["limits"].__setitem__("memory", "1Gi"),
-    "runtime-endpoint-not-mounted": lambda pod, c: c["args"].extend(["-r", "unix:///run/elsewhere/cri.sock"]),
+def _mount(container: dict[str, Any], path: str) -> dict[str, Any]:
+    (found,) = [mount for mount in container["volumeMounts"] if mount["mountPath"] == path]
+    return found
+
+
+DOCKER_AGENT, CRIO_AGENT = "pinctl-cri-dockerd", "pinctl-crio"
+VARIANT_EDITS: dict[str, tuple[str, Callable[[dict[str, Any], dict[str, Any]], None]]] = {
+    "label-unknown-to-base": (DOCKER_AGENT, lambda pod, c: pod["nodeSelector"].__setitem__(RUNTIME_LABEL, "gvisor")),
+    "no-label": (DOCKER_AGENT, lambda pod, c: pod["nodeSelector"].pop(RUNTIME_LABEL)),
+    "other-limits": (DOCKER_AGENT, lambda pod, c: c["resources"]["limits"].__setitem__("memory", "1Gi")),
+    "runtime-endpoint-not-mounted": (DOCKER_AGENT,
+                                     lambda pod, c: c["args"].extend(["-r", "unix:///run/elsewhere/cri.sock"])),
+    "docker-host-pid": (DOCKER_AGENT, lambda pod, c: pod.__setitem__("hostPID", True)),
+    "crio-no-host-pid": (CRIO_AGENT, lambda pod, c: pod.pop("hostPID")),
+    "crio-etc-read-only": (CRIO_AGENT, lambda pod, c: _mount(c, CRIO_ETC).__setitem__("readOnly", True)),
+    "crio-etc-elsewhere": (CRIO_AGENT, lambda pod, c: _mount(c, CRIO_ETC).__setitem__("mountPath", "/etc/crio-site")),
+    "crio-socket-writable": (CRIO_AGENT, lambda pod, c: _mount(c, "/run/crio").__setitem__("readOnly", False)),
+    "crio-label-other": (CRIO_AGENT, lambda pod, c: pod["nodeSelector"].__setitem__(RUNTIME_LABEL, "crio")),
 }
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_EDITS))
 def test_variant_check_fails(name: str, parse: Callable[[list[str]], Parsed]) -> None:
     with pytest.raises(AssertionError):
-        check_pod(_variant_edited(VARIANT_EDITS[name]), parse)
+        check_pod(_variant_edited(*VARIANT_EDITS[name]), parse)
 
 
 POD_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]] = {

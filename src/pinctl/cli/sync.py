@@ -112,11 +112,10 @@ def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFor
 def _watch(ctx: click.Context, request: WatchRequest, log_format: str, check_interval: float) -> int:
     from pinctl import commands
     from pinctl.metrics import serve
-    from pinctl.render import output
     from pinctl.render.log import Log
 
     log = Log(log_format)
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")
-    return commands.watch(lambda: load_config(ctx), request, log, output.warn,
+    return commands.watch(lambda: load_config(ctx), request, log,
                           lambda watcher: serve.watcher_metrics(address, source, watcher, log, check_interval))

@@ -319,6 +319,20 @@ class Watcher:
                 self.log("error", "failed", namespace=r.namespace, ref=r.ref, error=r.error or "")
 
 
+def warn_once(log: LogFn) -> Callable[[str], None]:
+    """What opening the node notices, logged as a warning the first time only: the watcher opens
+    the node again at every sync and check, and a fleet's one policy can name what a runtime
+    ignores (namespaces on CRI-O), which is worth a line, not one a minute."""
+    noticed: set[str] = set()
+
+    def warn(note: str) -> None:
+        if note not in noticed:
+            noticed.add(note)
+            log("warning", note)
+
+    return warn
+
+
 def _error_kind(err: PinctlError) -> SyncError:
     if isinstance(err, _StreamEnded):
         return SYNC_STREAM_ENDED
