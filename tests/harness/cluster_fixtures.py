@@ -64,8 +64,8 @@ FLEET_SYNC_FREQUENCY = "10s"
 
 @pytest.fixture(scope="session")
 def fleet(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """Nodes of containerd 1.7 and 2.1 and a Docker node behind pinctl cri-proxy, registered to the
-    session's control plane, each Ready."""
+    """Nodes of containerd 1.7 and 2.1, a Docker node behind pinctl cri-proxy and a CRI-O node,
+    registered to the session's control plane, each Ready."""
     made = Fleet.create(control_plane, tmp_path_factory.mktemp("fleet"), sync_frequency=FLEET_SYNC_FREQUENCY)
     try:
         made.start()

@@ -1,6 +1,6 @@
 """Prometheus 3 finds the fleet's agents through the API server and the shipped alerts judge them (issue 33, item 4).
 
-The session's fleet (containerd 1.7 and 2.1 nodes and a cri-dockerd one behind pinctl cri-proxy, registered to the control plane) runs the
+The session's fleet (containerd 1.7 and 2.1 nodes, a cri-dockerd one behind pinctl cri-proxy and a CRI-O one, registered to the control plane) runs the
 DaemonSet as ``kubectl apply -k`` of an overlay over deploy/kubernetes puts it there
 (tests/harness/fleet_deploy.py). The policy names two exact images: every node holds the first;
 the second, MISSING, is on every node but the 2.1 one. A Prometheus 3 built from its module runs
@@ -14,7 +14,7 @@ Then: every agent is discovered and scraped, labelled by node; README's query fo
 lack image X, and why" names the 2.1 node alone, with state absent; PinctlPolicyImageNotKept fires
 there and nowhere else; once the image is imported on that node the agent pins it, the query
 comes back empty and the alert clears. A broken ConfigMap applied with kubectl fires the shipped
-PinctlConfigReloadFailed on every node (the Docker node's agent too), the old policy's pins kept;
+PinctlConfigReloadFailed on every node (the Docker and CRI-O nodes' agents too), the old policy's pins kept;
 the good one again clears it.
 """
 
