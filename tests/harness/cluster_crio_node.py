@@ -272,10 +272,9 @@ class CrioFleetNode:
         return {name for name in names if any(crio_matches(item, name) for item in items)}
 
     def pinctl_env(self) -> dict[str, str]:
-        """pinctl on the host: crio's socket, and its files at the host's path to them (crio's
-        own paths are in the node's mount namespace)."""
-        return {"CONTAINER_RUNTIME_ENDPOINT": self.running_crio.endpoint,
-                "PINCTL_CRIO_CONFIG": str(self.running_crio.config_path)}
+        """pinctl on the host: crio's socket alone. crio's /etc/crio is the node's (its mount
+        namespace), which pinctl reaches through /proc/PID/root."""
+        return {"CONTAINER_RUNTIME_ENDPOINT": self.running_crio.endpoint}
 
     def pinctl_args(self) -> list[str]:
         return []

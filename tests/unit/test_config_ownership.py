@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
 from typing import Any
 
 import pytest
 
 from pinctl.config import files as config_files
 from pinctl.config import loader as config
+from pinctl.node import crio as crio_node
 
 from .config_helpers import (
     NOBODY,
@@ -228,3 +230,27 @@ def test_writable_directories_do_not_matter_when_not_root(tmp_path: pathlib.Path
     main.parent.chmod(0o777)
     tmp_path.chmod(0o777)
     assert texts(load(main)) == ["registry.example/a", "registry.example/b"]
+
+
+@needs_root
+def test_a_path_through_another_processs_root_is_read_in_its_mount_namespace(tmp_path: pathlib.Path,
+                                                                            as_root: None) -> None:
+    """CRI-O in a mount namespace of its own (a node's, a unit's private mounts): its /etc/crio is
+    not the host's, and /proc/PID/root reaches it, which a walk that read the link ("/") missed."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o755)
+    script = f"mount -t tmpfs -o mode=0755 none {private} && printf x > {private}/crio.conf && echo ready && exec sleep 60"
+    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        assert not (private / "crio.conf").exists()  # not in this namespace
+        seen = config_files._walk(f"/proc/{holder.pid}/root{private}/crio.conf")
+        assert seen is not None and seen.st_size == 1
+        assert crio_node._in_root(holder.pid, "/etc/crio/crio.conf") == f"/proc/{holder.pid}/root/etc/crio/crio.conf"
+        assert crio_node._in_root(os.getpid(), "/etc/crio/crio.conf") == "/etc/crio/crio.conf"
+        # A path that is the same file on both sides keeps its plain name (what the operator knows).
+        assert crio_node._in_root(holder.pid, str(tmp_path)) == str(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()

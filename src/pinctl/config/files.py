@@ -59,10 +59,14 @@ def _same_file(path: str, looked: os.stat_result, opened: os.stat_result, guard:
         raise ConfigError(f"{path} changed while pinctl read it", "run pinctl again")
 
 
+_PROCESS_ROOT = re.compile(r"/proc/[0-9]+/root")
+
+
 def _walk(path: str) -> Optional[os.stat_result]:
     """lstat of what path names after following its symlinks, or None when it does not exist;
     a ConfigError when a directory looked in on the way is not root's alone."""
-    here, here_st = "/", os.lstat("/")
+    root = here = "/"
+    here_st = os.lstat("/")
     absolute = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     pending = list(reversed(absolute.split("/")))
     found, links = here_st, 0
@@ -71,8 +75,8 @@ def _walk(path: str) -> Optional[os.stat_result]:
         if name in ("", "."):
             continue
         if name == "..":
-            here = os.path.dirname(here)
-            here_st = found = os.lstat(here)
+            here = here if here == root else os.path.dirname(here)
+            here_st = found = os.stat(here)
             continue
         entry = os.path.join(here, name)
         try:
@@ -81,14 +85,19 @@ def _walk(path: str) -> Optional[os.stat_result]:
             _check_directory(path, here, here_st, entry, None)
             return None
         _check_directory(path, here, here_st, entry, found)
-        if stat.S_ISLNK(found.st_mode):
+        if stat.S_ISLNK(found.st_mode) and _PROCESS_ROOT.match(entry):
+            # Another process's root, in its own mount namespace (node.crio reads CRI-O's files
+            # so): its readlink says only "/", so the walk goes on through the link itself.
+            root = here = entry
+            here_st = found = os.stat(entry)
+        elif stat.S_ISLNK(found.st_mode):
             links += 1
             if links > _MAX_SYMLINKS:
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
             target = os.readlink(entry)
             pending += reversed(target.split("/"))
             if target.startswith("/"):
-                here, here_st = "/", os.lstat("/")
+                here, here_st = root, os.stat(root)
         elif pending and not stat.S_ISDIR(found.st_mode):
             raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
         else:
