@@ -266,7 +266,8 @@ class DockerFleetNode:
 
     def pinctl_env(self) -> dict[str, str]:
         return {"CONTAINERD_ADDRESS": self.containerd.address, "DOCKER_HOST": self.running_docker.host,
-                "PINCTL_CONTAINERD_CONFIG": str(self.containerd.config_path)}
+                "PINCTL_CONTAINERD_CONFIG": str(self.containerd.config_path),
+                "CONTAINER_RUNTIME_ENDPOINT": f"unix://{self.cri_address}"}  # the kubelet's: the proxy
 
     def pinctl_args(self) -> list[str]:
         return ["-n", MOBY]

@@ -193,14 +193,21 @@ def cri_pinned(node: NodeKind) -> dict[str, bool]:
     return {tag: image.pinned for image in cri.list_images(node.cri_address) for tag in image.repo_tags}
 
 
-def ls_rows(node: NodeKind) -> dict[str, dict[str, Any]]:
-    """``pinctl ls -o json`` run on the host against the node's runtime, rows by reference."""
+def pinctl_json(node: NodeKind, *args: str, codes: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    """``pinctl ARGS -o json`` run on the host against the node's runtime (which runs in the
+    node's mount namespace), its document."""
     env = {**os.environ, **node.pinctl_env()}
     env.pop("CONTAINERD_NAMESPACE", None)
-    done = subprocess.run([sys.executable, "-m", "pinctl", "ls", *node.pinctl_args(), "-o", "json"],
+    done = subprocess.run([sys.executable, "-m", "pinctl", *args, *node.pinctl_args(), "-o", "json"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    return {row["ref"]: row for row in json.loads(done.stdout)["images"]}
+    assert done.returncode in codes, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+def ls_rows(node: NodeKind) -> dict[str, dict[str, Any]]:
+    """``pinctl ls -o json`` on the host, rows by reference."""
+    return {row["ref"]: row for row in pinctl_json(node, "ls")["images"]}
 
 
 def metrics(node: NodeKind, timeout: float = 5.0) -> str:

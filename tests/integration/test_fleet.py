@@ -187,6 +187,10 @@ def test_every_node_pins_the_policys_images(deployed: Deployed) -> None:
         wait_until(f"the GC figures of {node.name}", functools.partial(has_gc_figures, node), PIN_S + 90,
                    functools.partial(fleet_deploy.metrics, node))
         assert metric(node, "pinctl_check_errors_total", part="gc") == 0
+        # gc plan on the host reads the same filesystem as the agent in its pod: the runtime's
+        # image store is the node's (its mount namespace), not what the host has at that path.
+        plan = fleet_deploy.pinctl_json(node, "gc", "plan", codes=(0, 1))["gc"]
+        assert plan["filesystem"]["capacity_bytes"] == metric(node, "pinctl_image_fs_capacity_bytes"), plan
     for node in deployed.fleet.nodes:
         messages = [line.get("msg") for line in fleet_deploy.pod_messages(deployed.plane,
                                                                           fleet_deploy.pod_on(deployed.plane, node)["metadata"]["name"])]

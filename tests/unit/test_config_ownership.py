@@ -14,7 +14,7 @@ import pytest
 
 from pinctl.config import files as config_files
 from pinctl.config import loader as config
-from pinctl.node import crio as crio_node
+from pinctl.backends import procfs
 
 from .config_helpers import (
     NOBODY,
@@ -247,10 +247,10 @@ def test_a_path_through_another_processs_root_is_read_in_its_mount_namespace(tmp
         assert not (private / "crio.conf").exists()  # not in this namespace
         seen = config_files._walk(f"/proc/{holder.pid}/root{private}/crio.conf")
         assert seen is not None and seen.st_size == 1
-        assert crio_node._in_root(holder.pid, "/etc/crio/crio.conf") == f"/proc/{holder.pid}/root/etc/crio/crio.conf"
-        assert crio_node._in_root(os.getpid(), "/etc/crio/crio.conf") == "/etc/crio/crio.conf"
+        assert procfs.as_seen_by(holder.pid, "/etc/crio/crio.conf") == f"/proc/{holder.pid}/root/etc/crio/crio.conf"
+        assert procfs.as_seen_by(os.getpid(), "/etc/crio/crio.conf") == "/etc/crio/crio.conf"
         # A path that is the same file on both sides keeps its plain name (what the operator knows).
-        assert crio_node._in_root(holder.pid, str(tmp_path)) == str(tmp_path)
+        assert procfs.as_seen_by(holder.pid, str(tmp_path)) == str(tmp_path)
     finally:
         holder.kill()
         holder.wait()

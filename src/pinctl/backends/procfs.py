@@ -85,6 +85,39 @@ def started_at(pid: int) -> Optional[datetime]:
     return datetime.fromtimestamp(now - uptime + int(fields[19]) / os.sysconf("SC_CLK_TCK"), timezone.utc)
 
 
+def as_seen_by(pid: int, path: str) -> str:
+    """A path as the process sees it, reached from here: through its root when that differs, and
+    through /proc/PID/root when it runs in a mount namespace of its own (a unit's private mounts,
+    a node's namespace) and the name is another file there (CRI-O's /etc/crio, a runtime's image
+    store need not be what this process sees; a name that is the same file on both sides keeps
+    its plain form). Neither can be told without ptrace access to it (pinctl's DaemonSet drops
+    every capability): then the path as it is, which the DaemonSet mounts at the same place."""
+    try:
+        root = os.readlink(f"{PROC}/{pid}/root")
+        theirs = os.stat(f"{PROC}/{pid}/ns/mnt").st_ino
+        ours = os.stat(f"{PROC}/self/ns/mnt").st_ino
+    except OSError:
+        return path
+    if theirs != ours:
+        through = f"{PROC}/{pid}/root/{path.lstrip('/')}"
+        return path if _same_file(path, through) else through
+    return path if root == "/" else os.path.join(root, path.lstrip("/"))
+
+
+def as_served(endpoint: str, path: str) -> str:
+    """A path of the runtime serving endpoint (its image store, say), reached from here."""
+    pid = serving(socket_path(endpoint))
+    return path if pid is None else as_seen_by(pid, path)
+
+
+def _same_file(one: str, other: str) -> bool:
+    try:
+        first, second = os.stat(one), os.stat(other)
+    except OSError:
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
 def stat_name(pid: int) -> str:
     """The kernel's name of a process (comm, 15 characters at most)."""
     try:

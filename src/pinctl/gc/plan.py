@@ -168,7 +168,7 @@ class CriDomain:
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
-        mountpoint = filesystems[0].mountpoint
+        mountpoint = procfs.as_served(self.runtime.endpoint, filesystems[0].mountpoint)
         listed_images = self.runtime.list_images()
         by_id = _id_records(rows) if self.version.name == CONTAINERD_RUNTIME_NAME else {}
         arrived = {**self._arrived(mountpoint, [i.id for i in listed_images if i.id not in by_id]), **by_id}

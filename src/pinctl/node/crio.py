@@ -87,34 +87,7 @@ def describe_process(pid: int, argv: list[str]) -> CrioProcess:
     flags = procfs.parse_flags(argv)
     config = flags.get("--config") or flags.get("-c") or os.environ.get("CONTAINER_CONFIG") or DEFAULT_CONFIG
     config_dir = flags.get("--config-dir") or flags.get("-d") or DEFAULT_CONFIG_DIR
-    return CrioProcess(pid, _in_root(pid, config), _in_root(pid, config_dir))
-
-
-def _in_root(pid: int, path: str) -> str:
-    """A path as the process sees it, reached from here: through its root when that differs, and
-    through /proc/PID/root when it runs in a mount namespace of its own (a unit's private mounts,
-    a node's namespace) and the name is another file there (/etc/crio need not be the one this
-    process sees; a name that is the same file on both sides keeps its plain form). Neither can be
-    told without ptrace access to it (pinctl's DaemonSet drops every capability): then the path as
-    it is, which the DaemonSet mounts at the same place."""
-    try:
-        root = os.readlink(f"{procfs.PROC}/{pid}/root")
-        theirs = os.stat(f"{procfs.PROC}/{pid}/ns/mnt").st_ino
-        ours = os.stat(f"{procfs.PROC}/self/ns/mnt").st_ino
-    except OSError:
-        return path
-    if theirs != ours:
-        through = f"{procfs.PROC}/{pid}/root/{path.lstrip('/')}"
-        return path if _same_file(path, through) else through  # the plain name when it is the same
-    return path if root == "/" else os.path.join(root, path.lstrip("/"))
-
-
-def _same_file(one: str, other: str) -> bool:
-    try:
-        first, second = os.stat(one), os.stat(other)
-    except OSError:
-        return False
-    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+    return CrioProcess(pid, procfs.as_seen_by(pid, config), procfs.as_seen_by(pid, config_dir))
 
 
 def find_process(endpoint: str) -> Optional[CrioProcess]:
