@@ -58,6 +58,8 @@ TRIMMED = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man
 # The machine's pip settings and CA bundle, when it has them, for the build's RUN steps.
 HOST_PIP_FILES = ("/etc/pip.conf", "/etc/ssl/certs/ca-certificates.crt")
 BUILD_TIMEOUT_S = 1200.0
+# How long an archive of another key is kept after its last use (pinctl_image).
+ARCHIVE_KEEP_S = 3 * 3600.0
 DEBOOTSTRAP_TIMEOUT_S = 1200.0
 
 
@@ -305,13 +307,16 @@ def pinctl_image(name: str) -> BuiltImage:
         stamp = _stamp(directory)
         if stamp.get("key") == key and stamp.get("name") == full and archive.is_file():
             recorded = {"base": _seconds(_stamp(cache / "pinctl-base")), "image": _seconds(stamp)}
+            os.utime(archive)  # in use: kept from another checkout's build (below)
             return BuiltImage(archive, full, key, recorded, True)
         base, _base_key, base_seconds, _base_cached = ensure_base(buildah, cache)
         started = time.monotonic()
         _build(buildah, base, key, full, archive)
         seconds = round(time.monotonic() - started, 1)
+        # Another checkout's session on this machine may still import its own archive: one used
+        # within ARCHIVE_KEEP_S stays (the suite imports it for the fleet minutes after the build).
         for old in directory.glob("pinctl-*.tar"):
-            if old != archive:
+            if old != archive and time.time() - old.stat().st_mtime > ARCHIVE_KEEP_S:
                 old.unlink()
         _write_stamp(directory, {"key": key, "name": full, "base": base, "seconds": seconds,
                                  "archive": archive.name})
