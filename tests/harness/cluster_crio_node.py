@@ -39,8 +39,8 @@ from pinctl.refs import DEFAULT_DOMAIN
 from tests.harness import cri, engines, gobuild, image_build, images, kubelet, runnable
 from tests.harness import registry as reg
 from tests.harness.cluster_nodes import (
-    FLEET_TAINT, NODE_FS_BYTES, NODE_READY_S, RUNTIME_LABEL, SHIPPED_RUNTIME_LABEL, FleetError, NodeNamespace,
-    claim_node_ip, node_name, pki_lock, release_node_ip)
+    NODE_FS_BYTES, NODE_READY_S, RUNTIME_LABEL, SHIPPED_RUNTIME_LABEL, FleetError, NodeNamespace,
+    claim_node_ip, node_name, node_ready, registered_kubelet, release_node_ip, run_all)
 from tests.harness.containerd import CNI_CONFLIST
 from tests.harness.control_plane import ControlPlane
 from tests.harness.crictl import Crictl
@@ -165,15 +165,9 @@ class CrioFleetNode:
         self._socket_dir = pathlib.Path(tempfile.mkdtemp(prefix="crn", dir="/tmp"))
         self.crio = NodeCrio(self.base_dir / "crio", self.registry.host, etc_dir=self.etc_dir,
                              socket_dir=self._socket_dir)
-        with pki_lock:
-            kubeconfig = self.plane.node_kubeconfig(self.name)
-        made = kubelet.Kubelet(
-            self.base_dir / "kubelet", f"unix://{CRIO_RUN}/crio.sock", node_name=self.name, verbosity=2,
-            binary=self.plane.kubernetes.binary("kubelet"),
-            registration=kubelet.Registration(
-                kubeconfig, self.address, sync_frequency=self.sync_frequency, change_detection=self.change_detection,
-                taints=(FLEET_TAINT,), labels={RUNTIME_LABEL: self.engine, SHIPPED_RUNTIME_LABEL: ENGINE}),
-        )
+        made = registered_kubelet(self.base_dir / "kubelet", f"unix://{CRIO_RUN}/crio.sock", self.plane, self.name, self.address,
+                                  self.sync_frequency, self.change_detection,
+                                  {RUNTIME_LABEL: self.engine, SHIPPED_RUNTIME_LABEL: ENGINE})
         self.namespace = NodeNamespace(*self._mounts(made)).start()
         self.crio.namespace = self.namespace.path
         self.crio.start()
@@ -223,14 +217,9 @@ class CrioFleetNode:
         return ordered, [CRIO_RUN, STORAGE], [("/etc", etc_upper, etc_work)]
 
     def ready(self) -> bool:
-        made = self.running_kubelet
-        if not made.is_alive():
-            raise FleetError(f"the kubelet of {self.name} exited\n{made.log_tail()}")
         if not self.running_crio.is_alive():
             raise FleetError(f"crio of {self.name} exited\n{self.running_crio.log_tail()}")
-        done = self.plane.kubectl("get", "node", self.name, "-o",
-                                  'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False)
-        return done.returncode == 0 and done.stdout.strip() == "True"
+        return node_ready(self.plane, self.name, self.running_kubelet)
 
     def node_object(self) -> dict[str, Any]:
         return self.plane.kubectl_json("get", "node", self.name)
@@ -302,9 +291,7 @@ class CrioFleetNode:
         if self.address:
             address = self.address
             steps.append(lambda: release_node_ip(address))
-        for step in steps:
-            with contextlib.suppress(Exception):
-                step()
+        run_all(steps)
 
 
 def _remove_pods(made: NodeCrio) -> None:

@@ -21,7 +21,6 @@ loopback-only list and Debian's loopback plugin; pods use the host network, so n
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import pathlib
 import shutil
@@ -34,8 +33,8 @@ from pinctl.criproxy.relay import find_relay
 from tests.harness import cri, cri_dockerd, engines, image_build, images, kubelet, pods, runnable
 from tests.harness import docker as docker_harness
 from tests.harness.cluster_nodes import (
-    FLEET_TAINT, NODE_FS_BYTES, NODE_READY_S, NODE_ROOT, NODE_RUN, PIN_LABEL, RUNTIME_LABEL, SHIPPED_RUNTIME_LABEL,
-    FleetError, NodeDaemon, NodeNamespace, claim_node_ip, node_name, pki_lock, release_node_ip)
+    NODE_FS_BYTES, NODE_READY_S, NODE_ROOT, NODE_RUN, PIN_LABEL, RUNTIME_LABEL, SHIPPED_RUNTIME_LABEL, FleetError,
+    NodeDaemon, NodeNamespace, claim_node_ip, node_name, node_ready, registered_kubelet, release_node_ip, run_all)
 from tests.harness.containerd import CNI_CONFLIST
 from tests.harness.control_plane import ControlPlane
 from tests.harness.criproxy_process import ProxyProcess
@@ -162,15 +161,9 @@ class DockerFleetNode:
         self.store = store
         # Short: a unix socket path holds 108 bytes, and pytest's directories are deep.
         self._proxy_dir = pathlib.Path(tempfile.mkdtemp(prefix="pxn", dir="/tmp"))
-        with pki_lock:
-            kubeconfig = self.plane.node_kubeconfig(self.name)
-        made = kubelet.Kubelet(
-            self.base_dir / "kubelet", f"unix://{PROXY_SOCKET}", node_name=self.name, verbosity=2,
-            binary=self.plane.kubernetes.binary("kubelet"),
-            registration=kubelet.Registration(
-                kubeconfig, self.address, sync_frequency=self.sync_frequency, change_detection=self.change_detection,
-                taints=(FLEET_TAINT,), labels={RUNTIME_LABEL: self.engine, SHIPPED_RUNTIME_LABEL: ENGINE}),
-        )
+        made = registered_kubelet(self.base_dir / "kubelet", f"unix://{PROXY_SOCKET}", self.plane, self.name, self.address,
+                                  self.sync_frequency, self.change_detection,
+                                  {RUNTIME_LABEL: self.engine, SHIPPED_RUNTIME_LABEL: ENGINE})
         self.namespace = NodeNamespace(*self._binds(store, made)).start()
         store.enter(self.namespace)
         store.start()
@@ -231,12 +224,7 @@ class DockerFleetNode:
         return self.plane.kubectl_json("get", "node", self.name)
 
     def ready(self) -> bool:
-        made = self.running_kubelet
-        if not made.is_alive():
-            raise FleetError(f"the kubelet of {self.name} exited\n{made.log_tail()}")
-        done = self.plane.kubectl("get", "node", self.name, "-o",
-                                  'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False)
-        return done.returncode == 0 and done.stdout.strip() == "True"
+        return node_ready(self.plane, self.name, self.running_kubelet)
 
     # --- images --------------------------------------------------------------------------------
 
@@ -299,6 +287,4 @@ class DockerFleetNode:
         if self.address:
             address = self.address
             steps.append(lambda: release_node_ip(address))
-        for step in steps:
-            with contextlib.suppress(Exception):
-                step()
+        run_all(steps)

@@ -48,7 +48,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Optional, Protocol
 
 from tests.harness import cluster_pki, cri, debs, image_build, images, kubelet, pods, runnable
@@ -157,6 +157,37 @@ def release_node_ip(address: str) -> None:
 
 def node_name(address: str) -> str:
     return "pinctl-" + address.replace(".", "-")
+
+
+# --- what every kind of node shares -----------------------------------------------------------
+
+
+def registered_kubelet(base_dir: pathlib.Path, endpoint: str, plane: ControlPlane, name: str, address: str,
+                       sync_frequency: str, change_detection: str, labels: dict[str, str]) -> kubelet.Kubelet:
+    """The node's kubelet, registering it to ``plane`` with the fleet's taint and ``labels``."""
+    with pki_lock:  # openssl's -CAcreateserial shares one serial file
+        kubeconfig = plane.node_kubeconfig(name)
+    return kubelet.Kubelet(
+        base_dir, endpoint, node_name=name, verbosity=2, binary=plane.kubernetes.binary("kubelet"),
+        registration=kubelet.Registration(kubeconfig, address, sync_frequency=sync_frequency,
+                                          change_detection=change_detection, taints=(FLEET_TAINT,), labels=labels),
+    )
+
+
+def node_ready(plane: ControlPlane, name: str, made: kubelet.Kubelet) -> bool:
+    """Whether Node ``name`` is Ready in the API; a kubelet that exited raises, with its log."""
+    if not made.is_alive():
+        raise FleetError(f"the kubelet of {name} exited\n{made.log_tail()}")
+    done = plane.kubectl("get", "node", name, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+                         check=False)
+    return done.returncode == 0 and done.stdout.strip() == "True"
+
+
+def run_all(steps: Iterable[Callable[[], object]]) -> None:
+    """Each teardown step, even if one before it failed."""
+    for step in steps:
+        with contextlib.suppress(Exception):
+            step()
 
 
 # --- the node's mount namespace ---------------------------------------------------------------
@@ -280,15 +311,9 @@ class FleetNode:
         if daemon.config_version >= 3:
             daemon.pinned_images = {"fleet": CONFIG_PINNED}
         self.daemon = daemon
-        with pki_lock:  # openssl's -CAcreateserial shares one serial file
-            kubeconfig = self.plane.node_kubeconfig(self.name)
-        made = kubelet.Kubelet(
-            self.base_dir / "kubelet", "unix:///run/containerd/containerd.sock", node_name=self.name,
-            verbosity=2, binary=self.plane.kubernetes.binary("kubelet"),
-            registration=kubelet.Registration(
-                kubeconfig, self.address, sync_frequency=self.sync_frequency,
-                change_detection=self.change_detection, taints=(FLEET_TAINT,), labels={RUNTIME_LABEL: self.engine}),
-        )
+        made = registered_kubelet(self.base_dir / "kubelet", "unix:///run/containerd/containerd.sock", self.plane,
+                                  self.name, self.address, self.sync_frequency, self.change_detection,
+                                  {RUNTIME_LABEL: self.engine})
         self.namespace = NodeNamespace(*self._binds(daemon, made)).start()
         daemon.enter(self.namespace)
         daemon.start()
@@ -321,12 +346,7 @@ class FleetNode:
         return self.plane.kubectl_json("get", "node", self.name)
 
     def ready(self) -> bool:
-        made = self.running_kubelet
-        if not made.is_alive():
-            raise FleetError(f"the kubelet of {self.name} exited\n{made.log_tail()}")
-        done = self.plane.kubectl("get", "node", self.name, "-o",
-                                  'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False)
-        return done.returncode == 0 and done.stdout.strip() == "True"
+        return node_ready(self.plane, self.name, self.running_kubelet)
 
     def load_images(self, recipes: list[images.ImageRecipe]) -> list[images.ImageInfo]:
         return images.load_images(self.containerd, self.base_dir / "work", recipes, cri.NAMESPACE)
@@ -390,9 +410,7 @@ class FleetNode:
         if self.address:
             address = self.address
             steps.append(lambda: release_node_ip(address))
-        for step in steps:
-            with contextlib.suppress(Exception):
-                step()
+        run_all(steps)
 
 
 def _cleanup_pods(daemon: NodeDaemon) -> None:

@@ -35,14 +35,12 @@ component dies or never gets healthy it stops the rest and says which one, with 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
 import functools
 import json
 import os
 import pathlib
 import re
-import socket
 import ssl
 import subprocess
 import time
@@ -54,6 +52,7 @@ from typing import Any, Optional, TypeVar
 from tests.harness import cluster_pki
 from tests.harness.containerd import dying_with_parent, terminate
 from tests.harness.kubernetes_build import EtcdBuild, KubernetesBuild
+from tests.harness.ports import free_port
 
 # Loopback, and far from anything else the harness binds (it binds 127.0.0.1 only).
 SERVICE_CIDR = "127.16.0.0/24"
@@ -167,12 +166,8 @@ class Ports:
 
     @classmethod
     def free(cls) -> Ports:
-        """Five distinct free ports: each probe socket stays bound until all five are picked."""
-        with contextlib.ExitStack() as stack:
-            probes = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(5)]
-            for probe in probes:
-                probe.bind(("127.0.0.1", 0))
-            return cls(*(int(probe.getsockname()[1]) for probe in probes))
+        """Five distinct free ports (ports.free_port: below the ephemeral range)."""
+        return cls(*(free_port() for _ in range(5)))
 
 
 class ControlPlane:

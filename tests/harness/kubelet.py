@@ -57,7 +57,6 @@ import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import time
 import urllib.error
@@ -67,6 +66,7 @@ from typing import Optional
 
 from tests.harness import containerd as ctd
 from tests.harness import cri, kubernetes_build, pods, runnable
+from tests.harness.ports import free_port
 
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
@@ -181,13 +181,6 @@ class Removal:
 def cgroup_v1() -> bool:
     """True unless /sys/fs/cgroup is the unified (v2) hierarchy."""
     return not pathlib.Path("/sys/fs/cgroup/cgroup.controllers").exists()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on at ``host`` now (the kubelet binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 _RUNNING: dict[int, Kubelet] = {}

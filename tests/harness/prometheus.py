@@ -34,7 +34,6 @@ import copy
 import dataclasses
 import json
 import pathlib
-import socket
 import subprocess
 import time
 import urllib.error
@@ -52,6 +51,7 @@ from tests.harness import debs, engines, gobuild
 from tests.harness.containerd import dying_with_parent, terminate
 from tests.harness.control_plane import ControlPlane, loopback_env
 from tests.harness.pod_fixtures import _unavailable
+from tests.harness.ports import free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRAPE_CONFIG = REPO / "deploy" / "kubernetes" / "prometheus" / "scrape.yaml"
@@ -206,12 +206,6 @@ def service_account_identity(plane: ControlPlane, namespace: str, account: str, 
 # --- the server ------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Prometheus:
     """One Prometheus 3 on 127.0.0.1, with ``config`` and ``rule_files`` (name -> text) under ``work``."""
 
@@ -245,7 +239,7 @@ class Prometheus:
         for name, text in self.rule_files.items():
             (self.work / name).write_text(text)
         (self.work / "prometheus.yml").write_text(json.dumps(self.config, indent=2) + "\n")
-        self.port = _free_port()
+        self.port = free_port()
         with open(self.log_path, "ab") as log:
             # cwd: rule files named relative to the config resolve beside it either way.
             self._proc = subprocess.Popen(dying_with_parent(self.argv()), cwd=self.work, stdin=subprocess.DEVNULL,

@@ -19,15 +19,10 @@ from typing import Iterable, Optional
 
 from tests.harness import images, runnable
 from tests.harness.containerd import V3_IMAGES_TABLE, ContainerdDaemon
+from tests.harness.ports import free_port
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 SKOPEO_BIN = "/usr/bin/skopeo"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Registry:

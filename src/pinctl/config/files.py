@@ -85,7 +85,7 @@ def _walk(path: str) -> Optional[os.stat_result]:
             _check_directory(path, here, here_st, entry, None)
             return None
         _check_directory(path, here, here_st, entry, found)
-        if stat.S_ISLNK(found.st_mode) and _PROCESS_ROOT.match(entry):
+        if stat.S_ISLNK(found.st_mode) and _PROCESS_ROOT.fullmatch(entry):
             # Another process's root, in its own mount namespace (node.crio reads CRI-O's files
             # so): its readlink says only "/", so the walk goes on through the link itself.
             root = here = entry
