@@ -44,6 +44,7 @@ from tests.harness.cluster_nodes import (
 from tests.harness.containerd import CNI_CONFLIST
 from tests.harness.control_plane import ControlPlane
 from tests.harness.crictl import Crictl
+from tests.harness import crio as crio_harness
 from tests.harness.crio import PAUSE_IMAGE, CrioDaemon, CrioView, cgroups_as_mounted
 from tests.harness.kubelet_periodic import remove_all_pods
 
@@ -90,10 +91,7 @@ class NodeCrio(CrioDaemon):
 
 def registry_path(ref: str) -> str:
     """``example.test/fleet/a:1`` -> ``fleet/a:1``: where the node's registry holds a name."""
-    domain, _, path = ref.partition("/")
-    if domain not in NodeCrio.registry_prefixes or not path:
-        raise FleetError(f"{ref!r} is under none of {NodeCrio.registry_prefixes}: the node cannot pull it")
-    return path
+    return crio_harness.registry_path(ref, NodeCrio.registry_prefixes)
 
 
 def crio_matches(item: str, name: str) -> bool:

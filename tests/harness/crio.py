@@ -131,6 +131,15 @@ def toml_list(items: Sequence[str]) -> str:
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"
 
 
+def registry_path(name: str, domains: Sequence[str] = (DEFAULT_DOMAIN,)) -> str:
+    """``<domain>/repo:tag`` -> ``repo:tag``, the path the loopback registry holds it at, for a
+    name under one of ``domains`` (what registries.conf sends there)."""
+    domain, _, path = name.partition("/")
+    if domain not in domains or not path:
+        raise ValueError(f"{name!r} is under none of {', '.join(domains)}: the loopback registry cannot serve it")
+    return path
+
+
 def pinned_images_dropin(patterns: Sequence[str]) -> str:
     """A drop-in setting ``[crio.image] pinned_images`` (and nothing else)."""
     return f"[crio.image]\npinned_images = {toml_list(patterns)}\n"

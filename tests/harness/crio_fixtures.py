@@ -26,7 +26,7 @@ from pinctl.refs import DEFAULT_DOMAIN
 from tests.harness import cri, debs, engines, images
 from tests.harness import registry as reg
 from tests.harness.crictl import Crictl, CrictlError
-from tests.harness.crio import PAUSE_IMAGE, CrioDaemon, CrioError
+from tests.harness.crio import PAUSE_IMAGE, CrioDaemon, CrioError, registry_path  # noqa: F401  (the tests' import)
 from tests.harness.engine_fixtures import _unavailable, go_binary
 
 # Names as the CRI sees them; the registry holds each at the same path.
@@ -39,14 +39,6 @@ PIN_TIMEOUT_S = 30.0
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     debs.EngineUnavailable, CrioError, cri.CriError, OSError, subprocess.SubprocessError, RuntimeError,
 )
-
-
-def registry_path(name: str) -> str:
-    """``<DEFAULT_DOMAIN>/repo:tag`` -> ``repo:tag``, the path the registry holds it at."""
-    prefix = f"{DEFAULT_DOMAIN}/"
-    if not name.startswith(prefix):
-        raise ValueError(f"{name!r} is not under {DEFAULT_DOMAIN}")
-    return name[len(prefix):]
 
 
 @pytest.fixture(scope="session")
