@@ -188,11 +188,36 @@ def pod_messages(made: kubelet.Kubelet) -> list[str]:
     """pinctl's JSON log lines, from the container log the kubelet keeps (CRI log format)."""
     found = []
     for log in (made.base_dir / "pod-logs").glob("*/*/*.log"):
-        for line in log.read_text(errors="replace").splitlines():
-            parts = line.split(" ", 3)
-            if len(parts) == 4 and parts[3].startswith("{"):
-                found.append(json.loads(parts[3]).get("msg", ""))
+        found.extend(_messages(log.read_text(errors="replace")))
     return found
+
+
+def _messages(text: str) -> list[str]:
+    found = []
+    for line in text.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) == 4 and parts[3].startswith("{"):
+            found.append(json.loads(parts[3]).get("msg", ""))
+    return found
+
+
+class HeldLogs:
+    """The pod's log files held open: once the static pod is gone the kubelet deletes its log
+    directory, sometimes before the test reads it, and an open file outlives its name."""
+
+    def __init__(self, made: kubelet.Kubelet) -> None:
+        self.files = [log.open("rb") for log in (made.base_dir / "pod-logs").glob("*/*/*.log")]
+
+    def messages(self) -> list[str]:
+        found = []
+        for held in self.files:
+            held.seek(0)
+            found.extend(_messages(held.read().decode(errors="replace")))
+        return found
+
+    def close(self) -> None:
+        for held in self.files:
+            held.close()
 
 
 def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
@@ -266,13 +291,17 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
     assert {"full sync", "pinned"} <= set(pod_messages(made)), pod_messages(made)
 
     # Without its manifest, the kubelet stops the pod: pinctl exits 0 on the SIGTERM.
+    held = HeldLogs(made)
+    assert held.files, "no container log to hold"
     before = len(made.log_text())
     made.remove_static_pod(found.name)
     wait_until("the pod stopped", lambda: nothing_runs(node), STOP_TIMEOUT_S, made.log_tail)
     with contextlib.suppress(cri.CriError):  # the kubelet may have removed the container already
         final = cri_pods.container_status(node.address, container.id)
         assert final.exit_code == 0, final
-    assert pod_messages(made)[-1] == "stopped", pod_messages(made)[-5:]
+    messages = held.messages()
+    held.close()
+    assert messages and messages[-1] == "stopped", messages[-5:]
     assert not made.log_text()[before:].count('"Probe failed"')
     seconds = time.monotonic() - began
     record_property("kubelet_daemonset_s", round(seconds, 1))
