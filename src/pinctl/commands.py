@@ -70,7 +70,6 @@ class LsResult:
 
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
     """Rows with pins and reasons, filtered; with a runtime, what it tells the kubelet too."""
-
     from pinctl.check.compare import annotate_cri
     from pinctl.pins.listing import filter_rows
 
@@ -112,7 +111,6 @@ def change(node: Node, command: str, args: Sequence[str], dialect: str, dry_run:
            policy: Optional[Policy] = None) -> ChangeReport:
     """pin or unpin: every argument parsed first (UsageError changes nothing), then applied.
     unpin with the policy also says what will keep or pin again an image it unpinned."""
-
     from pinctl.pins import plans as pinning
 
     crio = node.crio()
@@ -223,7 +221,6 @@ class CheckRequest:
 def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVersion, request: CheckRequest,
           progress: Callable[[CheckResult, float], None], clock: Optional[Clock] = None) -> CheckReport:
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
-
     from pinctl.backends import cri_dockerd
     from pinctl.check import compare as checking
 
@@ -232,6 +229,8 @@ def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVe
     frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
 
     def read() -> CheckResult:
+        if not request.refs:  # the CRI's whole list, answered while the node's records are read
+            runtime.prefetch("images")
         rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
         site = crio.check_site() if (crio := node.crio()) is not None else None
         return checking.check_runtime(rows, runtime, version, request.refs, frontend, site)
@@ -272,7 +271,6 @@ class LintReport:
 
 def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]]) -> LintReport:
     """The patterns checked alone and, given a way to open the node, against the images there."""
-
     from pinctl.pins import lint as linting
 
     return LintReport(linting.lint(entries, open_node))
@@ -285,7 +283,8 @@ def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVer
 
     from pinctl.gc import plan as gc
 
-
+    # The CRI's answers come while the node's records are read; observe takes them.
+    runtime.prefetch("images", "containers")
     rows = node.rows(policy, runtime_sizes=False).rows
     kubelet = gc.kubelet_start_time(runtime.endpoint)
     return gc.gc_plan(gc.cri_domain(node, runtime, version), rows, settings, datetime.now(timezone.utc), usage,
@@ -309,7 +308,6 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
     from datetime import datetime, timezone
 
     from pinctl.gc import plan as gc
-
 
     limits = job.limits
     if limits.until_usage is not None and limits.all_unused:
@@ -335,7 +333,6 @@ class PullCallbacks:
 def pull(node: Node, open_runtime: OpenRuntime, request: PullRequest, callbacks: PullCallbacks) -> PullReport:
     """Every reference parsed first (a malformed one pulls nothing), then pulled through the
     runtime that will use it, within the disk budget, each pinned right after its pull."""
-
     from pinctl import refs as references
     from pinctl.pins.patterns import is_pattern
 
@@ -423,7 +420,6 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn,
     """Keep the policy's pins true until SIGTERM or SIGINT; read_config is called again on
     SIGHUP and when the config's files change, and served(watcher) runs the metrics endpoint
     beside it. log says what the watcher does and (warn_once) what opening the node notices."""
-
     from pinctl.gc.kubelet import read_gc_settings
     from pinctl.node import crio as crio_node
     from pinctl.node.sources import open_node, open_runtime
@@ -484,7 +480,6 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
     """Serve the CRI on request.listen until SIGTERM or SIGINT, forwarding to the runtime the
     config names; read_config is called again on SIGHUP and when the config's files change. A
     namespace that does not exist yet is read as empty (a fresh node)."""
-
     from pinctl.backends.cri import socket_path
     from pinctl.criproxy.pins import ProxySetup
     from pinctl.criproxy.proxy import Proxy

@@ -82,6 +82,10 @@ class FakeRuntime:
     def __init__(self, pinned_after: int) -> None:
         self.asked = 0
         self.pinned_after = pinned_after
+        self.prefetched: list[tuple[str, ...]] = []
+
+    def prefetch(self, *listings: str) -> None:
+        self.prefetched.append(listings)
 
     def list_images(self) -> list[CriImage]:
         self.asked += 1
@@ -110,6 +114,8 @@ def test_check_waits_until_the_runtime_catches_up() -> None:
                             FakeClock())
     assert report.exit_code == EXIT_OK and runtime.asked == 3
     assert report.waited == 2.0 and heard == [10.0, 9.0]
+    # Each ask of the whole list is started before the node's records are read.
+    assert runtime.prefetched == [("images",)] * 3
 
 
 def test_check_without_wait_reports_at_once() -> None:

@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 from pinctl.backends._grpc import check_socket
-from pinctl.backends.containerd import read_sandbox_image
+from pinctl.config.containerd import read_sandbox_image
 from pinctl.config import loader as config
 from pinctl.config.loader import PatternEntry
 from pinctl.errors import ConfigError, UsageError

@@ -10,7 +10,7 @@ from typing import Optional
 
 import pytest
 
-from pinctl.backends.containerd import read_config_pins, read_sandbox_image
+from pinctl.config.containerd import read_config_pins, read_sandbox_image
 from pinctl.model import PIN_LABEL, ConfigPin, ImageRow, ItemResult, OutputFormat
 from pinctl.pins import listing
 from pinctl.pins import plans as pinning
@@ -57,7 +57,7 @@ def test_configs_without_the_table_pin_nothing(tmp_path: pathlib.Path, text: str
 
 
 def test_no_default_config_means_no_entries(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
-    monkeypatch.setattr("pinctl.backends.containerd.DEFAULT_CONFIG", str(tmp_path / "absent.toml"))
+    monkeypatch.setattr("pinctl.config.containerd.DEFAULT_CONFIG", str(tmp_path / "absent.toml"))
     assert read_config_pins(None) == []
 
 

@@ -139,18 +139,19 @@ def in_window(items: Iterable[Item], start: Callable[[Item], Call], size: int = 
 
 
 def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: float,
-            fail: Callable[[Any, float], Exception]) -> Any:
+            fail: Callable[[Any, float], Exception], started: Any = None) -> Any:
     """The answer of a call that may be large. ``start(deadline)`` and ``probe()`` (a small call
     with the ordinary deadline) each start a call and give its future. The answer is waited for
     one ``timeout`` at a time with a probe in flight beside it: if the answer has not come and
     the probe has not been answered either, the engine is not answering and ``fail(error,
     seconds waited)`` is raised after about one timeout, as for any call. While the probe is
     answered the wait goes on, up to PATIENCE timeouts in all, so a slow engine is not taken
-    for a dead one."""
+    for a dead one. started: the call's future, when the caller started it earlier (with
+    ``start_listing``) to have the answer come while it did other work."""
     import grpc
 
     longest = min(timeout * PATIENCE, LONGEST_TIMEOUT)
-    answer = start(longest)
+    answer = started if started is not None else start(longest)
     while True:
         alive = probe()
         try:
@@ -167,3 +168,8 @@ def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: fl
         finally:
             alive.cancel()
         return found
+
+
+def start_listing(start: Callable[[float], Any], timeout: float) -> Any:
+    """The future of a large call started now, with the deadline ``listing`` gives it."""
+    return start(min(timeout * PATIENCE, LONGEST_TIMEOUT))

@@ -9,8 +9,8 @@ from pinctl.backends import _grpc, oci, sigint_deferred
 from pinctl.backends import guard as writes
 from pinctl.backends.cri import CriRuntime
 from pinctl.backends.targets import TargetCache, default_cache_path, read_targets
-from pinctl.config.files import TOO_DEEP, NotRegularFile, read_regular, toml_reader, unreadable
-from pinctl.errors import ConfigError, EngineError, UnknownNamespace
+from pinctl.config.containerd import read_config_pins, read_sandbox_image
+from pinctl.errors import EngineError, UnknownNamespace
 from pinctl.model import (
     VERDICT_FAILED,
     ConfigPin,
@@ -25,9 +25,6 @@ if TYPE_CHECKING:
     import grpc
 
 DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
-DEFAULT_CONFIG = "/etc/containerd/config.toml"
-# containerd 2.x (config version 3): the CRI's image settings, pinned_images among them.
-V3_IMAGES_PLUGIN = "io.containerd.cri.v1.images"
 NAMESPACE_HEADER = "containerd-namespace"
 LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 # Guarded label writes (set_labels) run in a window of groups: each group's records are read
@@ -363,16 +360,27 @@ class ContainerdStore:
         """The entries of containerd 2.x's own pinned_images, from the same config."""
         return read_config_pins(self.config_path)
 
-    def cri_image_sizes(self) -> Optional[dict[str, int]]:
-        """Each image's size by image ID as this containerd's CRI (served on the same socket,
-        for namespace k8s.io) tells the kubelet; None when it serves no CRI or cannot say now."""
+    def cri_image_sizes(self) -> Callable[[], Optional[dict[str, int]]]:
+        """Start reading each image's size by image ID as this containerd's CRI (served on the same
+        socket, for namespace k8s.io) tells the kubelet; the function returned takes the answer,
+        None when it serves no CRI or cannot say now. Started before the namespace's own listing,
+        the CRI answers while that one is read."""
         runtime = CriRuntime(self.address, self.timeout)
         try:
-            return runtime.image_sizes()
+            runtime.prefetch("sizes")
         except EngineError:
-            return None
-        finally:
             runtime.close()
+            return lambda: None
+
+        def sizes() -> Optional[dict[str, int]]:
+            try:
+                return runtime.image_sizes()
+            except EngineError:
+                return None
+            finally:
+                runtime.close()
+
+        return sizes
 
 
 class ImageEvents:
@@ -463,77 +471,6 @@ def _update_error(err: Any, store: ContainerdStore) -> str:
     return str(store._fail(err))
 
 
-
-
-def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:
-    """The CRI sandbox image from containerd's config (schema 1, 2 or 3); None when unset."""
-    read = _read_config(config_path)
-    return None if read is None else _sandbox_from_config(read[1])
-
-
-def read_config_pins(config_path: Optional[str]) -> list[ConfigPin]:
-    """Every string entry of containerd 2.x's ``[plugins.'io.containerd.cri.v1.images'.pinned_images]``
-    (``sandbox`` included: it is the sandbox image there), in the file's order; none when unset."""
-    read = _read_config(config_path)
-    if read is None:
-        return []
-    path, config = read
-    images = _table(_table(config, "plugins"), V3_IMAGES_PLUGIN)
-    return [ConfigPin(str(name), ref, path) for name, ref in _table(images, "pinned_images").items()
-            if isinstance(ref, str) and ref]
-
-
-def read_config_version(config_path: Optional[str]) -> tuple[str, Optional[int]]:
-    """containerd's config path and the schema `version` it declares: 1 when it has none (as
-    containerd reads it), None when the default file is not there or the value is no number."""
-    read = _read_config(config_path)
-    if read is None:
-        return config_path or DEFAULT_CONFIG, None
-    version = read[1].get("version", 1)
-    return read[0], version if type(version) is int else None
-
-
-def _read_config(config_path: Optional[str]) -> Optional[tuple[str, dict[str, Any]]]:
-    """(path, parsed TOML) of containerd's config; None when the default one is absent or unreadable.
-
-    Only a regular file is read (a FIFO would block). It is not held to root's ownership as
-    pinctl's own config is: pinctl acts on no pin it names (sync and prune never read it), and
-    containerd reads it as it is.
-    """
-    explicit = config_path is not None
-    path = config_path or DEFAULT_CONFIG
-    fix = "fix --containerd-config"
-    try:
-        raw = read_regular(path)
-    except (FileNotFoundError, PermissionError) as err:
-        if explicit:
-            raise unreadable(err, "containerd config", path, fix) from None
-        return None
-    except (OSError, NotRegularFile) as err:
-        raise unreadable(err, "containerd config", path, fix) from None
-    try:
-        config = toml_reader().loads(raw.decode("utf-8"))
-    except ValueError as err:
-        raise ConfigError(f"containerd config {path} is not valid TOML: {err}", "fix the file") from None
-    except RecursionError:
-        raise ConfigError(f"containerd config {path}: {TOO_DEEP}", "fix the file") from None
-    return path, config
-
-
-def _table(parent: Any, key: str) -> dict[str, Any]:
-    # A key holding something other than a table (a hand-edited config) reads as absent.
-    found = parent.get(key) if isinstance(parent, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
-def _sandbox_from_config(config: dict[str, Any]) -> Optional[str]:
-    plugins = _table(config, "plugins")
-    candidates = [
-        _table(_table(plugins, V3_IMAGES_PLUGIN), "pinned_images").get("sandbox"),
-        _table(plugins, "io.containerd.grpc.v1.cri").get("sandbox_image"),
-        _table(plugins, "cri").get("sandbox_image"),
-    ]
-    return next((c for c in candidates if isinstance(c, str) and c), None)
 
 
 def _images_stub(channel: Any) -> Any:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol
 
 from pinctl.backends import _grpc
+from pinctl.config.containerd import DEFAULT_CONFIG
 from pinctl.config.files import NotRegularFile, read_regular, toml_reader
 from pinctl.errors import EngineError
 
@@ -25,7 +26,6 @@ GC_EXPIRE = "containerd.io/gc.expire"
 # Long enough for the largest import; the lease is deleted as soon as the records exist.
 LEASE_HOURS = 24
 DEFAULT_SNAPSHOTTER = "overlayfs"
-DEFAULT_CONFIG = "/etc/containerd/config.toml"
 # How often a blob write asks whether the image filesystem still has room.
 WATCH_EVERY = 64 * 1024 * 1024
 # What a write's watcher answers: None to go on, or why to stop.

@@ -26,7 +26,7 @@ from pinctl.model import (
 from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:
-    from pinctl.backends.cri import CriImage, RuntimeVersion
+    from pinctl.backends.cri import CriImage, Listing, RuntimeVersion
     from pinctl.backends.cri_dockerd import CriDockerd
     from pinctl.node.crio import CrioSite
 
@@ -115,6 +115,8 @@ class RuntimeImages(Protocol):
     """What check asks of a CRI runtime (CriRuntime; a fake in unit tests)."""
 
     endpoint: str
+
+    def prefetch(self, *listings: Listing) -> None: ...
 
     def list_images(self) -> list[CriImage]: ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Callable, Final, Literal, NamedTuple, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence
 
 from pinctl.backends import procfs
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, PinctlError, UsageError
@@ -19,21 +19,11 @@ from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
 from pinctl.gc.kubelet import parse_duration, read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
+from pinctl.gc.wanted import wanted_by_pinctl
 from pinctl.node import crio_storage
 from pinctl.node.crio import RUNTIME_NAME as CRIO_RUNTIME_NAME
 from pinctl.pins import crio as crio_pins
-from pinctl.model import (
-    CRI_NAMESPACE,
-    PIN_LABEL,
-    REASON_CRIO_CONFIG,
-    REASON_CRIO_PIN,
-    REASON_DOCKER_LABEL,
-    REASON_INEFFECTIVE_LABEL,
-    REASON_LABEL,
-    REASON_PATTERN,
-    REASON_SANDBOX,
-    SOURCE_DOCKER,
-)
+from pinctl.model import CRI_NAMESPACE, PIN_LABEL, SOURCE_DOCKER
 from pinctl.node.imagefs import fs_figures, statfs
 
 if TYPE_CHECKING:
@@ -44,9 +34,6 @@ if TYPE_CHECKING:
     from pinctl.node.sources import Node
     from pinctl.pins.policy import Policy
 
-# What pinctl counts as wanting an image kept (as check does): an ineffective label still says so.
-WANTED_KINDS = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,
-                REASON_CRIO_CONFIG, REASON_CRIO_PIN)
 PruneAction = Literal["removed", "would-remove", "kept", "failed"]
 PRUNE_REMOVED: Final = "removed"
 PRUNE_WOULD_REMOVE: Final = "would-remove"  # a dry run's removal
@@ -101,30 +88,20 @@ def utc(seconds: Optional[float]) -> Optional[datetime]:
     return datetime.fromtimestamp(seconds, timezone.utc) if seconds is not None else None
 
 
-class RowIndex:
-    """pinctl's rows by image ID or target digest, and by reference: one pass over the rows, so
-    a node's thousand images cost look-ups, not a thousand passes. Matches come in row order."""
-
-    def __init__(self, rows: Sequence[ImageRow]) -> None:
-        self.rows = rows
-        self._by_key: dict[str, list[int]] = {}
-        self._by_ref: dict[str, list[int]] = {}
-        # The earliest record's creation time by key, for arrivals: one pass, no list per image.
-        self.created: dict[str, float] = {}
-        by_key, by_ref, created = self._by_key, self._by_ref, self.created
-        for position, row in enumerate(rows):
-            image_id, digest, moment = row.image_id, row.target.digest, row.created
-            for key in (image_id, digest) if digest != image_id else (image_id,):
-                if key:
-                    by_key.setdefault(key, []).append(position)
-                    if moment is not None and moment < created.get(key, moment + 1):
-                        created[key] = moment
-            by_ref.setdefault(row.ref, []).append(position)
-
-    def matching(self, keys: set[str], refs: Sequence[str] = ()) -> list[ImageRow]:
-        found = {position for key in keys for position in self._by_key.get(key, ())}
-        found.update(position for ref in refs for position in self._by_ref.get(ref, ()))
-        return [self.rows[position] for position in sorted(found)]
+def earliest_records(rows: Sequence[ImageRow]) -> dict[str, float]:
+    """The earliest record's creation time by image ID and by target digest, for arrivals: one
+    pass, no list per image."""
+    created: dict[str, float] = {}
+    for row in rows:
+        moment = row.created
+        if moment is None:
+            continue
+        image_id, digest = row.image_id, row.target.digest
+        if image_id and moment < created.get(image_id, moment + 1):
+            created[image_id] = moment
+        if digest and digest != image_id and moment < created.get(digest, moment + 1):
+            created[digest] = moment
+    return created
 
 
 def _id_records(rows: Sequence[ImageRow]) -> dict[str, datetime]:
@@ -146,8 +123,8 @@ def _digests(repo_digests: Sequence[str]) -> list[str]:
     return [name.partition("@")[2] for name in repo_digests]
 
 
-def _earliest(index: RowIndex, keys: set[str]) -> Optional[datetime]:
-    times = [index.created[key] for key in keys if key in index.created]
+def _earliest(created: dict[str, float], keys: Iterable[str]) -> Optional[datetime]:
+    times = [created[key] for key in keys if key in created]
     return utc(min(times)) if times else None
 
 
@@ -164,7 +141,7 @@ class CriDomain:
         self._mounts: dict[str, tuple[str, ...]] = {}
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
-        index = RowIndex(rows)
+        created = earliest_records(rows)
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
@@ -173,7 +150,7 @@ class CriDomain:
         by_id = _id_records(rows) if self.version.name == CONTAINERD_RUNTIME_NAME else {}
         arrived = {**self._arrived(mountpoint, [i.id for i in listed_images if i.id not in by_id]), **by_id}
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
-                                _latest(arrived.get(i.id), _earliest(index, {i.id, *_digests(i.repo_digests)})))
+                                _latest(arrived.get(i.id), _earliest(created, (i.id, *_digests(i.repo_digests)))))
                   for i in listed_images]
         listed = self.runtime.list_containers()
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
@@ -223,7 +200,7 @@ class DockerDomain:
         self.name = f"Docker at {engine.host}"
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
-        docker_rows = RowIndex([row for row in rows if row.source == SOURCE_DOCKER])
+        docker_rows = earliest_records([row for row in rows if row.source == SOURCE_DOCKER])
         # Arrival on the node, like the kubelet's first detection: the record time in Docker's
         # containerd store; the classic store keeps none, so the build time (earlier) stands in.
         images = [ObservedImage(i.image_id, i.size, (*i.repo_tags, *i.repo_digests), False,
@@ -250,36 +227,6 @@ class DockerDomain:
 
 def _state(value: str) -> gcmodel.ContainerState:
     return CRI_STATES.get(value, "unknown")
-
-
-# --- what pinctl wants kept ----------------------------------------------------------------------
-
-
-def wanted_by_pinctl(images: Sequence[ObservedImage], rows: Sequence[ImageRow]) -> dict[str, str]:
-    """Image ID -> why pinctl wants it kept: a pin label (also where the runtime ignores it), a
-    policy pattern, a Docker config label, the sandbox image."""
-    why: dict[str, str] = {}
-    # Only rows with such a reason can make an image wanted: on most nodes a few of thousands.
-    index = RowIndex([row for row in rows if any(reason.kind in WANTED_KINDS for reason in row.reasons)])
-    for image in images:
-        keys = {image.id, *(ref.partition("@")[2] for ref in image.refs if "@" in ref)}
-        reasons = [reason for row in index.matching(keys, image.refs)
-                   for reason in row.reasons if reason.kind in WANTED_KINDS]
-        if reasons:
-            # Every record of an image repeats its reasons, and one pin label is enough to name (a tag first).
-            reasons.sort(key=lambda r: (r.kind, r.detail.startswith("sha256:"), r.detail))
-            labels = [r for r in reasons if r.kind == REASON_LABEL][:1]
-            kept = labels + [r for r in reasons if r.kind != REASON_LABEL]
-            why[image.id] = "; ".join(dict.fromkeys(_reason_text(r.kind, r.detail) for r in kept))
-    return why
-
-
-def _reason_text(kind: str, detail: str) -> str:
-    return {REASON_LABEL: f"pin label on {detail}", REASON_SANDBOX: "the sandbox image",
-            REASON_PATTERN: f"pattern {detail}", REASON_DOCKER_LABEL: f"Docker label {detail}",
-            REASON_INEFFECTIVE_LABEL: f"ineffective pin label on {detail}",
-            REASON_CRIO_CONFIG: f"CRI-O pinned_images item {detail}",
-            REASON_CRIO_PIN: f"pinctl's CRI-O item {detail}"}.get(kind, f"{kind} {detail}")
 
 
 # --- gc plan ------------------------------------------------------------------------------------

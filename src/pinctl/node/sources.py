@@ -11,9 +11,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from pinctl.backends import cri_dockerd
-from pinctl.backends.containerd import ContainerdStore, read_config_version
+from pinctl.backends.containerd import ContainerdStore
 from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 from pinctl.backends.docker import DockerEngine
+from pinctl.config.containerd import read_config_version
 from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, SOURCE_CRIO
 from pinctl.node import crio as crio_node

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 from pinctl import refs
@@ -57,16 +58,17 @@ def config_pins(store: object) -> list[ConfigPin]:
 class CriSized(Protocol):
     """A store whose runtime's CRI serves the CRI's namespace and says what each image weighs."""
 
-    def cri_image_sizes(self) -> Optional[dict[str, int]]: ...
+    def cri_image_sizes(self) -> Callable[[], Optional[dict[str, int]]]: ...
 
 
-def use_cri_sizes(store: ImageStore, namespace: str, listing: Listing) -> None:
+def use_cri_sizes(store: ImageStore, namespace: str, listing: Listing,
+                  cri_sizes: Callable[[], Optional[dict[str, int]]]) -> None:
     """In the CRI's namespace, SIZE is the CRI's figure for the image: the one the kubelet's GC
     counts (gc plan's too). A row whose image the CRI does not list has its manifests read again
     (the answer kept from an earlier run may be of content since removed); if the CRI still does
     not list it (not yet, or it cannot read it), the row keeps the figure its manifests give."""
-    sizes = store.cri_image_sizes() if isinstance(store, CriSized) and listing.rows else None
-    if sizes is None:
+    sizes = cri_sizes()
+    if sizes is None or not listing.rows:
         return
     unlisted = [row for row in listing.rows if row.image_id not in sizes]
     if unlisted:
@@ -90,10 +92,12 @@ def list_namespace(
     pins: Sequence[ConfigPin] = (),
     runtime_sizes: bool = True,
 ) -> Listing:
-    listing = build_rows(store, namespace, store.list_images(namespace))
     in_cri = namespace == CRI_NAMESPACE
-    if in_cri and runtime_sizes:
-        use_cri_sizes(store, namespace, listing)
+    # Asked first: the CRI answers while the namespace's records are read.
+    cri_sizes = store.cri_image_sizes() if in_cri and runtime_sizes and isinstance(store, CriSized) else None
+    listing = build_rows(store, namespace, store.list_images(namespace))
+    if cri_sizes is not None:
+        use_cri_sizes(store, namespace, listing, cri_sizes)
     annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None,
                   pins if in_cri else ())
     annotate_policy(listing.rows, policy or Policy())
@@ -209,15 +213,20 @@ def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
 
 def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str],
                    pins: Sequence[ConfigPin] = ()) -> list[Reason]:
-    reasons = [Reason(REASON_LABEL, row.ref) for row in group if pin_labels.carries_pin(row.labels)]
-    if sandbox_ref and any(_names_sandbox(row.ref, sandbox_ref) for row in group):
+    reasons: list[Reason] = []
+    ineffective: list[Reason] = []
+    for row in group:  # one pass: a node's records are many, their labels few
+        labels = row.labels
+        if labels:
+            if pin_labels.carries_pin(labels):
+                reasons.append(Reason(REASON_LABEL, row.ref))
+            ineffective.extend(Reason(REASON_INEFFECTIVE_LABEL, f"{row.ref}: {p}")
+                               for p in pin_labels.ineffective_pins(labels))
+    if sandbox_ref and any(_names_sandbox(row.ref, sandbox_ref, _last_name(sandbox_ref)) for row in group):
         reasons.append(Reason(REASON_SANDBOX, sandbox_ref))
     if pins:
         reasons += [Reason(REASON_CONTAINERD_CONFIG, pin.where) for pin in config_pins_naming(group, pins)]
-    for row in group:
-        ineffective = pin_labels.ineffective_pins(row.labels)
-        reasons.extend(Reason(REASON_INEFFECTIVE_LABEL, f"{row.ref}: {p}") for p in ineffective)
-    return reasons
+    return reasons + ineffective
 
 
 def config_pins_naming(group: Iterable[ImageRow], pins: Sequence[ConfigPin]) -> list[ConfigPin]:
@@ -228,11 +237,16 @@ def config_pins_naming(group: Iterable[ImageRow], pins: Sequence[ConfigPin]) -> 
     return [pin for pin in pins if pin.ref in names]
 
 
-def _names_sandbox(ref: str, sandbox_ref: str) -> bool:
-    # Normalising adds a registry, a library/ and a tag, never a repository's last name: a
+def _names_sandbox(ref: str, sandbox_ref: str, last: str) -> bool:
+    # Normalising adds a registry, a library/ and a tag, never a repository's last name (last): a
     # reference without that name is not the sandbox image, and needs no normalising to say so.
-    last = sandbox_ref.rpartition("/")[2].partition(":")[0].partition("@")[0]
     return last in ref and _normalized_or_none(ref) == sandbox_ref
+
+
+@lru_cache(maxsize=8)
+def _last_name(sandbox_ref: str) -> str:
+    """The sandbox image's repository's last name: one per node, asked for every image."""
+    return sandbox_ref.rpartition("/")[2].partition(":")[0].partition("@")[0]
 
 
 def _normalized_or_none(name: Optional[str]) -> Optional[str]:
