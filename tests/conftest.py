@@ -196,6 +196,19 @@ def load_images(tmp_path: pathlib.Path) -> Callable[..., list[images.ImageInfo]]
     return load
 
 
+@pytest.fixture
+def sigint_at_a_shell() -> Iterator[None]:
+    """SIGINT handled as at a shell (KeyboardInterrupt) for one test: a suite started in the
+    background inherits it ignored, and Python then installs no handler of its own."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 # --- Docker daemons (dockerd 26, Debian trixie) ---------------------------------
 
 import subprocess  # noqa: E402

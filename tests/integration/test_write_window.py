@@ -83,7 +83,7 @@ def test_every_item_is_reported_in_order_across_many_groups(many_refs: Any) -> N
     assert pinned_now(daemon, ns) == set(refs)
 
 
-def test_a_sigint_mid_batch_finishes_what_was_sent_and_reports_the_rest(many_refs: Any) -> None:
+def test_a_sigint_mid_batch_finishes_what_was_sent_and_reports_the_rest(many_refs: Any, sigint_at_a_shell: None) -> None:
     daemon, ns, a, refs = many_refs
     group = containerd_backend.WRITE_GROUP
     at = containerd_backend.WRITE_DEPTH  # the groups before it have their writes on the way

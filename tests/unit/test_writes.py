@@ -74,7 +74,7 @@ def test_landed_elsewhere_compares_targets() -> None:
     assert not writes.landed_elsewhere(record("a"), pinned("a"))
 
 
-def test_a_sigint_while_writes_are_deferred_is_a_request_not_an_exception() -> None:
+def test_a_sigint_while_writes_are_deferred_is_a_request_not_an_exception(sigint_at_a_shell: None) -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with sigint_deferred() as requested:
         assert not requested()
