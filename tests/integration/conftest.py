@@ -20,16 +20,22 @@ from tests.harness.containerd import ContainerdDaemon, DaemonError
 # tests fill the wait. Not the unit tests: some set os.environ, which the scenarios' pinctl and
 # daemons inherit.
 PERIODIC_MODULE = "test_kubelet_gc.py"
+# The modules of the session's control plane: from the first of them to the session's end, its
+# four processes and the fleet's nodes (four kubelets, four runtimes) run, and the fleet's setup
+# loads pinctl's image on every node. They come last among the integration tests, before the
+# periodic module: away from the scenarios' busiest minutes, which come first.
+CLUSTER_MODULES = frozenset(("test_cluster.py", "test_fleet.py", "test_fleet_prometheus.py", "test_prometheus3.py"))
 INTEGRATION = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     periodic = [item for item in items if item.path.name == PERIODIC_MODULE]
-    rest = [item for item in items if item.path.name != PERIODIC_MODULE]
+    cluster = [item for item in items if item.path.name in CLUSTER_MODULES and INTEGRATION in item.path.parents]
+    rest = [item for item in items if item.path.name != PERIODIC_MODULE and item not in cluster]
     integration = [index for index, item in enumerate(rest) if INTEGRATION in item.path.parents]
-    if periodic and integration:
-        after = integration[-1] + 1
-        items[:] = rest[:after] + periodic + rest[after:]
+    after = integration[-1] + 1 if integration else next(
+        (index for index, item in enumerate(rest) if INTEGRATION not in item.path.parents), len(rest))
+    items[:] = rest[:after] + cluster + periodic + rest[after:]
 
 
 @pytest.fixture(scope="session", autouse=True)
