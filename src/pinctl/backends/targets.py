@@ -191,11 +191,15 @@ def _parse(raw: bytes) -> dict[str, tuple[str, int, int]]:
     if not isinstance(entries, dict) or len(entries) > 4 * MAX_ENTRIES:
         raise ValueError("no entries, or more than any cache pinctl writes")
     parsed: dict[str, tuple[str, int, int]] = {}
+    digest_form = _DIGEST.fullmatch  # each entry checked inline: a node's cache has thousands
     for digest, value in entries.items():
-        if not (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
-                and all(type(v) is int for v in value[1:]) and _valid(digest, value[0], value[1])):
+        if type(value) is not list or len(value) != 3:
             raise ValueError(f"entry {digest[:80]!r} is not a digest with an image ID, a size and a time")
-        parsed[digest] = (value[0], value[1], value[2])
+        image_id, size, seen = value
+        if (type(image_id) is not str or type(size) is not int or type(seen) is not int
+                or not 0 <= size < _LARGEST_SIZE or digest_form(digest) is None or digest_form(image_id) is None):
+            raise ValueError(f"entry {digest[:80]!r} is not a digest with an image ID, a size and a time")
+        parsed[digest] = (image_id, size, seen)
     return parsed
 
 
