@@ -141,16 +141,20 @@ class CriDomain:
         self._mounts: dict[str, tuple[str, ...]] = {}
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
-        created = earliest_records(rows)
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
         mountpoint = procfs.as_served(self.runtime.endpoint, filesystems[0].mountpoint)
         listed_images = self.runtime.list_images()
         by_id = _id_records(rows) if self.version.name == CONTAINERD_RUNTIME_NAME else {}
-        arrived = {**self._arrived(mountpoint, [i.id for i in listed_images if i.id not in by_id]), **by_id}
+        undated = [i.id for i in listed_images if i.id not in by_id]
+        arrived = self._arrived(mountpoint, undated)
+        created = earliest_records(rows) if undated else {}
+        # An ID's own record is one of its image's records, so none of them is later: it is the
+        # arrival, and the image's other records need not be looked at.
         images = [ObservedImage(i.id, i.size, (*i.repo_tags, *i.repo_digests), i.pinned,
-                                _latest(arrived.get(i.id), _earliest(created, (i.id, *_digests(i.repo_digests)))))
+                                by_id.get(i.id) or _latest(arrived.get(i.id),
+                                                           _earliest(created, (i.id, *_digests(i.repo_digests)))))
                   for i in listed_images]
         listed = self.runtime.list_containers()
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,

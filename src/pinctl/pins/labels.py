@@ -47,6 +47,8 @@ def ineffective_pins(labels: dict[str, str]) -> list[str]:
     """Describe each label that an operator likely meant as a pin but the CRI plugin ignores."""
     # Nearly every record has no such label: look at the keys first, build text only for those.
     suspects = [key for key in labels if (labels[key] != PIN_VALUE if key == PIN_LABEL else _looks_like_pin_key(key))]
+    if not suspects:
+        return []
     return [problem for key in sorted(suspects) if (problem := _ineffective(key, labels[key]))]
 
 

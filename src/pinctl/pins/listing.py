@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 from pinctl import refs
@@ -158,12 +157,13 @@ def annotate_pins(
     explain a label containerd puts there itself; they pin nothing by themselves either.
     """
     sandbox_ref = _normalized_or_none(sandbox)
+    sandbox_last = _last_name(sandbox_ref) if sandbox_ref else ""
     # The sandbox entry is said by the sandbox reason already.
     own = [pin for pin in pins if not pin.is_sandbox]
     entry = next((pin.ref for pin in pins if pin.is_sandbox), sandbox)
     honoured = runtime_version is None or pin_labels.cri_honours_pins(runtime_version)
     for group in group_by_image(rows).values():
-        reasons = _group_reasons(group, sandbox_ref, own)
+        reasons = _group_reasons(group, sandbox_ref, sandbox_last, own)
         if not reasons:  # most images of a node: nothing keeps them
             for row in group:
                 row.pinned, row.reasons = False, []
@@ -211,7 +211,7 @@ def _drift(row: ImageRow, covered: bool) -> Optional[Drift]:
     return None
 
 
-def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str],
+def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str], sandbox_last: str,
                    pins: Sequence[ConfigPin] = ()) -> list[Reason]:
     reasons: list[Reason] = []
     ineffective: list[Reason] = []
@@ -222,7 +222,7 @@ def _group_reasons(group: Sequence[ImageRow], sandbox_ref: Optional[str],
                 reasons.append(Reason(REASON_LABEL, row.ref))
             ineffective.extend(Reason(REASON_INEFFECTIVE_LABEL, f"{row.ref}: {p}")
                                for p in pin_labels.ineffective_pins(labels))
-    if sandbox_ref and any(_names_sandbox(row.ref, sandbox_ref, _last_name(sandbox_ref)) for row in group):
+    if sandbox_ref and any(_names_sandbox(row.ref, sandbox_ref, sandbox_last) for row in group):
         reasons.append(Reason(REASON_SANDBOX, sandbox_ref))
     if pins:
         reasons += [Reason(REASON_CONTAINERD_CONFIG, pin.where) for pin in config_pins_naming(group, pins)]
@@ -243,9 +243,8 @@ def _names_sandbox(ref: str, sandbox_ref: str, last: str) -> bool:
     return last in ref and _normalized_or_none(ref) == sandbox_ref
 
 
-@lru_cache(maxsize=8)
 def _last_name(sandbox_ref: str) -> str:
-    """The sandbox image's repository's last name: one per node, asked for every image."""
+    """The sandbox image's repository's last name: worked out once, asked of every image."""
     return sandbox_ref.rpartition("/")[2].partition(":")[0].partition("@")[0]
 
 
