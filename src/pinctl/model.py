@@ -58,6 +58,10 @@ REASON_IGNORED: Final = "ignored"  # this containerd's CRI reports no pins at al
 REASON_CRIO_CONFIG: Final = "crio-config"
 # The same, for an item pinctl wrote into its own CRI-O drop-in (pin or sync): pinctl's pin on CRI-O.
 REASON_CRIO_PIN: Final = "crio-pin"
+# The reasons that say pinctl wants the image kept (check and gc plan): an ineffective label still
+# says what the operator meant.
+WANTED_KINDS: tuple[ReasonKind, ...] = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX,
+                                        REASON_INEFFECTIVE_LABEL, REASON_CRIO_CONFIG, REASON_CRIO_PIN)
 
 # What a pin, unpin or sync did to one reference (ItemResult.action).
 Action = Literal["pinned", "unpinned", "pruned", "adopted", "already-pinned", "already-unpinned",

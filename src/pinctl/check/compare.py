@@ -19,6 +19,7 @@ from pinctl.model import (
     REASON_PATTERN,
     REASON_SANDBOX,
     REASON_UNLABELLED_SANDBOX,
+    WANTED_KINDS,
     ImageRow,
     Reason,
     ReasonKind,
@@ -32,11 +33,6 @@ if TYPE_CHECKING:
 
 # How the CRI names the runtimes: cri-dockerd answers as "docker".
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
-# An ineffective label still says what the operator meant: it counts as wanting a pin.
-WANTED: tuple[ReasonKind, ...] = (
-    REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,
-    REASON_CRIO_CONFIG, REASON_CRIO_PIN,
-)
 # What CRI-O pins by itself, as its files say now: if its CRI disagrees, it has not re-read them.
 CRIO_OWN: tuple[ReasonKind, ...] = (REASON_CRIO_CONFIG, REASON_CRIO_PIN, REASON_SANDBOX)
 # check --wait asks again this often: the CRI plugin sees a label change within about a second.
@@ -199,7 +195,7 @@ class _Site:
 
 def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
     reasons = _reasons(rows)
-    desired = any(r.kind in WANTED for r in reasons)
+    desired = any(r.kind in WANTED_KINDS for r in reasons)
     refs = list(cri.repo_tags or cri.repo_digests or (cri.id,))
     item = CheckItem(cri.id, refs, desired, cri.pinned, reasons)
     if desired and not cri.pinned:

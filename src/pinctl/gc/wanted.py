@@ -13,15 +13,13 @@ from pinctl.model import (
     REASON_LABEL,
     REASON_PATTERN,
     REASON_SANDBOX,
+    WANTED_KINDS,
 )
 
 if TYPE_CHECKING:
     from pinctl.gc.estimate import ObservedImage
     from pinctl.model import ImageRow
 
-# What pinctl counts as wanting an image kept (as check does): an ineffective label still says so.
-WANTED_KINDS = (REASON_LABEL, REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX, REASON_INEFFECTIVE_LABEL,
-                REASON_CRIO_CONFIG, REASON_CRIO_PIN)
 
 
 class RowIndex:
