@@ -106,7 +106,8 @@ def estimate_images(
     users: dict[str, list[ObservedContainer]] = {}
     for container in containers:
         users.setdefault(container.as_gc_container().kubelet_image_id, []).append(container)
-    return [_estimate(image, users.get(image.id, []), now, kubelet_started, history or {}) for image in images]
+    unused: list[ObservedContainer] = []  # shared: most images have no container
+    return [_estimate(image, users.get(image.id, unused), now, kubelet_started, history or {}) for image in images]
 
 
 def _estimate(
@@ -124,7 +125,7 @@ def _estimate(
         last_used, last_source = history[image.id], TimeSource.HISTORY
     else:
         last_used, last_source = None, TimeSource.UNKNOWN
-    activity = [time for time in (user.last_activity for user in users) if time is not None]
+    activity = [time for time in (user.last_activity for user in users) if time is not None] if users else None
     gc_image = GcImage(image.id, image.size, first, last_used, image.refs, image.pinned)
     return Estimate(gc_image, first_source, last_source, max(activity) if activity else None)
 

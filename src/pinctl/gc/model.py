@@ -102,7 +102,8 @@ def plan_gc(
     order = _order_entries(candidates, fates, used_fs)
     ties = tie_groups(order, run.amount_to_free)
     tied = {image_id for tie in ties for image_id in tie.image_ids}
-    order = tuple(replace(entry, tie=True) if entry.image.id in tied else entry for entry in order)
+    if tied:  # most nodes have none: no pass over the order then
+        order = tuple(replace(entry, tie=True) if entry.image.id in tied else entry for entry in order)
     protected = _protections(listed.values(), users, order, settings, now)
     may_go = {image_id for tie in ties if tie.straddled for image_id in tie.image_ids}
     at_risk, missing = _at_risk(wanted or {}, listed, users, order, protected, may_go)

@@ -33,17 +33,22 @@ def tie_groups(order: Sequence[OrderEntry], amount_to_free: Optional[int]) -> tu
         if len(run) > 1:
             need = None if amount_to_free is None else amount_to_free - freed_before
             groups.append(_group(len(groups) + 1, run, need))
-        freed_before += sum(entry.image.size for entry in run if entry.fate is Fate.DELETED_SPACE)
+        for entry in run:
+            if entry.fate is Fate.DELETED_SPACE:
+                freed_before += entry.image.size
     return tuple(groups)
 
 
 def _runs(order: Sequence[OrderEntry]) -> Iterator[list[OrderEntry]]:
     run: list[OrderEntry] = []
+    last = None  # the run's rank, worked out once per entry
     for entry in order:
-        if run and entry.image.kubelet_rank != run[-1].image.kubelet_rank:
+        rank = entry.image.kubelet_rank
+        if run and rank != last:
             yield run
             run = []
         run.append(entry)
+        last = rank
     if run:
         yield run
 
