@@ -11,8 +11,12 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
+import pytest
+
+from pinctl.backends.cri import CriRuntime
+from pinctl.errors import EngineError
 from tests.harness import images
 from tests.harness.containerd import ContainerdDaemon
 from tests.integration.conftest import one_engine
@@ -87,3 +91,31 @@ def test_a_containerd_that_does_not_answer_is_reported_within_about_one_timeout(
         os.kill(daemon.pid, signal.SIGCONT)
     assert_one_line_error(result, 1, "did not answer within 2s", "raise --timeout")
     assert took < 4 * float(TIMEOUT) + 2, took  # start-up, then one deadline
+
+
+@one_engine
+def test_a_prefetched_listing_fails_in_one_line_and_a_new_ask_replaces_one_not_taken(
+        daemon: ContainerdDaemon, load_images: Any) -> None:
+    """CriRuntime.prefetch: a listing started ahead of a containerd that then stops answering is
+    reported when taken, as any call is; and one that nobody took is never served to a later ask."""
+    runtime = CriRuntime(daemon.address, timeout=float(TIMEOUT))
+    try:
+        assert daemon.pid is not None
+        os.kill(daemon.pid, signal.SIGSTOP)
+        try:
+            runtime.prefetch("images")
+            with pytest.raises(EngineError) as stalled:
+                runtime.list_images()
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        assert "did not answer within 2s" in stalled.value.message and "\n" not in stalled.value.message
+        # An answer asked for and not taken (its caller failed first), in hand before the load ...
+        runtime.prefetch("images")
+        runtime._started["images"].result(timeout=60)
+        load_images(daemon, [images.recipe("example.test/prefetch/later:1", seed="prefetch-later")])
+        # ... is dropped by a new ask: what is listed is the node as it is now.
+        runtime.prefetch("images")
+        listed = {tag for image in runtime.list_images() for tag in image.repo_tags}
+        assert "example.test/prefetch/later:1" in listed
+    finally:
+        runtime.close()

@@ -3,6 +3,8 @@ and the exit code it carries. Engine behaviour is tested against real engines el
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -12,9 +14,10 @@ from pinctl import commands
 from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.config.loader import Config, PatternEntry
 from pinctl.config.settings import Settings
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError
-from pinctl.model import PIN_LABEL, ConfigPin
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, UsageError
+from pinctl.model import PIN_LABEL, ConfigPin, StoredImage
 from pinctl.node.sources import ContainerdSource, Node
+from pinctl.pins import listing
 from pinctl.pins.policy import Policy, compile_policy
 
 from .fakes import FakeStore, digest
@@ -247,3 +250,32 @@ def test_a_short_hex_argument_hints_at_the_id_prefix_rule() -> None:
     assert "for an image ID, give 4 or more hex digits" in result.error and len(result.error) <= 100
     [named] = commands.change(node_of(store), "pin", ["example.test/nothing:1"], "pinctl", False).results
     assert "ID prefix" not in (named.error or "")
+
+
+class SizedStoreFailing(FakeStore):
+    """A store whose CRI says sizes, and whose own listing then fails (containerd went away)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes_asked = self.sizes_open = 0
+
+    @contextlib.contextmanager
+    def cri_image_sizes(self) -> Iterator[Callable[[], Optional[dict[str, int]]]]:
+        self.sizes_asked += 1
+        self.sizes_open += 1
+        try:
+            yield lambda: {}
+        finally:
+            self.sizes_open -= 1
+
+    def list_images(self, namespace: str) -> list[StoredImage]:
+        raise EngineError("containerd at /fake.sock did not answer within 2s")
+
+
+def test_the_cri_s_sizes_are_released_when_the_namespace_s_listing_fails() -> None:
+    store = SizedStoreFailing()
+    store.add("k8s.io", "example.test/app:1", "a")
+    with pytest.raises(EngineError):
+        listing.list_namespace(store, "k8s.io", None)
+    # Asked before the records were listed, and its channel closed: a service asks again and again.
+    assert store.sizes_asked == 1 and store.sizes_open == 0

@@ -151,7 +151,7 @@ def listing(start: Callable[[float], Any], probe: Callable[[], Any], timeout: fl
     import grpc
 
     longest = min(timeout * PATIENCE, LONGEST_TIMEOUT)
-    answer = started if started is not None else start(longest)
+    answer = started if started is not None else start_listing(start, timeout)
     while True:
         alive = probe()
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
@@ -360,27 +361,30 @@ class ContainerdStore:
         """The entries of containerd 2.x's own pinned_images, from the same config."""
         return read_config_pins(self.config_path)
 
-    def cri_image_sizes(self) -> Callable[[], Optional[dict[str, int]]]:
-        """Start reading each image's size by image ID as this containerd's CRI (served on the same
-        socket, for namespace k8s.io) tells the kubelet; the function returned takes the answer,
-        None when it serves no CRI or cannot say now. Started before the namespace's own listing,
-        the CRI answers while that one is read."""
+    @contextlib.contextmanager
+    def cri_image_sizes(self) -> Iterator[Callable[[], Optional[dict[str, int]]]]:
+        """Each image's size by image ID as this containerd's CRI (served on the same socket, for
+        namespace k8s.io) tells the kubelet, asked for on entry: the function given takes the
+        answer, None when it serves no CRI or cannot say now. Asked before the namespace's own
+        listing, the CRI answers while that one is read; the CRI's channel is closed on exit,
+        also when the caller fails before taking the answer."""
         runtime = CriRuntime(self.address, self.timeout)
-        try:
-            runtime.prefetch("sizes")
-        except EngineError:
-            runtime.close()
-            return lambda: None
 
         def sizes() -> Optional[dict[str, int]]:
             try:
                 return runtime.image_sizes()
             except EngineError:
                 return None
-            finally:
-                runtime.close()
 
-        return sizes
+        try:
+            try:
+                runtime.prefetch("sizes")
+            except EngineError:
+                yield lambda: None
+            else:
+                yield sizes
+        finally:
+            runtime.close()
 
 
 class ImageEvents:

@@ -119,10 +119,13 @@ class CriRuntime:
     def prefetch(self, *listings: Listing) -> None:
         """Start these listings now, for a caller with other work to do first: the runtime answers
         meanwhile, and the next list_images, image_sizes or list_containers takes that answer (as
-        of now) instead of asking again. A failure shows when the answer is taken."""
+        of now) instead of asking again. A failure shows when the answer is taken. An earlier one
+        nobody took (its caller failed first) is dropped: an answer is never older than its ask."""
         for name in listings:
-            if name not in self._started:
-                self._started[name] = _grpc.start_listing(self._starter(name), self.timeout)
+            stale = self._started.pop(name, None)
+            if stale is not None:
+                stale.cancel()
+            self._started[name] = _grpc.start_listing(self._starter(name), self.timeout)
 
     def _starter(self, name: Listing) -> Callable[[float], Any]:
         from pinctl.proto import cri_pb2

@@ -204,11 +204,11 @@ class DockerDomain:
         self.name = f"Docker at {engine.host}"
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
-        docker_rows = earliest_records([row for row in rows if row.source == SOURCE_DOCKER])
+        docker_created = earliest_records([row for row in rows if row.source == SOURCE_DOCKER])
         # Arrival on the node, like the kubelet's first detection: the record time in Docker's
         # containerd store; the classic store keeps none, so the build time (earlier) stands in.
         images = [ObservedImage(i.image_id, i.size, (*i.repo_tags, *i.repo_digests), False,
-                                _earliest(docker_rows, {i.image_id}) or utc(i.created))
+                                _earliest(docker_created, {i.image_id}) or utc(i.created))
                   for i in self.engine.list_images()]
         containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),
                                         c.image_id, c.image, c.name, "", created_at=utc(c.created))

@@ -41,7 +41,7 @@ class RowIndex:
     def may_match(self, image_id: str, refs: Sequence[str]) -> bool:
         """False when no row can match: a look-up or two for most images of a node."""
         by_key, by_ref = self._by_key, self._by_ref
-        return (image_id in by_key or any(ref in by_ref or ref.partition("@")[2] in by_key for ref in refs))
+        return image_id in by_key or any(ref in by_ref or ref.partition("@")[2] in by_key for ref in refs)
 
     def matching(self, keys: set[str], refs: Sequence[str] = ()) -> list[ImageRow]:
         found = {position for key in keys for position in self._by_key.get(key, ())}

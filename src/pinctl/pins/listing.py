@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, ContextManager, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 from pinctl import refs
 from pinctl.backends import ImageStore
@@ -57,7 +57,7 @@ def config_pins(store: object) -> list[ConfigPin]:
 class CriSized(Protocol):
     """A store whose runtime's CRI serves the CRI's namespace and says what each image weighs."""
 
-    def cri_image_sizes(self) -> Callable[[], Optional[dict[str, int]]]: ...
+    def cri_image_sizes(self) -> ContextManager[Callable[[], Optional[dict[str, int]]]]: ...
 
 
 def use_cri_sizes(store: ImageStore, namespace: str, listing: Listing,
@@ -92,11 +92,12 @@ def list_namespace(
     runtime_sizes: bool = True,
 ) -> Listing:
     in_cri = namespace == CRI_NAMESPACE
-    # Asked first: the CRI answers while the namespace's records are read.
-    cri_sizes = store.cri_image_sizes() if in_cri and runtime_sizes and isinstance(store, CriSized) else None
-    listing = build_rows(store, namespace, store.list_images(namespace))
-    if cri_sizes is not None:
-        use_cri_sizes(store, namespace, listing, cri_sizes)
+    if in_cri and runtime_sizes and isinstance(store, CriSized):
+        with store.cri_image_sizes() as cri_sizes:  # asked first: the CRI answers while the records are read
+            listing = build_rows(store, namespace, store.list_images(namespace))
+            use_cri_sizes(store, namespace, listing, cri_sizes)
+    else:
+        listing = build_rows(store, namespace, store.list_images(namespace))
     annotate_pins(listing.rows, sandbox if in_cri else None, runtime_version if in_cri else None,
                   pins if in_cri else ())
     annotate_policy(listing.rows, policy or Policy())
