@@ -218,9 +218,12 @@ class CheckRequest:
     sizes: bool = False
 
 
-def check(node: Node, policy: Policy, runtime: RuntimeImages, version: RuntimeVersion, request: CheckRequest,
-          progress: Callable[[CheckResult, float], None], clock: Optional[Clock] = None) -> CheckReport:
+def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeImages, RuntimeVersion]],
+          request: CheckRequest, progress: Callable[[CheckResult, float], None],
+          clock: Optional[Clock] = None) -> CheckReport:
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
+    node.prefetch()  # the node's records come while the CRI is opened and check's modules load
+    runtime, version = open_runtime()
     from pinctl.backends import cri_dockerd
     from pinctl.check import compare as checking
 
@@ -276,19 +279,21 @@ def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]
     return LintReport(linting.lint(entries, open_node))
 
 
-def gc_plan(node: Node, policy: Policy, runtime: CriRuntime, version: RuntimeVersion, settings: SourcedGcSettings,
+def gc_plan(node: Node, policy: Policy, open_runtime: OpenRuntime, settings: SourcedGcSettings,
             usage: Optional[float]) -> GcReport:
     """The kubelet's next GC run as modelled from the runtime's images, containers and disk."""
     from datetime import datetime, timezone
 
+    # The engines answer while pinctl works: the node's records while the CRI is opened and the
+    # GC's modules load, the CRI's lists while the records are read; each is taken after.
+    node.prefetch()
+    runtime, version = open_runtime()
     from pinctl.gc import plan as gc
 
-    # The CRI's answers come while the node's records are read; observe takes them.
     runtime.prefetch("images", "containers")
     rows = node.rows(policy, runtime_sizes=False).rows
-    kubelet = gc.kubelet_start_time(runtime.endpoint)
-    return gc.gc_plan(gc.cri_domain(node, runtime, version), rows, settings, datetime.now(timezone.utc), usage,
-                      kubelet)
+    domain, kubelet = gc.cri_domain(node, runtime, version), gc.kubelet_start_time(runtime.endpoint)
+    return gc.gc_plan(domain, rows, settings, datetime.now(timezone.utc), usage, kubelet)
 
 
 @dataclass(frozen=True)

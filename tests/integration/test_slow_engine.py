@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from pinctl.backends.containerd import ContainerdStore
 from pinctl.backends.cri import CriRuntime
 from pinctl.errors import EngineError
 from tests.harness import images
@@ -119,3 +120,40 @@ def test_a_prefetched_listing_fails_in_one_line_and_a_new_ask_replaces_one_not_t
         assert "example.test/prefetch/later:1" in listed
     finally:
         runtime.close()
+
+
+@one_engine
+def test_prefetched_records_fail_in_one_line_and_a_new_ask_replaces_one_not_taken(
+        daemon: ContainerdDaemon, load_images: Any) -> None:
+    """ContainerdStore.prefetch_images (what gc plan and check start before opening the CRI): a
+    listing started ahead of a containerd that then stops answering is reported when taken, as
+    any call is; one nobody took is never served to a later ask; close() drops one in flight."""
+    store = ContainerdStore(daemon.address, timeout=float(TIMEOUT))
+    namespace = "prefetch"
+    try:
+        load_images(daemon, [images.recipe("example.test/prefetch/first:1", seed="prefetch-first")], namespace)
+        assert daemon.pid is not None
+        os.kill(daemon.pid, signal.SIGSTOP)
+        try:
+            store.prefetch_images(namespace)
+            with pytest.raises(EngineError) as stalled:
+                store.list_images(namespace)
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        assert "did not answer within 2s" in stalled.value.message and "\n" not in stalled.value.message
+        # An answer asked for and not taken, in hand before the load ...
+        store.prefetch_images(namespace)
+        store._started[namespace].result(timeout=60)
+        load_images(daemon, [images.recipe("example.test/prefetch/later:1", seed="prefetch-later")], namespace)
+        # ... is dropped by a new ask: what is listed is the namespace as it is now.
+        store.prefetch_images(namespace)
+        listed = {image.name for image in store.list_images(namespace)}
+        assert listed == {"example.test/prefetch/first:1", "example.test/prefetch/later:1"}
+        # Without a prefetch, list_images asks then; with one left over, close() cancels it.
+        assert {image.name for image in store.list_images(namespace)} == listed
+        store.prefetch_images(namespace)
+        left = store._started[namespace]
+        store.close()
+        assert store._started == {} and (left.cancelled() or left.done())
+    finally:
+        store.close()

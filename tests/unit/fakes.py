@@ -28,6 +28,8 @@ class FakeStore:
         self._sandbox = sandbox
         self.runtime_version = "1.7.24"
         self.closed = 0
+        # Namespaces whose listing a caller asked to start early (prefetch_images), in order.
+        self.prefetched: list[str] = []
 
     def add(self, namespace: str, name: str, image_seed: str, labels: Optional[dict[str, str]] = None) -> None:
         target = Descriptor(MANIFEST, digest("m" + image_seed), 500)
@@ -47,6 +49,9 @@ class FakeStore:
 
     def list_images(self, namespace: str) -> list[StoredImage]:
         return list(self.records.get(namespace, {}).values())
+
+    def prefetch_images(self, namespace: str) -> None:
+        self.prefetched.append(namespace)
 
     def list_names(self, namespace: str) -> list[str]:
         return [image.name for image in self.list_images(namespace)]

@@ -110,19 +110,28 @@ class FakeClock:
 
 
 def test_check_waits_until_the_runtime_catches_up() -> None:
-    node = node_of(store_with_images())
+    store = store_with_images()
     runtime = FakeRuntime(pinned_after=2)
     heard: list[float] = []
-    report = commands.check(node, Policy(), runtime, RUNTIME, commands.CheckRequest(wait=10), lambda _r, left: heard.append(left),
-                            FakeClock())
+    asked_before_open: list[str] = []
+
+    def open_runtime() -> tuple[FakeRuntime, RuntimeVersion]:
+        asked_before_open.extend(store.prefetched)
+        return runtime, RUNTIME
+
+    report = commands.check(node_of(store), Policy(), open_runtime, commands.CheckRequest(wait=10),
+                            lambda _r, left: heard.append(left), FakeClock())
     assert report.exit_code == EXIT_OK and runtime.asked == 3
     assert report.waited == 2.0 and heard == [10.0, 9.0]
-    # Each ask of the whole list is started before the node's records are read.
+    # The node's records are asked for before the CRI is opened, and each ask of the CRI's whole
+    # list is started before the node's records are read.
+    assert asked_before_open == store.namespaces()
     assert runtime.prefetched == [("images",)] * 3
 
 
 def test_check_without_wait_reports_at_once() -> None:
-    report = commands.check(node_of(store_with_images()), Policy(), FakeRuntime(5), RUNTIME, commands.CheckRequest(),
+    runtime = FakeRuntime(5)
+    report = commands.check(node_of(store_with_images()), Policy(), lambda: (runtime, RUNTIME), commands.CheckRequest(),
                             lambda *_: None, FakeClock())
     assert report.exit_code == EXIT_ERROR and report.waited is None
 

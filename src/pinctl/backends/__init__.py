@@ -34,6 +34,9 @@ class ImageRecords(Protocol):
     def list_images(self, namespace: str) -> list[StoredImage]:
         """Every image record in a namespace."""
 
+    def prefetch_images(self, namespace: str) -> None:
+        """Have the engine start on list_images(namespace) now; the next such call takes that answer."""
+
     def list_names(self, namespace: str) -> list[str]:
         """The name of every image record in a namespace, and nothing else of them."""
 

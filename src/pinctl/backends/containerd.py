@@ -53,6 +53,8 @@ class ContainerdStore:
         # What targets resolved to: a digest names the same content for ever, so only the
         # manifests of images new since the last run (or, for a service, the last event) are read.
         self._targets = TargetCache(default_cache_path())
+        # Record listings started ahead (prefetch_images), by namespace, for list_images to take.
+        self._started: dict[str, Any] = {}
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -85,6 +87,9 @@ class ContainerdStore:
             raise self._fail(err) from None
 
     def close(self) -> None:
+        for started in self._started.values():
+            started.cancel()
+        self._started.clear()
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
@@ -141,11 +146,21 @@ class ContainerdStore:
         # No deadline: the stream is meant to stay open for as long as the watcher runs.
         return ImageEvents(self._stub("events").Subscribe(request), self)
 
+    def prefetch_images(self, namespace: str) -> None:
+        """Start listing the namespace's records now, for a caller with other work to do first:
+        containerd reads and encodes them meanwhile, and the next list_images(namespace) takes
+        that answer. A failure shows when it is taken. One nobody took is dropped, as
+        CriRuntime.prefetch drops one: an answer is never older than its ask."""
+        stale = self._started.pop(namespace, None)
+        if stale is not None:
+            stale.cancel()
+        self._started[namespace] = _grpc.start_listing(self._list_start(namespace, "images_raw_list"), self.timeout)
+
     def list_images(self, namespace: str) -> list[StoredImage]:
         """Every record: one answer of any size, awaited while containerd answers (_grpc.listing)."""
         from pinctl.proto import images_pb2
 
-        records = self._listing(namespace, "images_raw_list").images
+        records = self._listing(namespace, "images_raw_list", self._started.pop(namespace, None)).images
         decode = images_pb2.Image.FromString
         return [_stored_image(decode(record)) for record in records]
 
@@ -153,16 +168,17 @@ class ContainerdStore:
         """Every record's name, the rest of each record skipped (no per-record decoding in Python)."""
         return [record.name for record in self._listing(namespace, "images_names_list").images]
 
-    def _listing(self, namespace: str, stub: str) -> Any:
-        from google.protobuf import empty_pb2
-
+    def _list_start(self, namespace: str, stub: str) -> Callable[[float], Any]:
         from pinctl.proto import images_pb2
 
-        version = self._stub("version")
         listing = self._stub(stub)
+        metadata = self._metadata(namespace)
+        return lambda deadline: listing.future(images_pb2.ListImagesRequest(), metadata=metadata, timeout=deadline)
 
-        def start(deadline: float) -> Any:
-            return listing.future(images_pb2.ListImagesRequest(), metadata=self._metadata(namespace), timeout=deadline)
+    def _listing(self, namespace: str, stub: str, started: Any = None) -> Any:
+        from google.protobuf import empty_pb2
+
+        version = self._stub("version")
 
         def probe() -> Any:
             return version.Version.future(empty_pb2.Empty(), timeout=self.timeout)
@@ -170,7 +186,7 @@ class ContainerdStore:
         def fail(err: Any, waited: float) -> EngineError:
             return _grpc.translate(err, "containerd", self.address, waited)
 
-        return _grpc.listing(start, probe, self.timeout, fail)
+        return _grpc.listing(self._list_start(namespace, stub), probe, self.timeout, fail, started)
 
     def resolve_targets(self, namespace: str, targets: Iterable[str], again: bool = False
                         ) -> dict[str, ResolvedTarget]:

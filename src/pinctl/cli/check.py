@@ -38,10 +38,9 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     policy = load_policy(cfg)
     if textfile:
         textfile_target(textfile, refs)
-    runtime, version = open_runtime(cfg)
-    node = open_node(cfg)
+    request = commands.CheckRequest(refs, wait, sizes=bool(textfile))
     with output.check_progress(active=wait > 0) as progress:
-        report = commands.check(node, policy, runtime, version, commands.CheckRequest(refs, wait, sizes=bool(textfile)), progress)
+        report = commands.check(open_node(cfg), policy, lambda: open_runtime(cfg), request, progress)
     output.print_check(report.result, fmt, waited=report.waited)
     if textfile:
         from pinctl.metrics import exposition as metrics

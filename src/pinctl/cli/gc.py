@@ -70,8 +70,7 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
             raise UsageError("--usage simulates a disk: its figures do not belong in a textfile",
                              "give --usage or --textfile, not both")
         textfile_target(textfile)
-    runtime, version = open_runtime(cfg)
-    report = commands.gc_plan(open_node(cfg), load_policy(cfg), runtime, version, settings, usage)
+    report = commands.gc_plan(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), settings, usage)
     gc_output.print_gc_plan(report, fmt)
     if textfile:
         from pinctl.metrics import exposition as metrics

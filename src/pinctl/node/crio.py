@@ -249,6 +249,9 @@ class CrioSource:
     def add_names(self, names: list[Name]) -> None:
         names += [(None, ref) for image in self.crio.images() for ref in crio_pins.names_of(image) or [image.id]]
 
+    def prefetch(self) -> None:
+        self.crio.runtime.prefetch("images")
+
     def views(self) -> list[NamespaceView]:
         return []
 

@@ -43,6 +43,13 @@ def carries_pin(labels: dict[str, str]) -> bool:
     return labels.get(PIN_LABEL) == PIN_VALUE
 
 
+@lru_cache(maxsize=1024)
+def pin_key(key: str) -> bool:
+    """Whether a label with this key makes a pin or says something about one (carries_pin,
+    ineffective_pins): a record with no such key has neither. Cached, as _looks_like_pin_key."""
+    return key == PIN_LABEL or _looks_like_pin_key(key)
+
+
 def ineffective_pins(labels: dict[str, str]) -> list[str]:
     """Describe each label that an operator likely meant as a pin but the CRI plugin ignores."""
     # Nearly every record has no such label: look at the keys first, build text only for those.

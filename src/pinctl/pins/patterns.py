@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final, Literal, Optional, Sequence
 
 import ahocorasick
@@ -198,25 +199,39 @@ class Matcher:
 
 
 class _NameIndex:
-    """The names, lowercased, laid out for each of the four needle shapes."""
+    """The names, lowercased, laid out for each of the four needle shapes. Each layout is made
+    the first time a needle of its shape asks for it: a policy of exact names (the usual one)
+    needs only by_name, and sorting 20,000 names for prefixes it never looks up costs."""
 
     def __init__(self, names: Sequence[str]) -> None:
         # A separator inside a name could fake an anchor; "\n" is just as unmatchable, so swap it in.
-        lowered = [name.lower().replace(_SEP, "\n") for name in names]
-        self.count = len(lowered)
-        self.by_name: dict[str, list[int]] = {}
-        for position, name in enumerate(lowered):
-            self.by_name.setdefault(name, []).append(position)
-        self.order = sorted(range(self.count), key=lowered.__getitem__)
-        self.sorted_names = [lowered[position] for position in self.order]
-        self.text = _SEP + _SEP.join(lowered) + _SEP
-        self.starts = self._starts(lowered)
+        self.lowered = [name.lower().replace(_SEP, "\n") for name in names]
+        self.count = len(self.lowered)
 
-    @staticmethod
-    def _starts(lowered: list[str]) -> list[int]:
+    @cached_property
+    def by_name(self) -> dict[str, list[int]]:
+        by_name: dict[str, list[int]] = {}
+        for position, name in enumerate(self.lowered):
+            by_name.setdefault(name, []).append(position)
+        return by_name
+
+    @cached_property
+    def order(self) -> list[int]:
+        return sorted(range(self.count), key=self.lowered.__getitem__)
+
+    @cached_property
+    def sorted_names(self) -> list[str]:
+        return [self.lowered[position] for position in self.order]
+
+    @cached_property
+    def text(self) -> str:
+        return _SEP + _SEP.join(self.lowered) + _SEP
+
+    @cached_property
+    def starts(self) -> list[int]:
         starts: list[int] = []
         offset = 1
-        for name in lowered:
+        for name in self.lowered:
             starts.append(offset)
             offset += len(name) + 1
         return starts

@@ -85,7 +85,8 @@ def compile_collecting(entries: Sequence[PatternEntry]) -> tuple[Policy, list[tu
 
 @dataclass
 class Coverage:
-    """Which patterns match each reference by name, and each image by any of its names."""
+    """Which patterns match each reference by name, and each image by any of its names. An image
+    no pattern covers has no entry in by_image: on a node, that is nearly every image."""
 
     by_ref: dict[str, list[int]] = field(default_factory=dict)
     by_image: dict[str, list[int]] = field(default_factory=dict)
@@ -102,15 +103,15 @@ def coverage(policy: Policy, rows: Sequence[ImageRow]) -> Coverage:
     ids = sorted({row.image_id for row in rows if row.image_id}) if id_patterns else []
     names = [row.ref for row in rows] + ids
     hits = policy.matcher.match(names)
-    by_id = {image_id: [i for i in found if i in id_patterns] for image_id, found in zip(ids, hits[len(rows) :])}
+    by_id = {image_id: found for image_id, hits_of_id in zip(ids, hits[len(rows) :])
+             if (found := [i for i in hits_of_id if i in id_patterns])}
+    result.by_ref = dict(zip(names, hits[: len(rows)]))
+    by_image = result.by_image
     for row, ref_hits in zip(rows, hits):
-        result.by_ref[row.ref] = ref_hits
-        key, id_hits = row.group_key, by_id.get(row.image_id or "") if by_id else None
-        if not (ref_hits or id_hits):  # most rows of a node: nothing to merge
-            result.by_image.setdefault(key, [])
-            continue
-        merged = set(result.by_image.get(key, [])) | set(ref_hits) | set(id_hits or [])
-        result.by_image[key] = sorted(merged)
+        id_hits = by_id.get(row.image_id or "") if by_id else None
+        if ref_hits or id_hits:  # most rows of a node have neither: nothing to merge
+            key = row.group_key
+            by_image[key] = sorted(set(by_image.get(key, ())) | set(ref_hits) | set(id_hits or ()))
     return result
 
 
