@@ -70,6 +70,7 @@ class LsResult:
 
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
     """Rows with pins and reasons, filtered; with a runtime, what it tells the kubelet too."""
+    node.prefetch()  # the records come while the modules load and the CRI's sizes are asked for
     from pinctl.check.compare import annotate_cri
     from pinctl.pins.listing import filter_rows
 
@@ -87,8 +88,7 @@ def ls_names(node: Node) -> list[str]:
 
 @dataclass
 class ChangeReport:
-    """The outcome of pin, unpin or sync: every item, and what that means for the exit code.
-    warnings: one line each, said after the items (unpin_warnings)."""
+    """pin, unpin or sync: every item, the exit code, and warnings said after the items."""
 
     command: str
     results: list[ItemResult]
@@ -219,8 +219,8 @@ class CheckRequest:
 
 
 def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeImages, RuntimeVersion]],
-          request: CheckRequest, progress: Callable[[CheckResult, float], None],
-          clock: Optional[Clock] = None) -> CheckReport:
+          request: CheckRequest, progress: Callable[[CheckResult, float], None], clock: Optional[Clock] = None
+          ) -> CheckReport:
     """pinctl's view against the runtime's, asked again until they agree or wait runs out."""
     node.prefetch()  # the node's records come while the CRI is opened and check's modules load
     runtime, version = open_runtime()
