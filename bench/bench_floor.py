@@ -54,10 +54,13 @@ def cold_measured(argv: list[str], repeat: int, env: dict[str, str]) -> tuple[fl
     return statistics.median(t for t, _ in runs), max(m for _, m in runs)
 
 
-def one_node(images: int, on_disk: bool, namespace: str, repeat: int, tmp: Path) -> list[str]:
+def one_node(images: int, on_disk: bool, namespace: str, repeat: int, tmp: Path,
+             pinctl_src: Optional[str] = None) -> list[str]:
     where = f"{images} images, {'disk' if on_disk else 'tmpfs'}, {'1 record' if namespace == 'bench' else '2 records'}"
     with containerd_with_images(images, namespace, on_disk=on_disk) as daemon:
         env = env_for(daemon, write_policy(tmp / "one.toml", 1))
+        if pinctl_src:
+            env["PYTHONPATH"] = pinctl_src
         ctr = [str(daemon.bin_dir / "ctr"), "-a", daemon.address, "-n", namespace, "images", "ls", "-q"]
         ctr_quiet, _ = median_measured(ctr, repeat)
         floor, floor_peak = median_measured([sys.executable, "-c", FLOOR_IMPORTS], repeat)
@@ -81,13 +84,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", default="1000,10000", help="image counts, comma-separated")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pinctl-src", help="run the pinctl of this src/ directory instead")
     opts = parser.parse_args()
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp:
         for images in (int(n) for n in opts.images.split(",")):
             for on_disk in (True, False):
                 for namespace in ("bench", "k8s.io"):
-                    rows += one_node(images, on_disk, namespace, opts.repeat, Path(tmp))
+                    rows += one_node(images, on_disk, namespace, opts.repeat, Path(tmp), opts.pinctl_src)
                     print(f"done: {images} images, {'disk' if on_disk else 'tmpfs'}, {namespace}", file=sys.stderr)
     print("| benchmark | pinctl | peak memory | beside | ratio | goal | met |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import grpc
 
 from bench.bench_metrics import Scraper, free_port
-from bench.common import REPO, containerd_with_images
+from bench.common import REPO, containerd_with_images, run_measured
 from pinctl.proto import images_pb2
 from tests.harness import cri, protowire
 from tests.harness.containerd import ContainerdDaemon
@@ -251,12 +251,8 @@ def after_check(watcher: Service, timeout: float = 120) -> None:
 def ctr_ls(daemon: ContainerdDaemon) -> tuple[float, float]:
     """Seconds and peak RSS (MiB) of one `ctr images ls` on the same daemon."""
     argv = [str(daemon.bin_dir / "ctr"), "-a", daemon.address, "-n", "k8s.io", "images", "ls"]
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, code, usage = os.wait4(proc.pid, 0)
-    took = time.perf_counter() - start
-    proc.returncode = code
-    return took, usage.ru_maxrss / 1024  # KiB on Linux
+    took, peak = run_measured(argv)
+    return took, peak / 2**20
 
 
 # -- the run ------------------------------------------------------------------------------------
