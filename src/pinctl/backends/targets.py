@@ -205,7 +205,7 @@ def _parse(raw: bytes) -> dict[str, tuple[str, int, int]]:
 
 def _dump(entries: dict[str, tuple[str, int, int]]) -> bytes:
     document = {"version": CACHE_VERSION, "platform": platform_key(),
-                "entries": {digest: list(value) for digest, value in sorted(entries.items())}}
+                "entries": dict(sorted(entries.items()))}  # tuples: JSON arrays, no copies
     return json.dumps(document, separators=(",", ":")).encode()
 
 
