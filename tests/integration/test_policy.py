@@ -206,3 +206,22 @@ def test_from_crio_reads_crio_patterns_in_its_dialect(ctd: ContainerdDaemon, zoo
     reasons = pattern_reasons(doc)
     # CRI-O does not anchor globs: the look-alike host is covered there.
     assert reasons["myregistry.example/base/fake:1"] == [("registry.example/base/*", f"crio {crio}")]
+
+
+@one_containerd  # the node's namespaces, as a fleet's shared config names them
+def test_a_namespace_the_config_names_and_the_node_lacks_is_read_as_empty(
+        ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
+    """A one-shot command on a node without a namespace its config names reads that namespace as
+    empty and says so in one line; the same name given with -n is refused, as a likely typo."""
+    main = write(tmp_path / "config.toml", 'namespaces = ["k8s.io", "absent-here"]\n'
+                 'pinned_images = ["example.test/app:1"]\n')
+    listed = run(ctd, main, "ls", "-q")
+    assert listed.returncode == 0, listed.stderr
+    assert "example.test/app:1" in listed.stdout.splitlines()
+    warned = [line for line in listed.stderr.splitlines() if "absent-here" in line]
+    assert len(warned) == 1 and str(main) in warned[0] and "read as empty" in warned[0], listed.stderr
+    synced = run(ctd, main, "sync")
+    assert synced.returncode == 0, synced.stderr + synced.stdout
+    assert labels(ctd)["example.test/app:1"].get(PIN) == "pinned"
+    assert "absent-here" not in ctd.ctr("namespaces", "ls", "-q").stdout.split()  # read, not made
+    assert_one_line_error(run(ctd, main, "ls", "-n", "absent-here"), 2, "namespace absent-here does not exist")

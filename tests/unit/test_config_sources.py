@@ -419,3 +419,13 @@ def test_config_show_says_what_no_namespaces_means(tmp_path: pathlib.Path, text:
     out = io.StringIO()
     output.print_config(cfg, "json", out)
     assert json.loads(out.getvalue())["config"]["namespaces"]["value"] == []
+
+
+def test_from_file_is_true_only_for_a_value_a_file_set(tmp_path: pathlib.Path) -> None:
+    # open_node reads a namespace a config file names but the node lacks as empty; a -n is refused.
+    main = tmp_path / "config.toml"
+    write(main, 'namespaces = ["k8s.io", "moby"]\n')
+    assert load(main).from_file("namespaces") and not load(main).from_file("timeout")
+    assert not load(main, flags={"namespaces": ("k8s.io",)}).from_file("namespaces")
+    assert not load(main, env={"CONTAINERD_NAMESPACE": "k8s.io"}).from_file("namespaces")
+    assert not load().from_file("namespaces")

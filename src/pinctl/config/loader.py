@@ -92,6 +92,10 @@ class Config:
             raise KeyError(f"{PATTERNS_KEY} accumulates from every source: read Config.patterns")
         return self.sources[key] == DEFAULT_SOURCE
 
+    def from_file(self, key: str) -> bool:
+        """Whether a config file (not a flag, a variable or the default) set key."""
+        return self.sources[key] in self.files
+
     def shown(self) -> dict[str, Value]:
         """What config show prints of each key but pinned_images: its value and where it came from."""
         return {key: Value(getattr(self.settings, key), source) for key, source in self.sources.items()}

@@ -282,7 +282,9 @@ def open_node(cfg: Config, warn: Callable[[str], None], absent_ok: bool = False)
     absent_ok is for the commands that run from a node's first boot on (sync --watch, cri-proxy):
     a namespace named with -n, or a default one, that does not exist yet is read as empty, since
     containerd creates a namespace with its first image and they follow it from then on. A one-shot
-    command refuses a -n that does not exist: most likely a typo."""
+    command refuses a -n that does not exist: most likely a typo. One that a config file names is
+    read as empty with a warning: a fleet's shared config names the namespaces of every node, and a
+    node that has no image in one of them yet is no mistake."""
 
     found = crio_node.detect(cfg, warn)
     if found is not None:
@@ -293,13 +295,17 @@ def open_node(cfg: Config, warn: Callable[[str], None], absent_ok: bool = False)
     requested = cfg.settings.namespaces
     store = ContainerdStore(cfg.settings.containerd_address, cfg.settings.timeout, cfg.settings.containerd_config)
     docker = _docker(cfg)
+    configured = bool(requested) and cfg.from_file("namespaces")
     try:
-        selected, absent = _selected(store, requested, absent_ok)
+        selected, absent = _selected(store, requested, absent_ok or configured)
     except EngineUnreachable:
         if docker is None or not cfg.defaulted("containerd_address"):
             raise
         store.close()
         return _with_docker(Node(), cfg, None, docker)
+    if absent and configured and not absent_ok:
+        warn(f"namespace {', '.join(absent)} ({cfg.sources['namespaces']}) does not exist in containerd at "
+             f"{store.address}: read as empty")
     if not selected and not requested and docker is None:
         warn(f"no k8s.io or moby namespace in containerd at {store.address}; pick one with -n NS or -n all")
     node = Node([ContainerdSource(store, selected, requested, absent=absent)])
