@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -251,6 +252,37 @@ def test_a_path_through_another_processs_root_is_read_in_its_mount_namespace(tmp
         assert procfs.as_seen_by(os.getpid(), "/etc/crio/crio.conf") == "/etc/crio/crio.conf"
         # A path that is the same file on both sides keeps its plain name (what the operator knows).
         assert procfs.as_seen_by(holder.pid, str(tmp_path)) == str(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@needs_root
+def test_pull_and_import_read_the_image_filesystem_the_runtime_sees(tmp_path: pathlib.Path, as_root: None) -> None:
+    """A runtime in a mount namespace of its own reports an ImageFsInfo mount point that is mounted
+    only there: the disk budget of pull and import reads it through /proc/PID/root, not the
+    host's directory of that name."""
+    from pinctl.backends.cri import ImageFs, RuntimeVersion
+    from pinctl.landing.runtimes import CriTarget
+
+    private, sock = tmp_path / "imagefs", tmp_path / "cri.sock"
+    private.mkdir(mode=0o755)
+    serve = f"import socket; s = socket.socket(socket.AF_UNIX); s.bind('{sock}'); s.listen(); print('ready', flush=True); s.accept()"
+    script = f"mount -t tmpfs -o size=64m,mode=0755 none {private} && exec {sys.executable} -c \"{serve}\""
+    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                              stdout=subprocess.PIPE, text=True)
+
+    class Runtime:
+        endpoint = f"unix://{sock}"
+
+        def image_fs_info(self) -> list[ImageFs]:
+            return [ImageFs(str(private), 0)]
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        seen = CriTarget(Runtime(), RuntimeVersion("containerd", "1.7.24", "v1")).filesystem()  # type: ignore[arg-type]
+        assert seen.capacity_bytes == 64 * 2**20, seen
+        assert os.statvfs(private).f_blocks * os.statvfs(private).f_frsize != 64 * 2**20  # the host's differs
     finally:
         holder.kill()
         holder.wait()

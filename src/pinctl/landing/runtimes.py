@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+from pinctl.backends import procfs
 from pinctl.errors import EngineError
 from pinctl.model import CRI_NAMESPACE, DOCKER_NAMESPACE
 from pinctl.node.imagefs import statfs
@@ -23,6 +24,7 @@ class CriTarget:
         self.name = f"{version} at {runtime.endpoint}"
         # CRI-O keeps no namespaces: its images are in none ("" here, null in JSON).
         self.namespace = "" if version.name == "cri-o" else CRI_NAMESPACE
+        self._reached: dict[str, str] = {}  # each reported mount point, as reached from here
 
     def present(self, ref: str) -> bool:
         return self.runtime.image_status(ref) is not None
@@ -34,7 +36,13 @@ class CriTarget:
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
-        return statfs(filesystems[0].mountpoint, "the CRI's ImageFsInfo mount point")
+        # The mount point as the runtime sees it: one in a mount namespace of its own (a node's,
+        # a unit's private mounts) is reached through its /proc/PID/root, as gc plan reads it.
+        # Worked out once per run: the budget reads the filesystem before every pull.
+        reported = filesystems[0].mountpoint
+        if reported not in self._reached:
+            self._reached[reported] = procfs.as_served(self.runtime.endpoint, reported)
+        return statfs(self._reached[reported], "the CRI's ImageFsInfo mount point")
 
 
 class DockerTarget:
