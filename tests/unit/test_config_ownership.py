@@ -267,7 +267,10 @@ def test_pull_and_import_read_the_image_filesystem_the_runtime_sees(tmp_path: pa
 
     private, sock = tmp_path / "imagefs", tmp_path / "cri.sock"
     private.mkdir(mode=0o755)
-    serve = f"import socket; s = socket.socket(socket.AF_UNIX); s.bind('{sock}'); s.listen(); print('ready', flush=True); s.accept()"
+    # It listens and never accepts: a connection waits in the backlog and SO_PEERCRED names the
+    # listener all the same. One that accepted and exited was gone before /proc/PID/root was read.
+    serve = (f"import socket, time; s = socket.socket(socket.AF_UNIX); s.bind('{sock}'); s.listen(); "
+             "print('ready', flush=True); time.sleep(600)")
     script = f"mount -t tmpfs -o size=64m,mode=0755 none {private} && exec {sys.executable} -c \"{serve}\""
     holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                               stdout=subprocess.PIPE, text=True)

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from pinctl.backends import procfs
 from pinctl.backends._grpc import check_socket
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
 from pinctl.errors import EngineError, EngineUnreachable
@@ -105,6 +106,11 @@ class DockerEngine:
     def root_dir(self) -> str:
         """Where Docker keeps its data: its images' filesystem."""
         return str(self._call("info").get("DockerRootDir", ""))
+
+    def root_dir_here(self) -> str:
+        """Docker's data root reached from here: through dockerd's /proc/PID/root when it runs in
+        a mount namespace of its own (a unit's private mounts), as the CRI's image filesystem is."""
+        return procfs.as_served(self.host, self.root_dir())
 
     def image_present(self, ref: str) -> Optional[str]:
         """The ID of the image ref names, or None when Docker has no such image."""

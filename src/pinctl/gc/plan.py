@@ -213,7 +213,7 @@ class DockerDomain:
         containers = [ObservedContainer(c.id, c.image_id, DOCKER_STATES.get(c.state, "unknown"),
                                         c.image_id, c.image, c.name, "", created_at=utc(c.created))
                       for c in self.engine.list_containers()]
-        root = self.engine.root_dir()
+        root = self.engine.root_dir_here()
         return Observation(images, containers, statfs(root, "Docker's data root"), f"statfs of {root}, Docker's data root",
                            root)
 

@@ -59,7 +59,7 @@ class DockerTarget:
         return self.engine.pull_image(ref, auth, timeout, cancelled)
 
     def filesystem(self) -> ImageFs:
-        self._root = self._root or self.engine.root_dir()
+        self._root = self._root or self.engine.root_dir_here()
         return statfs(self._root, "Docker's data root")
 
 
