@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from pinctl.backends import _grpc
 from pinctl.config.containerd import DEFAULT_CONFIG
@@ -30,6 +30,8 @@ DEFAULT_SNAPSHOTTER = "overlayfs"
 WATCH_EVERY = 64 * 1024 * 1024
 # What a write's watcher answers: None to go on, or why to stop.
 Watch = Callable[[int], Optional[str]]
+# An image record's target: media type, digest, size.
+Descriptor = tuple[str, str, int]
 
 
 class BlobSource(Protocol):
@@ -227,15 +229,29 @@ class ContainerdImporter:
 
     def set_labels(self, digest: str, labels: dict[str, str]) -> None:
         """Add labels to a stored blob, touching no other label of it."""
+        self.set_labels_many([(digest, labels)])
+
+    def set_labels_many(self, changes: Sequence[tuple[str, dict[str, str]]]) -> None:
+        """Add labels to many stored blobs, each touching only its own keys, in a window of calls:
+        they are independent, and the lease holds every blob until the records exist."""
+        import grpc
         from google.protobuf import field_mask_pb2
 
         from pinctl.proto import content_pb2
 
-        if not labels:
-            return
-        info = content_pb2.Info(digest=digest, labels=labels)
-        mask = field_mask_pb2.FieldMask(paths=[f"labels.{key}" for key in sorted(labels)])
-        self._call("content", "Update", content_pb2.UpdateRequest(info=info, update_mask=mask))
+        stub, metadata = self._stub("content"), self._metadata()
+
+        def start(change: tuple[str, dict[str, str]]) -> Any:
+            digest, labels = change
+            mask = field_mask_pb2.FieldMask(paths=[f"labels.{key}" for key in sorted(labels)])
+            request = content_pb2.UpdateRequest(info=content_pb2.Info(digest=digest, labels=labels), update_mask=mask)
+            return stub.Update.future(request, metadata=metadata, timeout=self.timeout)
+
+        for _change, call in _grpc.in_window([change for change in changes if change[1]], start):
+            try:
+                call.result()
+            except grpc.RpcError as err:
+                raise _grpc.translate(err, "containerd", self.address, self.timeout) from None
 
     # -- snapshots -----------------------------------------------------------------------
 
@@ -294,26 +310,44 @@ class ContainerdImporter:
 
     # -- image records -------------------------------------------------------------------
 
-    def put_image(self, name: str, media_type: str, digest: str, size: int) -> bool:
-        """Create the record, or re-point an existing one (its labels stay, as ctr import keeps
-        them); False when it already named this target."""
+    def put_images(self, records: Sequence[tuple[str, Descriptor]]) -> list[bool]:
+        """Create each record (name, target), or re-point an existing one (its labels stay, as ctr
+        import keeps them); per record, False when it already named this target. The creates go
+        in a window of calls; a name that exists is then read and updated on its own."""
         import grpc
+
+        from pinctl.proto import descriptor_pb2, images_pb2
+
+        stub, metadata = self._stub("images"), self._metadata()
+
+        def start(record: tuple[str, Descriptor]) -> Any:
+            name, (media_type, digest, size) = record
+            target = descriptor_pb2.Descriptor(media_type=media_type, digest=digest, size=size)
+            request = images_pb2.CreateImageRequest(image=images_pb2.Image(name=name, target=target))
+            return stub.Create.future(request, metadata=metadata, timeout=self.timeout)
+
+        changed = []
+        for record, call in _grpc.in_window(records, start):
+            try:
+                call.result()
+                changed.append(True)
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.ALREADY_EXISTS:
+                    raise _grpc.translate(err, "containerd", self.address, self.timeout) from None
+                changed.append(self._repoint(*record))
+        return changed
+
+    def _repoint(self, name: str, target: Descriptor) -> bool:
         from google.protobuf import field_mask_pb2
 
         from pinctl.proto import descriptor_pb2, images_pb2
 
-        target = descriptor_pb2.Descriptor(media_type=media_type, digest=digest, size=size)
-        image = images_pb2.Image(name=name, target=target)
-        try:
-            self._stub("images").Create(images_pb2.CreateImageRequest(image=image), metadata=self._metadata(),
-                                        timeout=self.timeout)
-            return True
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.ALREADY_EXISTS:
-                raise _grpc.translate(err, "containerd", self.address, self.timeout) from None
+        media_type, digest, size = target
         current = self._call("images", "Get", images_pb2.GetImageRequest(name=name)).image
         if current.target.digest == digest:
             return False
+        image = images_pb2.Image(name=name, target=descriptor_pb2.Descriptor(media_type=media_type, digest=digest,
+                                                                              size=size))
         mask = field_mask_pb2.FieldMask(paths=["target"])
         self._call("images", "Update", images_pb2.UpdateImageRequest(image=image, update_mask=mask))
         return True

@@ -54,29 +54,33 @@ class ContainerdImportTarget:
             progress("labelling blobs")
             for digest, raw in plan.generated.items():
                 importer.write_document(digest, raw, plan.labels.get(digest, {}))
-            for digest, labels in plan.labels.items():
-                if digest not in plan.generated:
-                    importer.set_labels(digest, labels)
+            importer.set_labels_many([(digest, labels) for digest, labels in plan.labels.items()
+                                      if digest not in plan.generated])
             # Every image is unpacked before any gets a record: a layer that does not unpack
             # refuses the archive while nothing of it is named yet.
+            unpacked: list[tuple[str, dict[str, str]]] = []
             for image in plan.images:
                 manifest = unpack_manifest(image)
                 if manifest is not None:
-                    self._unpack(importer, found, manifest, progress)
-            for image in plan.images:
-                for name in image.names:
-                    changed = importer.put_image(name, image.target.media_type, image.target.digest,
-                                                 image.target.size)
-                    loaded(Loaded(name, changed, image.target.digest, tuple(image.platforms)))
+                    unpacked += self._unpack(importer, found, manifest, progress)
+            importer.set_labels_many(unpacked)
+            named = [(name, image) for image in plan.images for name in image.names]
+            changes = importer.put_images([(name, (image.target.media_type, image.target.digest, image.target.size))
+                                           for name, image in named])
+            for (name, image), changed in zip(named, changes):
+                loaded(Loaded(name, changed, image.target.digest, tuple(image.platforms)))
             return plan.unnamed
 
     def _unpack(self, importer: ContainerdImporter, found: Archive, manifest: Manifest,
-                progress: Callable[[str], None]) -> None:
+                progress: Callable[[str], None]) -> list[tuple[str, dict[str, str]]]:
+        """Each layer unpacked that is not yet; the labels that then tie the blobs to the
+        snapshots (set by the caller, in one window for the whole archive)."""
         if len(manifest.diff_ids) != len(manifest.layers):
             raise ArchiveRefused(found.name, _entry(found, manifest.config.digest),
                                  "is an image config without rootfs.diff_ids for its layers")
         chain = manifest.chain_ids()
         parent = ""
+        labels: list[tuple[str, dict[str, str]]] = []
         for number, (layer, diff_id, chain_id) in enumerate(zip(manifest.layers, manifest.diff_ids, chain), 1):
             if not importer.snapshot_exists(chain_id):
                 progress(f"unpacking layer {number} of {len(chain)} for {self.snapshotter}")
@@ -87,10 +91,11 @@ class ContainerdImportTarget:
                 except EngineError as err:
                     raise ArchiveRefused(found.name, _entry(found, layer.digest),
                                          f"did not unpack: {err.message}") from None
-            importer.set_labels(layer.digest, {UNCOMPRESSED: diff_id})
+            labels.append((layer.digest, {UNCOMPRESSED: diff_id}))
             parent = chain_id
         if chain:
-            importer.set_labels(manifest.config.digest, {f"{GC_SNAPSHOT}.{self.snapshotter}": chain[-1]})
+            labels.append((manifest.config.digest, {f"{GC_SNAPSHOT}.{self.snapshotter}": chain[-1]}))
+        return labels
 
 
 def _entry(found: Archive, digest: str) -> str:
