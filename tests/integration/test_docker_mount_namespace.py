@@ -3,17 +3,22 @@ filesystem mounted only there, so the host's directory of that name is another f
 pull's and import's disk budget and gc's figures (prune of Docker's images) read the one
 dockerd writes to, through its /proc/PID/root, as they do for a CRI runtime's image
 filesystem. Real dockerd 26, classic store, started under unshare with a 64 MiB tmpfs on its
-data root."""
+data root, beside a containerd of its own that has no namespace moby: -n moby names Docker's
+images all the same."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.docker import DockerDaemon
+from tests.harness import images
+from tests.harness.containerd import ContainerdDaemon
+from tests.harness.docker import DockerDaemon, load_images_docker
+from tests.integration.pinctl_runner import assert_one_line_error, pinctl
 
 TMPFS_BYTES = 64 * 2**20
 
@@ -40,6 +45,17 @@ def private_dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Namesp
         daemon.stop()
 
 
+@pytest.fixture(scope="module")
+def bare_containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """A containerd with no namespace moby: the classic dockerd above keeps its images itself."""
+    daemon = ContainerdDaemon("containerd-1.7", tmp_path_factory.mktemp("ctd-no-moby"))
+    try:
+        daemon.start()
+        yield daemon
+    finally:
+        daemon.stop()
+
+
 def _bytes(path: pathlib.Path) -> int:
     found = os.statvfs(path)
     return found.f_blocks * found.f_frsize
@@ -57,3 +73,29 @@ def test_dockers_data_root_is_read_where_dockerd_has_it(private_dockerd: Namespa
     assert DockerTarget(engine).filesystem().capacity_bytes == TMPFS_BYTES
     observed = DockerDomain(engine).observe([])
     assert observed.fs.capacity_bytes == TMPFS_BYTES, observed.fs
+
+
+def test_n_moby_names_a_classic_dockers_images_where_containerd_has_no_moby(
+        bare_containerd: ContainerdDaemon, private_dockerd: NamespacedDockerd, tmp_path: pathlib.Path) -> None:
+    load_images_docker(private_dockerd, tmp_path / "archives", [images.recipe("example.test/ns/app:1", seed="ns")])
+    env = {"DOCKER_HOST": private_dockerd.host}
+    assert "moby" not in bare_containerd.ctr("namespaces", "ls", "-q").stdout.split()
+    listed = pinctl(bare_containerd, "ls", "-n", "moby", "-o", "json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert [(row["ref"], row["source"]) for row in json.loads(listed.stdout)["images"]] == [
+        ("example.test/ns/app:1", "docker")]
+    # Past the kubelet's high threshold on the tmpfs dockerd writes to (the host's directory is
+    # nearly empty): prune plans to delete the unused image, as the kubelet would.
+    filler = pathlib.Path(f"/proc/{private_dockerd.pid}/root{private_dockerd.data_root}/filler")
+    filler.write_bytes(b"\0" * (TMPFS_BYTES * 9 // 10))
+    try:
+        planned = pinctl(bare_containerd, "prune", "-n", "moby", "--dry-run", "-o", "json", env=env)
+    finally:
+        filler.unlink()
+    assert planned.returncode == 0, planned.stderr
+    assert [(item["refs"], item["action"]) for item in json.loads(planned.stdout)["results"]] == [
+        (["example.test/ns/app:1"], "would-remove")], planned.stdout
+    assert "moby" not in bare_containerd.ctr("namespaces", "ls", "-q").stdout.split()  # nothing created
+    # Any other name containerd lacks is refused as before: most likely a typo.
+    assert_one_line_error(pinctl(bare_containerd, "ls", "-n", "mobi", env=env), 2, "namespace mobi does not exist")
+

@@ -297,7 +297,7 @@ def open_node(cfg: Config, warn: Callable[[str], None], absent_ok: bool = False)
     docker = _docker(cfg)
     configured = bool(requested) and cfg.from_file("namespaces")
     try:
-        selected, absent = _selected(store, requested, absent_ok or configured)
+        selected, absent = _selected(store, requested, absent_ok or configured, docker is not None)
     except EngineUnreachable:
         if docker is None or not cfg.defaulted("containerd_address"):
             raise
@@ -312,13 +312,21 @@ def open_node(cfg: Config, warn: Callable[[str], None], absent_ok: bool = False)
     return _with_docker(node, cfg, node.sources[0], docker) if docker is not None else node
 
 
-def _selected(store: ImageRecords, requested: Sequence[str], absent_ok: bool) -> tuple[list[str], list[str]]:
-    """The namespaces to read and, with absent_ok, those of them that do not exist yet."""
-    if not absent_ok or ALL_NAMESPACES in requested:
+def _selected(store: ImageRecords, requested: Sequence[str], absent_ok: bool,
+              docker_answers: bool = False) -> tuple[list[str], list[str]]:
+    """The namespaces to read and those of them that do not exist yet: with absent_ok any, and
+    moby whenever Docker answers (-n moby names Docker's images, which a classic store keeps
+    outside containerd, and a containerd store puts there only with its first image)."""
+    docker_named = docker_answers and DOCKER_NAMESPACE in requested
+    if (not absent_ok and not docker_named) or ALL_NAMESPACES in requested:
         return select_namespaces(store, requested), []
     wanted = list(dict.fromkeys(requested or DEFAULT_NAMESPACES))
     present = set(store.namespaces())
-    return wanted, [ns for ns in wanted if ns not in present]
+    absent = [ns for ns in wanted if ns not in present]
+    unknown = [ns for ns in absent if ns != DOCKER_NAMESPACE]
+    if unknown and not absent_ok:
+        store.require_namespaces(unknown)  # refuses them, in the usual words
+    return wanted, absent
 
 
 def containerd_target(node: Optional[Node], address: str, config_path: Optional[str]) -> ContainerdTarget:
