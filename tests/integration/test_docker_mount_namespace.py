@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -99,3 +101,16 @@ def test_n_moby_names_a_classic_dockers_images_where_containerd_has_no_moby(
     # Any other name containerd lacks is refused as before: most likely a typo.
     assert_one_line_error(pinctl(bare_containerd, "ls", "-n", "mobi", env=env), 2, "namespace mobi does not exist")
 
+
+
+def test_n_moby_with_docker_down_says_docker_is_not_answering(bare_containerd: ContainerdDaemon) -> None:
+    """-n moby with no Docker at its default socket is not a typo: exit 1 naming Docker. pinctl
+    runs with an empty /run of its own, so a Docker this machine may run is not there."""
+    env = {key: value for key, value in os.environ.items() if key not in ("DOCKER_HOST", "CONTAINERD_NAMESPACE")}
+    env["CONTAINERD_ADDRESS"] = bare_containerd.address
+    script = 'mount -t tmpfs none /run && exec "$@"'
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                             sys.executable, "-m", "pinctl", "ls", "-n", "moby"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert_one_line_error(result, 1, "Docker is not answering at unix:///var/run/docker.sock",
+                          f"containerd at {bare_containerd.address} has no namespace moby", "--docker-host")

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 from pinctl.backends import cri_dockerd
 from pinctl.backends.containerd import ContainerdStore
 from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
-from pinctl.backends.docker import DockerEngine
+from pinctl.backends.docker import DEFAULT_HOST, DockerEngine
 from pinctl.config.containerd import read_config_version
-from pinctl.errors import EngineUnreachable, PinctlError
+from pinctl.errors import EngineUnreachable, PinctlError, UnknownNamespace
 from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, SOURCE_CRIO
 from pinctl.node import crio as crio_node
 from pinctl.node import docker as docker_service
@@ -303,6 +303,13 @@ def open_node(cfg: Config, warn: Callable[[str], None], absent_ok: bool = False)
             raise
         store.close()
         return _with_docker(Node(), cfg, None, docker)
+    except UnknownNamespace:
+        if docker is None and DOCKER_NAMESPACE in requested and DOCKER_NAMESPACE not in store.namespaces():
+            # Not a typo: -n moby asks for Docker's images, and Docker is down.
+            raise EngineUnreachable(f"Docker is not answering at {DEFAULT_HOST}, and containerd at {store.address} "
+                                    f"has no namespace {DOCKER_NAMESPACE}",
+                                    "start dockerd, or point --docker-host or DOCKER_HOST at its socket") from None
+        raise
     if absent and configured and not absent_ok:
         warn(f"namespace {', '.join(absent)} ({cfg.sources['namespaces']}) does not exist in containerd at "
              f"{store.address}: read as empty")
