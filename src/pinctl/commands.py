@@ -235,7 +235,7 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
         if not request.refs:  # the CRI's whole list, answered while the node's records are read
             runtime.prefetch("images")
         rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
-        site = crio.check_site() if (crio := node.crio()) is not None else None
+        site = crio.check_site(rows) if (crio := node.crio()) is not None else None
         return checking.check_runtime(rows, runtime, version, request.refs, frontend, site)
 
     wait = request.wait

@@ -1,10 +1,13 @@
-"""What /proc tells of this node's processes: command lines, start times, and which process
-serves a unix socket, following pinctl cri-proxy (or its relay) to the socket it forwards to.
-Reads only; a process that goes away meanwhile is simply not found."""
+"""What /proc tells of this node's processes: command lines, start times, the executables they
+run, and which process serves a unix socket, following pinctl cri-proxy (or its relay) to the
+socket it forwards to. Reads only, but for signal_exactly, which signals one process and no other
+that took its pid; a process that goes away meanwhile is simply not found."""
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
 import socket
 import struct
 import time
@@ -17,6 +20,7 @@ FORWARD_FLAGS = ("--upstream", "--runtime-endpoint", "-r")
 MAX_HOPS = 4
 # A listener that does not accept within this is taken as not there.
 PROBE_TIMEOUT_S = 1.0
+NO_PTRACE = "no ptrace access to it: run as root with CAP_SYS_PTRACE"
 
 
 def parse_flags(argv: Sequence[str]) -> dict[str, str]:
@@ -83,6 +87,74 @@ def started_at(pid: int) -> Optional[datetime]:
         return None
     fields = stat[stat.rfind(")") + 2:].split()
     return datetime.fromtimestamp(now - uptime + int(fields[19]) / os.sysconf("SC_CLK_TCK"), timezone.utc)
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    """When the process started, in clock ticks since boot (its stat line's 22nd field): with the
+    pid, it names one process, as a pid alone does not once the pid is reused. None when it is gone."""
+    try:
+        with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            stat = handle.read()
+        # Fields from the 3rd on follow the name, which may hold spaces and ')'.
+        return int(stat[stat.rfind(")") + 2:].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def read_exe(pid: int) -> tuple[Optional[str], Optional[str]]:
+    """The executable a process runs (/proc/PID/exe's target, with " (deleted)" after it when the
+    file was since removed or replaced) and None; or None and why it cannot be told: NO_PTRACE
+    (reading it takes ptrace access: another user's process, or one with capabilities this one
+    lacks), "it is gone", "it runs no executable (a kernel thread, or a process exiting)", or
+    "its executable cannot be read: <the error>"."""
+    try:
+        return os.readlink(f"{PROC}/{pid}/exe"), None
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM):
+            return None, NO_PTRACE
+        if error.errno in (errno.ENOENT, errno.ESRCH):
+            if os.path.exists(f"{PROC}/{pid}/stat"):
+                return None, "it runs no executable (a kernel thread, or a process exiting)"
+            return None, "it is gone"
+        return None, f"its executable cannot be read: {error.strerror or error}"
+
+
+def executable_path(pid: int) -> Optional[str]:
+    """read_exe's path alone: None when it is gone or cannot be read."""
+    return read_exe(pid)[0]
+
+
+def signal_exactly(pid: int, ticks: int, signum: int) -> None:
+    """Send signum to pid only while it is the process that started at ticks (start_ticks): a
+    process that ended and left its pid to another is not signalled. Check what it runs (goexe,
+    through /proc/PID/exe) between two start_ticks readings that agree, then pass the first here.
+
+    A pidfd is opened first and the start time read after, so the process checked is the one the
+    pidfd names and the one signalled. Where pidfds are missing (a kernel before 5.3, or a seccomp
+    filter refusing pidfd_open), the start time is checked just before os.kill: a pid reused in
+    between cannot be ruled out there. Raises ProcessLookupError when the process is gone or its
+    start time differs (the pid was reused); PermissionError when it may not be signalled."""
+    if pid <= 0:  # os.kill would signal a process group, or every process
+        raise ProcessLookupError(errno.ESRCH, f"no process {pid}")
+    try:
+        pidfd = os.pidfd_open(pid)
+    except AttributeError:
+        pidfd = -1
+    except OSError as error:
+        # pidfd_open fails with EPERM only from a seccomp filter; ESRCH (gone) is raised as it is.
+        if error.errno not in (errno.ENOSYS, errno.EPERM):
+            raise
+        pidfd = -1
+    try:
+        if start_ticks(pid) != ticks:
+            raise ProcessLookupError(errno.ESRCH, f"process {pid} is not the one that started at tick {ticks}")
+        if pidfd >= 0:
+            signal.pidfd_send_signal(pidfd, signum)
+        else:
+            os.kill(pid, signum)
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def as_seen_by(pid: int, path: str) -> str:
@@ -189,3 +261,14 @@ def _listening_inodes(path: str) -> Iterator[str]:
                     yield parts[6]
     except OSError:
         return
+
+
+def environ(pid: int) -> dict[str, str]:
+    """A process's environment as it started ({} when it cannot be read: no ptrace access, gone)."""
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as found:
+            raw = found.read()
+    except OSError:
+        return {}
+    pairs = (part.decode("utf-8", "replace").partition("=") for part in raw.split(b"\0") if part)
+    return {name: value for name, eq, value in pairs if eq}

@@ -205,10 +205,11 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
         item.reasons.append(dockerd.own_pin(cri, rows, site.frontend))
         item.desired = True
     elif cri.pinned and not desired and site.runtime.name == CRIO:
-        reload = site.crio.reload if site.crio else RELOAD_ANY_CRIO
-        item.mismatch, item.cause, item.fix = (
-            MISMATCH_NOT_RELOADED, "CRI-O pins it, but its files as they are now do not: CRI-O has not re-read its "
-            "configuration since they changed", reload)
+        item.mismatch, item.cause, item.fix = _crio_not_reloaded(
+            site.crio, "CRI-O pins it, but its files as they are now do not")
+    elif not cri.pinned and site.crio is not None and cri.id in site.crio.cancelled:
+        item.desired = True
+        item.mismatch, item.cause, item.fix = _crio_overridden(site.crio, f"pinctl's item {site.crio.cancelled[cri.id]!r}")
     elif cri.pinned and not desired:
         item.mismatch = MISMATCH_UNEXPLAINED_PIN
         item.cause = "the CRI says pinned but nothing pinctl reads explains it"
@@ -249,21 +250,33 @@ def _why_not_pinned(reasons: Sequence[Reason], site: _Site, ref: str) -> Diagnos
 
 def _crio_cause(kinds: set[ReasonKind], crio: Optional[CrioSite]) -> Diagnosis:
     """Why CRI-O does not pin an image pinctl expects pinned. Its files are read, so what they pin
-    and its CRI does not is a reload not yet done; a pattern alone is pinctl's, not CRI-O's."""
-    reload = crio.reload if crio else RELOAD_ANY_CRIO
+    and its CRI does not is a reload not yet done, or refused; a pattern alone is pinctl's, not CRI-O's."""
     if kinds & set(CRIO_OWN):
-        return (MISMATCH_NOT_RELOADED, "CRI-O has not re-read its configuration: its files pin the image, its CRI "
-                "does not yet", reload)
+        return _crio_not_reloaded(crio, "its files pin the image, its CRI does not")
     if crio is not None and crio.overriding:
-        later = ", ".join(crio.overriding)
-        return (MISMATCH_OVERRIDDEN, f"{later} sorts after pinctl's drop-in {crio.dropin} and sets pinned_images, "
-                "which replaces pinctl's list", f"move its pinned_images into a file sorting before {crio.dropin}, "
-                "then pinctl sync")
+        return _crio_overridden(crio, "the policy's pattern")
     if REASON_LABEL in kinds or REASON_INEFFECTIVE_LABEL in kinds:
         return (MISMATCH_LABELS_IGNORED, "CRI-O ignores image labels: it pins what its pinned_images names",
                 "pinctl sync (pinctl writes its own CRI-O drop-in and reloads CRI-O)")
     return (MISMATCH_PATTERN_ONLY, "pattern known only to pinctl: CRI-O pins what its own pinned_images names",
             "pinctl sync (pinctl writes its own CRI-O drop-in and reloads CRI-O)")
+
+
+def _crio_not_reloaded(crio: Optional[CrioSite], what: str) -> Diagnosis:
+    """CRI-O's CRI says otherwise than its files: not re-read since they changed, or its last
+    reload was refused (then its reason, from its log, and the fix is the file it names)."""
+    reload = crio.reload if crio else RELOAD_ANY_CRIO
+    if crio is not None and crio.refusal:
+        return (MISMATCH_NOT_RELOADED, f"{what}: CRI-O refused its last reload: {crio.refusal}",
+                f"mend the file CRI-O names, then {reload}")
+    return (MISMATCH_NOT_RELOADED, f"{what}: CRI-O has not re-read its configuration since it changed", reload)
+
+
+def _crio_overridden(crio: CrioSite, what: str) -> Diagnosis:
+    later = ", ".join(crio.overriding)
+    return (MISMATCH_OVERRIDDEN, f"{later} sorts after pinctl's drop-in {crio.dropin} and sets pinned_images, "
+            f"which replaces pinctl's list, so {what} pins nothing",
+            f"move its pinned_images into a file sorting before {crio.dropin}, then pinctl sync")
 
 
 def _containerd_cause(

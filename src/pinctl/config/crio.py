@@ -1,32 +1,48 @@
 """CRI-O's configuration as CRI-O (v1.34.0) sees it: pinned_images and pause_image.
 
-CRI-O reads crio.conf, then every file below crio.conf.d in the order Go's filepath.Walk
-visits them (lexical, subdirectories included, dot files too); for a key, the last file that
-sets it replaces what the earlier ones gave. It pins each image whose NAMES (tags, digested
-names; never the ID) match an item, and always adds its pause_image to the list.
+CRI-O reads crio.conf, then every regular file below crio.conf.d in the order Go's
+filepath.Walk visits them (lexical, subdirectories included, dot files and names without .conf
+too); for a key, the last file that sets it replaces what the earlier ones gave. It pins each
+image whose NAMES (tags, digested names; never the ID) match an item, and always adds its
+pause_image to the list. Each file is decoded into typed structs, so a file where crio or
+crio.image is not a table makes CRI-O refuse it, and so does this reading. filepath.Walk does not
+follow a drop-in directory that is itself a symlink (CRI-O then fails on it with "is a
+directory" and reads no drop-in), so such a directory is refused here too; symlinks to files
+inside it are followed, as CRI-O does.
 
 pinctl writes its own drop-in, PINCTL_DROPIN_NAME, named to sort after the usual NN-name.conf
 files. Since the last file wins, that drop-in must carry over the site's own list: each item
-there has a trailing comment saying whose it is ("# site: path:line", "# pinctl: pin",
-"# pinctl: sync"), which is how reading it back tells pinctl's entries from the copy.
+there has a trailing comment saying whose it is ("# site: path:line" with the path as CRI-O
+sees it, "# pinctl: pin", "# pinctl: sync"), which is how reading it back tells pinctl's
+entries from the copy. The drop-in is written in the directory itself, under a name only once
+it is whole (write_dropin); a temporary name a killed run left there (is_temp_name) is CRI-O's
+to read but never the site's list, and the next write removes it.
 
 Pure reading (and writing of the drop-in): nothing here prints.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import secrets
 import stat
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal, Optional, Sequence
 
+from pinctl.config import files as config_files
 from pinctl.config.files import LineIndex, key_line, list_directory, list_item_lines, os_error_text, read_toml, toml_reader
 from pinctl.errors import ConfigError, PinctlError
 
 CRIO_DEFAULT_PATH = "/etc/crio/crio.conf"
 PINCTL_DROPIN_NAME = "zz-pinctl.conf"
+# write_dropin's temporary names, in the drop-in directory: .zz-pinctl.conf.<random>.tmp
+TEMP_PREFIX = f".{PINCTL_DROPIN_NAME}."
+TEMP_SUFFIX = ".tmp"
+_TEMP_NAME = re.compile(rf"{re.escape(TEMP_PREFIX)}[A-Za-z0-9_]+{re.escape(TEMP_SUFFIX)}")
+# Another process's root: node.crio reads CRI-O's files through it when CRI-O has its own mounts.
+_PROCESS_ROOT = re.compile(r"/proc/[0-9]+/root(?=/|$)")
 # pkg/config/config_linux.go, DefaultPauseImage, in CRI-O v1.34.0.
 PAUSE_IMAGE_DEFAULT = "registry.k8s.io/pause:3.10"
 PAUSE_DEFAULT_WHERE = "CRI-O's default"
@@ -97,7 +113,8 @@ def read_crio_config(path: str = CRIO_DEFAULT_PATH, explicit: bool = False,
     read = [_read_file(file, data, text, file == dropin) for file, data, text in _files(path, dropin_dir, explicit)]
     setting = [f for f in read if f.pinned is not None]
     effective = setting[-1] if setting else None
-    site_files = [f for f in setting if f.path != dropin]
+    # A temporary name of pinctl's (a killed run's) holds pinctl's items, not the site's.
+    site_files = [f for f in setting if f.path != dropin and not _is_own_temp(f.path, dropin_dir)]
     own_file = next((f for f in setting if f.path == dropin), None)
     site = list(site_files[-1].pinned or ()) if site_files else []
     # Items added to pinctl's drop-in by hand (no owner comment) are the site's too: carry them over.
@@ -153,10 +170,34 @@ def _files(path: str, dropin_dir: str, explicit: bool) -> Iterator[tuple[str, An
     main = read_toml(path, "CRI-O config", missing_ok=not explicit, fix=_FIX)
     if main is not None:
         yield (path, *main)
+    if os.path.islink(dropin_dir):
+        target, resolved = _link_target(dropin_dir)
+        raise ConfigError(f"CRI-O's drop-in directory {dropin_dir} is a symlink (to {target}); CRI-O reads it as one "
+                          "file and fails ('is a directory'), so it reads none of the drop-ins there",
+                          f"replace the link with the directory it points to, or start CRI-O with --config-dir {resolved}")
     for dropin in _dropins(dropin_dir):
-        parsed = read_toml(dropin, "CRI-O drop-in", missing_ok=False, fix=f"check {dropin_dir}")
+        try:
+            parsed = read_toml(dropin, "CRI-O drop-in", missing_ok=False, fix=f"check {dropin_dir}")
+        except ConfigError as err:
+            if _is_own_temp(dropin, dropin_dir):
+                raise ConfigError(err.message, f"a killed pinctl run left it; remove it: rm {dropin}") from None
+            raise
         if parsed is not None:
             yield (dropin, *parsed)
+
+
+def _link_target(link: str) -> tuple[str, str]:
+    """What a symlink says, and the directory it names as CRI-O would be given it."""
+    target = os.readlink(link)
+    seen = as_crio_sees_it(link)
+    if seen == link:
+        return target, os.path.realpath(link)
+    # Read through /proc/PID/root: resolving here would leave CRI-O's root; join as CRI-O would.
+    return target, os.path.normpath(os.path.join(os.path.dirname(seen), target))
+
+
+def _is_own_temp(path: str, dropin_dir: str) -> bool:
+    return os.path.dirname(path) == dropin_dir.rstrip("/") and is_temp_name(os.path.basename(path))
 
 
 def _dropins(directory: str) -> list[str]:
@@ -185,11 +226,18 @@ def _is_directory_itself(path: str) -> bool:
 
 
 def _read_file(path: str, data: dict[str, Any], text: str, is_dropin: bool) -> _File:
-    crio = data.get("crio")
-    image = crio.get("image", {}) if isinstance(crio, dict) else {}
-    if not isinstance(image, dict):
-        image = {}
     lines = LineIndex(text)
+    crio = data.get("crio", {})
+    if not isinstance(crio, dict):
+        raise ConfigError(f"{_where(path, key_line(text, 'crio', lines))}: key 'crio' must be a table, got "
+                          f"{_shown(crio)}; CRI-O refuses this file (type mismatch)",
+                          "write it as [crio] with its keys under it")
+    image = crio.get("image", {})
+    if not isinstance(image, dict):
+        # Written as crio.image = ... the key's line is the one that starts with crio.
+        line = key_line(text, "image", lines) or key_line(text, "crio", lines)
+        raise ConfigError(f"{_where(path, line)}: key 'image' under [crio] must be a table, got {_shown(image)}; "
+                          "CRI-O refuses this file (type mismatch)", "write it as [crio.image] with its keys under it")
     pause: Optional[tuple[str, str]] = None
     if PAUSE_KEY in image:
         value = image[PAUSE_KEY]
@@ -302,7 +350,7 @@ def render_dropin(site: Sequence[CrioEntry], own: Sequence[tuple[str, Owner]]) -
         f"{PINNED_KEY} = [",
     ]
     seen: set[str] = set()
-    items = [(e.text, f"site: {e.where}") for e in site] + [(text, f"pinctl: {owner}") for text, owner in own]
+    items = [(e.text, f"site: {_where(as_crio_sees_it(e.path), e.line)}") for e in site] + [(text, f"pinctl: {owner}") for text, owner in own]
     for text, comment in items:
         if text in seen:
             continue
@@ -310,6 +358,13 @@ def render_dropin(site: Sequence[CrioEntry], own: Sequence[tuple[str, Owner]]) -
         lines.append(f"  {_toml_string(text)},  # {_comment_safe(comment)}")
     lines.append("]")
     return "\n".join(lines) + "\n"
+
+
+def as_crio_sees_it(path: str) -> str:
+    """path without a leading /proc/PID/root (how pinctl reaches a CRI-O with mounts of its
+    own): that PID means nothing once the process is gone; the rest is CRI-O's own path."""
+    found = _PROCESS_ROOT.match(path)
+    return (path[found.end():] or "/") if found else path
 
 
 def _toml_string(value: str) -> str:
@@ -333,44 +388,126 @@ def _comment_safe(text: str) -> str:
     return "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text)
 
 
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is one of write_dropin's temporary names."""
+    return _TEMP_NAME.fullmatch(name) is not None
+
+
+def missing_dropin_dir(directory: str) -> PinctlError:
+    """CRI-O's drop-in directory is not there: CRI-O reads only one it found at start."""
+    return PinctlError(f"CRI-O's drop-in directory {directory} does not exist, and a running CRI-O reads only "
+                       "the drop-in directory it found at start",
+                       f"create it and restart CRI-O (mkdir -p {directory} && systemctl restart crio), "
+                       "then run pinctl again")
+
+
 def write_dropin(path: str, text: str) -> None:
-    """Write path atomically, mode 0644: a temp file beside the drop-in directory, not in it
-    (CRI-O reads every file there, dot files too, so a reload must never meet a half-written
-    one; its parent is on the same file system as a rule, which the rename needs), fsync,
-    rename; the directory is made (0755) when missing."""
+    """Replace path with text, mode 0644, so that CRI-O (which reads every file in the drop-in
+    directory, whatever its name) never reads a half-written drop-in, even on a reload meanwhile.
+
+    The file is made in the directory itself, since a rename cannot cross file systems and
+    crio.conf.d may be a mount of its own: an unnamed O_TMPFILE file, linked under a temporary
+    name (TEMP_PREFIX...TEMP_SUFFIX) only once written and fsynced, then renamed over path;
+    where the file system has no O_TMPFILE, a named temporary file. The caller holds the writers'
+    lock (node.crio_lock, a flock on this directory), so one writer at a time gets here. A
+    missing directory is not made: a running CRI-O would not read it before a restart.
+    PinctlError (one line) on failure; the old drop-in is then whole and no temporary name is left.
+    """
     directory = os.path.dirname(path) or "."
-    staging = os.path.dirname(os.path.abspath(directory)) or directory
-    temp = ""
+    if not os.path.lexists(directory):
+        raise missing_dropin_dir(directory)
     try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory, mode=0o755, exist_ok=True)
-            os.chmod(directory, 0o755)  # umask must not narrow what CRI-O needs to read
-        descriptor, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=staging)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), 0o644)
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-        temp = ""
-        _fsync_directory(directory)
+        directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            temp = _complete_temp(directory, directory_fd, text.encode("utf-8"))
+            try:
+                os.replace(temp, path)
+            except BaseException:
+                _remove_quietly(temp)
+                raise
+            # The rename is durable only once the directory itself is on disk.
+            os.fsync(directory_fd)
+        finally:
+            os.close(directory_fd)
     except PermissionError:
         raise PinctlError(f"cannot write CRI-O drop-in {path}: permission denied", "run as root (sudo)") from None
     except OSError as err:
         raise PinctlError(f"cannot write CRI-O drop-in {path}: {os_error_text(err)}",
                           f"check {directory}") from None
-    finally:
-        if temp:
-            _remove_quietly(temp)
 
 
-def _fsync_directory(directory: str) -> None:
-    # The rename is durable only once the directory itself is on disk.
-    descriptor = os.open(directory, os.O_RDONLY)
+def remove_stale_temps(directory: str) -> list[str]:
+    """Remove write_dropin's temporary files from directory; the paths removed.
+
+    Called with the directory's lock held, so each is a killed run's. Only regular files (a
+    symlink is not followed) and, as root, only root's: a name alone proves nothing.
+    """
     try:
-        os.fsync(descriptor)
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    as_root = config_files._euid() == 0
+    removed: list[str] = []
+    for name in names:
+        if not is_temp_name(name):
+            continue
+        temp = os.path.join(directory, name)
+        try:
+            found = os.lstat(temp)
+            if not stat.S_ISREG(found.st_mode) or (as_root and found.st_uid != 0):
+                continue
+            os.unlink(temp)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed.append(temp)
+    return removed
+
+
+# A file system without O_TMPFILE says one of these (EISDIR: a kernel that predates it).
+_NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
+
+
+def _complete_temp(directory: str, directory_fd: int, data: bytes) -> str:
+    """A temporary name in directory (open as directory_fd) for a file holding data, mode 0644,
+    on disk."""
+    name = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
+    if not os.path.isdir("/proc/self/fd"):
+        return _named_temp(directory, directory_fd, name, data)  # no /proc to name an O_TMPFILE file through
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=directory_fd)
+    except OSError as err:
+        if err.errno not in _NO_TMPFILE:
+            raise
+        return _named_temp(directory, directory_fd, name, data)
+    try:
+        _write_all(fd, data)
+        # linkat(AT_SYMLINK_FOLLOW): naming an O_TMPFILE file through /proc needs no capability.
+        # A dir_fd it must have: Python 3.11 calls plain link(2), which never follows, without one.
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory_fd, follow_symlinks=True)
     finally:
-        os.close(descriptor)
+        os.close(fd)
+    return os.path.join(directory, name)
+
+
+def _named_temp(directory: str, directory_fd: int, name: str, data: bytes) -> str:
+    flags = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_WRONLY | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o644, dir_fd=directory_fd)
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        _remove_quietly(os.path.join(directory, name))
+        raise
+    finally:
+        os.close(fd)
+    return os.path.join(directory, name)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fchmod(fd, 0o644)  # the umask must not narrow what CRI-O needs to read
+    os.fsync(fd)
 
 
 def _remove_quietly(path: str) -> None:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl import refs
-from pinctl.backends import procfs
 from pinctl.backends.cri import CriRuntime, socket_path
 from pinctl.config import crio as crio_config
+from pinctl.node import crio_apply, crio_lock, crio_process
+from pinctl.node.crio_process import CrioProcess
 from pinctl.errors import AmbiguousRef, EngineError, PinctlError
 from pinctl.model import (
     ACTION_ALREADY_PINNED,
@@ -59,59 +60,22 @@ NO_NAMESPACE = ""
 
 
 # -- the crio process -------------------------------------------------------------------------
-# CRI-O re-reads its pins only on SIGHUP (server/server.go, startReloadWatcher): a changed drop-in
-# means nothing until then. pinctl finds the process serving the CRI socket (backends.procfs,
-# through a cri-proxy too) and reads --config and --config-dir from its command line, so the files
-# it shows are the ones CRI-O runs with.
+# pinctl finds the process serving the CRI socket and confirms it is CRI-O (node.crio_process),
+# and reads --config and --config-dir from its command line, so the files it shows are the ones
+# CRI-O runs with.
 
-NAME = "crio"
-# CRI-O's own defaults for --config and --config-dir (pkg/config: CrioConfigPath, CrioConfigDropInPath).
-DEFAULT_CONFIG = "/etc/crio/crio.conf"
-DEFAULT_CONFIG_DIR = "/etc/crio/crio.conf.d"
+DEFAULT_CONFIG = crio_process.DEFAULT_CONFIG
+DEFAULT_CONFIG_DIR = crio_process.DEFAULT_CONFIG_DIR
 # The reload to name when the crio process cannot be told (CrioSite.reload names its pid then).
 RELOAD_ANY_CRIO = "systemctl reload crio (or: kill -HUP $(pidof crio))"
 # How the CRI's Version call names CRI-O.
 RUNTIME_NAME = "cri-o"
 
 
-@dataclass(frozen=True)
-class CrioProcess:
-    """One crio process and the configuration it was started with."""
-
-    pid: int
-    config_path: str = DEFAULT_CONFIG
-    config_dir: str = DEFAULT_CONFIG_DIR
-
-
-def describe_process(pid: int, argv: list[str]) -> CrioProcess:
-    flags = procfs.parse_flags(argv)
-    config = flags.get("--config") or flags.get("-c") or os.environ.get("CONTAINER_CONFIG") or DEFAULT_CONFIG
-    config_dir = flags.get("--config-dir") or flags.get("-d") or DEFAULT_CONFIG_DIR
-    return CrioProcess(pid, procfs.as_seen_by(pid, config), procfs.as_seen_by(pid, config_dir))
-
-
-def find_process(endpoint: str) -> Optional[CrioProcess]:
-    """The crio process answering on endpoint (directly or behind pinctl cri-proxy); None when
-    it cannot be told (another PID namespace, a remote socket)."""
-    pid = procfs.serving(procfs.socket_path(endpoint))
-    if pid is None or procfs.program(pid) != NAME:
-        return None
-    return describe_process(pid, procfs.cmdline(pid))
-
-
-def signal_reload(process: CrioProcess) -> None:
-    """SIGHUP: CRI-O re-reads its files and applies pinned_images and pause_image."""
-    try:
-        os.kill(process.pid, signal.SIGHUP)
-    except ProcessLookupError:
-        raise EngineError(f"CRI-O (pid {process.pid}) is gone", "is crio running?") from None
-    except PermissionError:
-        raise EngineError(f"cannot signal CRI-O (pid {process.pid}) to reload", "run pinctl as root (sudo)") from None
-
-
 @dataclass
 class CrioNode:
-    """The CRI-O behind one CRI endpoint: the CRI, the crio process, and where its files are."""
+    """The CRI-O behind one CRI endpoint: the CRI, the crio process (or why it cannot be told),
+    and where its files are. notice hears what a writer waits for (another pinctl's lock)."""
 
     runtime: CriRuntime
     version: RuntimeVersion
@@ -119,6 +83,8 @@ class CrioNode:
     config_path: str
     config_dir: str
     explicit: bool = False
+    not_found: Optional[crio_process.NotFound] = None
+    notice: Callable[[str], None] = lambda _line: None
 
     def config(self) -> CrioConfig:
         return crio_config.read_crio_config(self.config_path, self.explicit, dropin_dir=self.config_dir)
@@ -126,20 +92,44 @@ class CrioNode:
     def images(self) -> list[CriImage]:
         return self.runtime.list_images()
 
-    def reload(self) -> None:
-        if self.process is None:
-            raise EngineError(f"cannot tell which process serves {self.runtime.endpoint}, so CRI-O cannot be told to "
-                              "re-read its files", "reload it yourself: systemctl reload crio (or kill -HUP crio)")
-        signal_reload(self.process)
+    def writable(self) -> CrioProcess:
+        """The crio process a write must reload, or EngineError saying why there is none: a drop-in
+        CRI-O is not told of would be a pin reported and not kept, so nothing is written then."""
+        if self.process is not None:
+            return self.process
+        why = self.not_found or crio_process.NotFound(f"no crio process serves {self.runtime.endpoint}",
+                                                      "point -r at CRI-O's socket")
+        raise EngineError(f"pinctl writes nothing: {why.reason}", why.fix)
 
     def describe(self) -> str:
         return f"CRI-O {self.version.version} at {self.runtime.endpoint}"
 
-    def check_site(self) -> CrioSite:
+    def check_site(self, rows: Sequence[ImageRow] = ()) -> CrioSite:
+        """What check needs of CRI-O's files beyond the rows: the reload that works, drop-ins that
+        cancel pinctl's list (and the images whose pinctl item they cancel), and the reason CRI-O
+        gave for refusing its last reload, where its log tells."""
         config = self.config()
         reload = (f"kill -HUP {self.process.pid} (or: systemctl reload crio)" if self.process
                   else RELOAD_ANY_CRIO)
-        return CrioSite(reload, config.dropin_path, tuple(config.overriding))
+        refusal = crio_process.last_refusal(self.process.log) if self.process else None
+        return CrioSite(reload, config.dropin_path, tuple(config.overriding), cancelled_pins(rows, config),
+                        refusal)
+
+
+def cancelled_pins(rows: Sequence[ImageRow], config: CrioConfig) -> dict[str, str]:
+    """Image ID -> pinctl's item that would pin it, for each image whose pin a later drop-in
+    cancels (it sorts after pinctl's and sets pinned_images, replacing pinctl's list)."""
+    if not config.overriding or not config.own_entries:
+        return {}
+    names: dict[str, list[str]] = {}
+    for row in rows:
+        names.setdefault(row.group_key, []).append(row.ref)
+    found: dict[str, str] = {}
+    for image_id, refs_of in names.items():
+        item = next((e.text for e in config.own_entries if crio_pins.item_matches(e.text, refs_of)), None)
+        if item is not None:
+            found[image_id] = item
+    return found
 
 
 def watched_paths(crio: CrioNode) -> tuple[str, ...]:
@@ -169,11 +159,15 @@ def site_entries(crio: Optional[CrioNode], path: Optional[str]) -> tuple[tuple[C
 @dataclass(frozen=True)
 class CrioSite:
     """A CRI-O's files as check needs them: how to make it re-read them, where pinctl's drop-in is,
-    and the drop-ins that sort after it and set pinned_images (so pinctl's items count for nothing)."""
+    the drop-ins that sort after it and set pinned_images (so pinctl's items count for nothing),
+    the images whose pinctl item they cancel (ID -> item), and CRI-O's reason for refusing its
+    last reload (from its log)."""
 
     reload: str
     dropin: str
     overriding: tuple[str, ...] = ()
+    cancelled: dict[str, str] = field(default_factory=dict)
+    refusal: Optional[str] = None
 
 
 def detect(cfg: Config, warn: Callable[[str], None]) -> Optional[CrioNode]:
@@ -197,7 +191,7 @@ def detect(cfg: Config, warn: Callable[[str], None]) -> Optional[CrioNode]:
         return None
     if version.name != RUNTIME_NAME:
         return None
-    return _node(cfg, runtime, version)
+    return _node(cfg, runtime, version, warn)
 
 
 def address_shown(cfg: Config) -> str:
@@ -220,14 +214,16 @@ def _same_socket(endpoint: str, path: str) -> bool:
         return False
 
 
-def _node(cfg: Config, runtime: CriRuntime, version: RuntimeVersion) -> CrioNode:
-    process = find_process(runtime.endpoint)
+def _node(cfg: Config, runtime: CriRuntime, version: RuntimeVersion, warn: Callable[[str], None]) -> CrioNode:
+    found = crio_process.find(runtime.endpoint)
+    process = found if isinstance(found, CrioProcess) else None
+    missing = found if isinstance(found, crio_process.NotFound) else None
     named = cfg.settings.crio_config
     if named is not None:
-        return CrioNode(runtime, version, process, named, f"{named}.d", explicit=True)
+        return CrioNode(runtime, version, process, named, f"{named}.d", explicit=True, not_found=missing, notice=warn)
     if process is not None:
-        return CrioNode(runtime, version, process, process.config_path, process.config_dir)
-    return CrioNode(runtime, version, None, DEFAULT_CONFIG, DEFAULT_CONFIG_DIR)
+        return CrioNode(runtime, version, process, process.config_path, process.config_dir, notice=warn)
+    return CrioNode(runtime, version, None, DEFAULT_CONFIG, DEFAULT_CONFIG_DIR, not_found=missing, notice=warn)
 
 
 @dataclass
@@ -322,43 +318,71 @@ def _wanted(rows: Sequence[ImageRow], argument: str, dialect: str) -> list[_Imag
 def change(crio: CrioNode, policy: Optional[Policy], command: str, args: Sequence[str], dialect: str,
            dry_run: bool) -> CrioChange:
     """pin or unpin on CRI-O: pinctl's drop-in gains (pin) or loses (unpin) an exact item per
-    image; every argument is resolved before anything is written."""
+    image, and each item is judged by what CRI-O's CRI says before and after. The whole of it runs
+    under the writers' lock, so concurrent changes each see the one before."""
     policy = policy or Policy()
-    rows = _rows(crio, policy)
-    wanted = [(argument, _wanted(rows, argument, dialect)) for argument in args]
+    if dry_run:
+        return _change(crio, policy, command, args, dialect, dry_run)
+    crio.writable()  # nothing is written that CRI-O cannot be told of
+    with crio_lock.held(crio.config_dir, crio.notice):
+        return _change(crio, policy, command, args, dialect, dry_run)
+
+
+def _change(crio: CrioNode, policy: Policy, command: str, args: Sequence[str], dialect: str,
+            dry_run: bool) -> CrioChange:
+    images = crio.images()
     config = crio.config()
+    rows = crio_pins.rows_for(images, config)
+    annotate_policy(rows, policy)
+    wanted = [(argument, _wanted(rows, argument, dialect)) for argument in args]
     own = crio_pins.OwnEntries.of(config)
     outcome = CrioChange()
-    planned: list[tuple[_Image, Action]] = []
-    for argument, images in wanted:
-        if not images:
+    planned: list[tuple[_Image, bool]] = []
+    for argument, found in wanted:
+        if not found:
             outcome.results.append(ItemResult(NO_NAMESPACE, argument, ACTION_FAILED,
                                               error="no image on this CRI-O has this name or ID (pinctl ls lists them)"))
-        for image in images:
-            planned.append((image, _plan_one(image, own, command, argument)))
-    changed = _dropin_stale(config, own)
-    if changed and not dry_run:
-        failure = _write_and_reload(crio, config, own)
-        if failure is not None:
-            outcome.results += [ItemResult(NO_NAMESPACE, image.shown, ACTION_FAILED, error=failure)
-                                for image, _action in planned]
-            return outcome
-    after = {} if dry_run or not changed else _read_back(crio, [image for image, _ in planned])
-    for image, action in planned:
-        outcome.results.append(_result(image, action, after))
+        planned += [(image, _plan_one(image, own, command, argument)) for image in found]
+    applied = crio_apply.apply(crio, config, own, images, dry_run)
+    outcome.results += [_result(command, image, touched, applied) for image, touched in planned]
     if command == "unpin":
-        outcome.warnings = _still_pinned(crio, policy, [image for image, _ in planned])
+        outcome.warnings = _still_pinned(applied.config, policy, images, [image for image, _ in planned])
     return outcome
 
 
-def _plan_one(image: _Image, own: crio_pins.OwnEntries, command: str, argument: str) -> Action:
+def _plan_one(image: _Image, own: crio_pins.OwnEntries, command: str, argument: str) -> bool:
+    """Change pinctl's items for one image; whether they changed."""
     if command == "unpin":
-        dropped = own.remove(image.names, crio_pins.OWNER_PIN)
-        return ACTION_UNPINNED if dropped else ACTION_ALREADY_UNPINNED
+        return bool(own.remove(image.names, crio_pins.OWNER_PIN))
     asked = _asked_name(argument, image)
     items = [asked] if asked else crio_pins.pin_items_for(image.names)
-    added = [item for item in items if own.add(item, crio_pins.OWNER_PIN)]
-    return ACTION_PINNED if added else ACTION_ALREADY_PINNED
+    return bool([item for item in items if own.add(item, crio_pins.OWNER_PIN)])
+
+
+def _result(command: str, image: _Image, touched: bool, applied: crio_apply.Applied) -> ItemResult:
+    """One image's outcome, as the CRI says it: pinned only when the CRI says so after."""
+    if image.id not in applied.after or applied.after[image.id] is None:
+        return ItemResult(NO_NAMESPACE, image.shown, ACTION_CHANGED_UNDER_US,
+                          error="the image was removed from CRI-O meanwhile")
+    before, after = applied.before.get(image.id, False), bool(applied.after[image.id])
+    if command == "pin":
+        if after:
+            return ItemResult(NO_NAMESPACE, image.shown, ACTION_ALREADY_PINNED if before else ACTION_PINNED)
+        return ItemResult(NO_NAMESPACE, image.shown, ACTION_FAILED, error=_not_pinned(applied))
+    if after and not applied.expected.get(image.id, False):
+        return ItemResult(NO_NAMESPACE, image.shown, ACTION_FAILED, error=applied.failure or (
+            "CRI-O still reports it pinned, though its files no longer pin it"))
+    return ItemResult(NO_NAMESPACE, image.shown, ACTION_UNPINNED if touched or (before and not after)
+                      else ACTION_ALREADY_UNPINNED)
+
+
+def _not_pinned(applied: crio_apply.Applied) -> str:
+    config = applied.config
+    if config.overriding:
+        later = ", ".join(config.overriding)
+        return (f"{later} sorts after pinctl's drop-in {config.dropin_path} and sets pinned_images, which replaces "
+                f"pinctl's list: move its pinned_images into a file that sorts before {crio_config.PINCTL_DROPIN_NAME}")
+    return applied.failure or "CRI-O applied its files, but its CRI does not report the image pinned"
 
 
 def _asked_name(argument: str, image: _Image) -> Optional[str]:
@@ -369,71 +393,15 @@ def _asked_name(argument: str, image: _Image) -> Optional[str]:
     return next((name for name in image.names if name.lower() in wanted), None)
 
 
-def _result(image: _Image, action: Action, after: dict[str, Optional[bool]]) -> ItemResult:
-    pinned = after.get(image.id)
-    if action == ACTION_PINNED and pinned is False:
-        return ItemResult(NO_NAMESPACE, image.shown, ACTION_FAILED,
-                          error="written and CRI-O reloaded, but its CRI does not report the image pinned")
-    if image.id in after and pinned is None:
-        return ItemResult(NO_NAMESPACE, image.shown, ACTION_CHANGED_UNDER_US,
-                          error="the image was removed from CRI-O meanwhile")
-    return ItemResult(NO_NAMESPACE, image.shown, action)
-
-
-def _rows(crio: CrioNode, policy: Policy) -> list[ImageRow]:
-    listing = Listing()
-    CrioSource(crio).add_rows(listing, policy)
-    return listing.rows
-
-
-def _dropin_stale(config: CrioConfig, own: crio_pins.OwnEntries) -> bool:
-    """Whether pinctl's drop-in differs from what it must say now: its own items changed, or a
-    site file did (the drop-in sorts last, so a site item counts only once it is carried over)."""
-    if not own.items and not os.path.exists(config.dropin_path):
-        return False  # nothing of pinctl's: the site's files are effective as they are
-    try:
-        with open(config.dropin_path, encoding="utf-8") as handle:
-            current: Optional[str] = handle.read()
-    except OSError:
-        current = None
-    return current != crio_config.render_dropin(config.site_entries, own.items)
-
-
-def _write_and_reload(crio: CrioNode, config: CrioConfig, own: crio_pins.OwnEntries) -> Optional[str]:
-    """Re-read the files just before writing (a site file changed since planning is carried over
-    as it is now), write pinctl's drop-in, reload CRI-O; the error text, or None."""
-    try:
-        fresh = crio.config()
-        text = crio_config.render_dropin(fresh.site_entries, own.items)
-        crio_config.write_dropin(fresh.dropin_path, text)
-        crio.reload()
-    except PinctlError as err:
-        return str(err)
-    return None
-
-
-def _read_back(crio: CrioNode, images: Sequence[_Image]) -> dict[str, Optional[bool]]:
-    """What the CRI says of each image once it has applied the files: asked until it agrees with
-    what the files now say, or READ_BACK_S passes (then what it says last)."""
-    deadline = time.monotonic() + READ_BACK_S
-    while True:
-        config = crio.config()
-        listed = {image.id: image for image in crio.images()}
-        said = {image.id: (listed[image.id].pinned if image.id in listed else None) for image in images}
-        expected = {image.id: bool(crio_pins.reasons_for(crio_pins.names_of(listed[image.id]), config))
-                    for image in images if image.id in listed}
-        if all(said[key] == value for key, value in expected.items()) or time.monotonic() >= deadline:
-            return said
-        time.sleep(READ_BACK_POLL_S)
-
-
-def _still_pinned(crio: CrioNode, policy: Policy, images: Sequence[_Image]) -> list[str]:
+def _still_pinned(config: CrioConfig, policy: Policy, listed: Sequence[CriImage], images: Sequence[_Image]) -> list[str]:
     """For each image unpin was asked about: what keeps CRI-O pinning it (a site file's item, the
-    pause image), or pins it again (a policy pattern at the next sync)."""
-    rows = {row.group_key: row for row in _rows(crio, policy)}
+    pause image), or pins it again (a policy pattern at the next sync), by the files as written."""
+    rows = crio_pins.rows_for(listed, config)
+    annotate_policy(rows, policy)
+    by_image = {row.group_key: row for row in rows}
     warnings: list[str] = []
     for image in images:
-        row = rows.get(image.id)
+        row = by_image.get(image.id)
         if row is None:
             continue
         for reason in row.reasons:
@@ -457,8 +425,16 @@ def _keeps(name: str, kind: str, detail: str, source: str) -> Optional[str]:
 
 def sync(crio: CrioNode, policy: Policy, prune: bool, dry_run: bool) -> CrioChange:
     """pinctl's sync items become the policy in CRI-O's dialect (kept alongside the old ones
-    unless prune); a pattern CRI-O cannot say is refused by name and the rest still written."""
-    before = {row.group_key: row.pinned for row in _rows(crio, policy)}
+    unless prune); a pattern CRI-O cannot say is refused by name and the rest still written. Each
+    image is judged by the CRI: "nothing to do" only when it already says what the files say."""
+    if dry_run:
+        return _sync(crio, policy, prune, dry_run)
+    crio.writable()
+    with crio_lock.held(crio.config_dir, crio.notice):
+        return _sync(crio, policy, prune, dry_run)
+
+
+def _sync(crio: CrioNode, policy: Policy, prune: bool, dry_run: bool) -> CrioChange:
     images = crio.images()
     items = crio_pins.policy_items(policy, images)
     config = crio.config()
@@ -471,47 +447,34 @@ def sync(crio: CrioNode, policy: Policy, prune: bool, dry_run: bool) -> CrioChan
     outcome = CrioChange(warnings=[*items.notes])
     outcome.results += [ItemResult(NO_NAMESPACE, text, ACTION_FAILED, error="cannot be said in CRI-O's pinned_images")
                         for text in items.refused]
-    future = _future_pins(images, config, own)
-    changed = _dropin_stale(config, own)
-    if changed and not dry_run:
-        failure = _write_and_reload(crio, config, own)
-        if failure is not None:
-            outcome.results.append(ItemResult(NO_NAMESPACE, config.dropin_path, ACTION_FAILED, error=failure))
-            return outcome
+    applied = crio_apply.apply(crio, config, own, images, dry_run)
+    if applied.failure is not None and not applied.reloaded:
+        outcome.results.append(ItemResult(NO_NAMESPACE, config.dropin_path, ACTION_FAILED, error=applied.failure))
+        return outcome
     for image in images:
-        name = min(crio_pins.names_of(image) or [image.id], key=lambda ref: ("@" in ref, ref))
-        was, will = before.get(image.id, False), future.get(image.id, False)
-        if will and not was:
-            outcome.results.append(ItemResult(NO_NAMESPACE, name, ACTION_PINNED))
-        elif was and not will:
-            outcome.results.append(ItemResult(NO_NAMESPACE, name, ACTION_PRUNED))
-        elif will and _covered(image, policy):
-            outcome.results.append(ItemResult(NO_NAMESPACE, name, ACTION_ALREADY_PINNED))
-    if changed and not dry_run:
-        said = _read_back(crio, [_Image(image.id, crio_pins.names_of(image), []) for image in images])
-        outcome.results = [_checked(result, images, said, future) for result in outcome.results]
+        outcome.results += _synced(image, policy, applied)
     return outcome
 
 
-def _future_pins(images: Sequence[CriImage], config: CrioConfig, own: crio_pins.OwnEntries) -> dict[str, bool]:
-    """Whether each image is pinned once pinctl's drop-in holds own's items."""
-    texts = [entry.text for entry in config.site_entries] + own.texts()
-    return {image.id: any(crio_pins.item_matches(text, crio_pins.names_of(image)) for text in texts)
-            or crio_pins.pause_matches(config.pause_image, crio_pins.names_of(image)) for image in images}
+def _synced(image: CriImage, policy: Policy, applied: crio_apply.Applied) -> list[ItemResult]:
+    """What sync did to one image, by the CRI before and after: pinned, pruned (unpinned), kept
+    (already pinned and covered by the policy), or failed where the CRI does not say what the
+    files now say."""
+    name = min(crio_pins.names_of(image) or [image.id], key=lambda ref: ("@" in ref, ref))
+    was, now, will = applied.before.get(image.id, False), applied.after.get(image.id), applied.expected.get(image.id)
+    if now is None:
+        return [ItemResult(NO_NAMESPACE, name, ACTION_CHANGED_UNDER_US, error="removed from CRI-O meanwhile")]
+    if now != will:
+        return [ItemResult(NO_NAMESPACE, name, ACTION_FAILED, error=applied.failure or (
+            "CRI-O applied its files, but its CRI does not report what they say"))]
+    if now and not was:
+        return [ItemResult(NO_NAMESPACE, name, ACTION_PINNED)]
+    if was and not now:
+        return [ItemResult(NO_NAMESPACE, name, ACTION_PRUNED)]
+    if now and _covered(image, policy):
+        return [ItemResult(NO_NAMESPACE, name, ACTION_ALREADY_PINNED)]
+    return []
 
 
 def _covered(image: CriImage, policy: Policy) -> bool:
     return any(matches(pattern, candidate) for pattern in policy.patterns for candidate in crio_pins.names_of(image))
-
-
-def _checked(result: ItemResult, images: Sequence[CriImage], said: dict[str, Optional[bool]],
-             future: dict[str, bool]) -> ItemResult:
-    image = next((image for image in images if result.ref in crio_pins.names_of(image) or result.ref == image.id), None)
-    if image is None or result.action == ACTION_FAILED:
-        return result
-    if said.get(image.id) is None:
-        return ItemResult(NO_NAMESPACE, result.ref, ACTION_CHANGED_UNDER_US, error="removed from CRI-O meanwhile")
-    if said[image.id] != future.get(image.id):
-        return ItemResult(NO_NAMESPACE, result.ref, ACTION_FAILED,
-                          error="CRI-O reloaded, but its CRI does not report what its files say")
-    return result
