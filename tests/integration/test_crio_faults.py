@@ -155,19 +155,24 @@ def assert_truthful(daemon: CrioDaemon, crictl: Crictl) -> None:
     assert not [name for name in os.listdir(daemon.dropin_dir) if name.endswith(".tmp")]
 
 
-def test_concurrent_pins_and_unpins_each_end_as_reported(node: tuple[CrioDaemon, Crictl]) -> None:
+def test_concurrent_pins_unpins_and_syncs_each_end_as_reported(node: tuple[CrioDaemon, Crictl],
+                                                                tmp_path: pathlib.Path) -> None:
     daemon, crictl = node
-    pinned_first = FAULT_IMAGES[5:]
+    pinned_first, synced = FAULT_IMAGES[5:7], FAULT_IMAGES[7]
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'pinned_images = ["{synced}"]\n')
     done = pinctl(daemon, "pin", *pinned_first, "-o", "json")
     assert done.returncode == 0, done.stderr
     for round_ in range(3):
         pins = FAULT_IMAGES[:5] if round_ % 2 == 0 else FAULT_IMAGES[:3]
         unpins = pinned_first if round_ % 2 == 0 else ()
-        calls = [("pin", name) for name in pins] + [("unpin", name) for name in unpins]
+        calls = [("pin", name) for name in pins] + [("unpin", name) for name in unpins] + [("sync", synced)]
         results: dict[tuple[str, str], subprocess.CompletedProcess[str]] = {}
 
         def run(call: tuple[str, str]) -> None:
-            results[call] = pinctl(daemon, call[0], call[1], "-o", "json")
+            command, name = call
+            args = ("sync", "-o", "json") if command == "sync" else (command, name, "-o", "json")
+            results[call] = pinctl(daemon, *args, config=policy)
 
         threads = [threading.Thread(target=run, args=(call,)) for call in calls]
         for thread in threads:
@@ -177,7 +182,11 @@ def test_concurrent_pins_and_unpins_each_end_as_reported(node: tuple[CrioDaemon,
         cri = cri_pinned(crictl)
         for (command, name), result in results.items():
             assert result.returncode == 0, (command, name, result.stderr)
-            action = reported(result)[name]
+            action = reported(result).get(name)
+            if command == "sync":
+                assert action in (None, "pinned", "already-pinned"), result.stdout
+                assert cri[name] is True
+                continue
             assert action in (("pinned", "already-pinned") if command == "pin" else ("unpinned", "already-unpinned"))
             assert cri[name] is (command == "pin"), (command, name, action, cri)
         text = (daemon.dropin_dir / DROPIN).read_text()
@@ -277,6 +286,7 @@ def test_an_impostor_on_the_socket_is_never_signalled(node: tuple[CrioDaemon, Cr
 
 def test_a_later_dropin_cancelling_pinctls_list_is_named(node: tuple[CrioDaemon, Crictl]) -> None:
     daemon, crictl = node
+    assert pinctl(daemon, "pin", FAULT_IMAGES[0]).returncode == 0
     daemon.write_dropin("zzz-late.conf", crio_harness.pinned_images_dropin([FAULT_IMAGES[0]]))
     daemon.reload()
     done = pinctl(daemon, "pin", FAULT_IMAGES[1], "-o", "json")
@@ -284,12 +294,18 @@ def test_a_later_dropin_cancelling_pinctls_list_is_named(node: tuple[CrioDaemon,
     error = json.loads(done.stdout)["results"][0]["error"]
     assert "zzz-late.conf" in error, error
     assert cri_pinned(crictl)[FAULT_IMAGES[1]] is False
-    for args in (("check",), ("check", FAULT_IMAGES[1])):
+    short = FAULT_IMAGES[1].removeprefix(f"{DEFAULT_DOMAIN}/")  # as an operator types it
+    for args in (("check",), ("check", FAULT_IMAGES[1]), ("check", short)):
         check = pinctl(daemon, *args, "-o", "json")
         assert check.returncode == 1, check.stdout
         item = next(i for i in json.loads(check.stdout)["images"] if FAULT_IMAGES[1] in i["refs"])
         assert item["wanted"] and not item["agrees"], item
         assert "zzz-late.conf" in item["cause"] and "replaces pinctl's list" in item["cause"], item
+    assert_truthful(daemon, crictl)
+    # Gone again, it leaves pinctl's pins as they were: its items were never taken for the site's.
+    (daemon.dropin_dir / "zzz-late.conf").unlink()
+    assert pinctl(daemon, "sync").returncode == 0
+    assert cri_pinned(crictl)[FAULT_IMAGES[0]] and cri_pinned(crictl)[FAULT_IMAGES[1]]
     assert_truthful(daemon, crictl)
 
 
@@ -323,6 +339,9 @@ def test_a_symlinked_dropin_directory_is_refused_as_cri_o_would(node: tuple[Crio
         done = pinctl(daemon, "pin", FAULT_IMAGES[5])
         assert done.returncode == 2, done.stderr
         assert "is a symlink" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        # check names the same cause, not a reload that cannot help.
+        check = pinctl(daemon, "check")
+        assert check.returncode == 2 and "is a symlink" in check.stderr and "kill -HUP" not in check.stderr
         assert os.listdir(elsewhere) == []
         assert cri_pinned(crictl)[FAULT_IMAGES[5]] is False
     finally:

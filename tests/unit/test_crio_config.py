@@ -136,8 +136,9 @@ def test_own_dropin_round_trip(main: pathlib.Path) -> None:
     first = read_crio_config(str(main))
     text = render_dropin(first.site_entries, [("pin.example/p:1", "pin"), ("sync.example/*", "sync"),
                                              ("site.example/a", "pin")])
+    # pinctl's pin of a site item is written too: it must outlive the site's item.
     assert tomllib.loads(text)["crio"]["image"]["pinned_images"] == [
-        "site.example/a", "site.example/b*", "pin.example/p:1", "sync.example/*"]
+        "site.example/a", "site.example/b*", "pin.example/p:1", "sync.example/*", "site.example/a"]
     assert f"# site: {site}:3" in text and "# pinctl: pin" in text and "# pinctl: sync" in text
     assert "systemctl reload crio" in text and "kill -HUP" in text
     write_dropin(os.path.join(first.dropin_dir, PINCTL_DROPIN_NAME), text)
@@ -145,10 +146,11 @@ def test_own_dropin_round_trip(main: pathlib.Path) -> None:
     dropin = again.dropin_path
     assert again.pinned_from == dropin
     assert [(e.text, e.owner) for e in again.pinned_images] == [
-        ("site.example/a", "site"), ("site.example/b*", "site"), ("pin.example/p:1", "pin"), ("sync.example/*", "sync")]
+        ("site.example/a", "site"), ("site.example/b*", "site"), ("pin.example/p:1", "pin"), ("sync.example/*", "sync"),
+        ("site.example/a", "pin")]
     # The carried-over copies are not the drop-in's own, and the site's list still comes from its file.
     assert [(e.text, e.owner, e.path) for e in again.own_entries] == [
-        ("pin.example/p:1", "pin", dropin), ("sync.example/*", "sync", dropin)]
+        ("pin.example/p:1", "pin", dropin), ("sync.example/*", "sync", dropin), ("site.example/a", "pin", dropin)]
     assert again.site_entries == first.site_entries
     assert again.own_entries[0].line == 9  # four header lines, [crio.image], the key, two site items
 
@@ -172,7 +174,8 @@ def test_files_after_pinctls_dropin_override_it(main: pathlib.Path) -> None:
     assert found.overriding == (later, nested)
     assert found.pinned_from == nested
     assert [e.text for e in found.own_entries] == ["p.example/a"]
-    assert [e.text for e in found.site_entries] == ["late.example/y"]
+    # Files read after the drop-in replace its list themselves: none of them is carried over.
+    assert [e.text for e in found.site_entries] == ["registry.example/main:1"]
 
 
 @pytest.mark.parametrize(("text", "line", "message", "fix"), [
@@ -268,7 +271,7 @@ def test_render_dropin_is_valid_toml_for_any_text() -> None:
     odd = ['quote"d', "back\\slash", "tab\tand\x7fdel", "é/ü:1", "emoji😀", "", "#hash", "a,b ]"]
     site = [CrioEntry("s.example/a", "/etc/crio/crio.conf.d/10\nx.conf", 2)]
     text = render_dropin(site, [(t, "pin") for t in odd] + [("s.example/a", "sync")])
-    assert tomllib.loads(text)["crio"]["image"]["pinned_images"] == ["s.example/a", *odd]
+    assert tomllib.loads(text)["crio"]["image"]["pinned_images"] == ["s.example/a", *odd, "s.example/a"]
 
 
 def test_render_dropin_items_read_back_with_their_owner(tmp_path: pathlib.Path) -> None:

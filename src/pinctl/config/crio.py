@@ -114,7 +114,10 @@ def read_crio_config(path: str = CRIO_DEFAULT_PATH, explicit: bool = False,
     setting = [f for f in read if f.pinned is not None]
     effective = setting[-1] if setting else None
     # A temporary name of pinctl's (a killed run's) holds pinctl's items, not the site's.
-    site_files = [f for f in setting if f.path != dropin and not _is_own_temp(f.path, dropin_dir)]
+    # A file read after pinctl's drop-in is no site list to carry over: it replaces pinctl's list
+    # itself (overriding), and a copy of it would outlive it as if the site still set it.
+    site_files = [f for f in setting if f.path != dropin and not _is_own_temp(f.path, dropin_dir)
+                  and not _sorts_after_dropin(f.path, dropin_dir)]
     own_file = next((f for f in setting if f.path == dropin), None)
     site = list(site_files[-1].pinned or ()) if site_files else []
     # Items added to pinctl's drop-in by hand (no owner comment) are the site's too: carry them over.
@@ -340,7 +343,9 @@ def _shown(value: Any) -> str:
 
 def render_dropin(site: Sequence[CrioEntry], own: Sequence[tuple[str, Owner]]) -> str:
     """pinctl's drop-in: the site's effective entries, each with '# site: <path>:<line>', then
-    pinctl's own with '# pinctl: pin' or '# pinctl: sync'; first of equal items wins."""
+    pinctl's own with '# pinctl: pin' or '# pinctl: sync'. An item of pinctl's equal to a site
+    item is written too (CRI-O reads a repeated item once): it is pinctl's pin, which must outlive
+    the site's item."""
     lines = [
         f"{HEADER_MARK}; do not edit: pinctl rewrites this file. The last file in",
         "# crio.conf.d that sets pinned_images replaces the lists before it, so the site's",
@@ -349,13 +354,15 @@ def render_dropin(site: Sequence[CrioEntry], own: Sequence[tuple[str, Owner]]) -
         "[crio.image]",
         f"{PINNED_KEY} = [",
     ]
-    seen: set[str] = set()
-    items = [(e.text, f"site: {_where(as_crio_sees_it(e.path), e.line)}") for e in site] + [(text, f"pinctl: {owner}") for text, owner in own]
-    for text, comment in items:
-        if text in seen:
-            continue
-        seen.add(text)
-        lines.append(f"  {_toml_string(text)},  # {_comment_safe(comment)}")
+    site_items = [(e.text, f"site: {_where(as_crio_sees_it(e.path), e.line)}") for e in site]
+    own_items = [(text, f"pinctl: {owner}") for text, owner in own]
+    for items in (site_items, own_items):
+        seen: set[str] = set()
+        for text, comment in items:
+            if text in seen:
+                continue
+            seen.add(text)
+            lines.append(f"  {_toml_string(text)},  # {_comment_safe(comment)}")
     lines.append("]")
     return "\n".join(lines) + "\n"
 

@@ -112,7 +112,11 @@ def _reload(crio: CrioNode, process: CrioProcess, images: Sequence[CriImage], be
     while True:
         text = log.since(mark, signalled_at)
         outcome = crio_process.reload_outcome(text) if text else None
-        listed = {image.id: image.pinned for image in crio.images()}
+        try:
+            listed = {image.id: image.pinned for image in crio.images()}
+        except PinctlError as err:
+            where = f"written to {dropin} and " if wrote else ""
+            return dict(before), f"{where}CRI-O was told to reload, but its CRI did not answer: {err}"
         said: dict[str, Optional[bool]] = {key: listed.get(key) for key in ids}
         if outcome is not None and not outcome.done:
             where = f"written to {dropin}, but " if wrote else ""

@@ -17,6 +17,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
+from pinctl.backends import procfs
 from pinctl.config import crio as crio_config
 from pinctl.errors import PinctlError
 
@@ -41,12 +42,12 @@ def held(directory: str, notice: Callable[[str], None], wait: float = LOCK_WAIT_
     try:
         if not _take(fd):
             holder = holder_of(fd)
-            by = f"pinctl (pid {holder})" if holder else "another pinctl"
-            notice(f"waiting for {by}, which is changing CRI-O's pins in {directory}")
+            by = f"pid {holder} ({procfs.stat_name(holder) or 'gone'})" if holder else "another process"
+            notice(f"waiting for the writers' lock on {directory}, held by {by}")
             deadline = time.monotonic() + wait
             while not _take(fd):
                 if time.monotonic() >= deadline:
-                    raise PinctlError(f"{by} has been changing CRI-O's pins in {directory} for over {wait:g} s",
+                    raise PinctlError(f"the writers' lock on {directory} has been held by {by} for over {wait:g} s",
                                       "wait for it to finish, or stop it; then run pinctl again")
                 time.sleep(LOCK_POLL_S)
         yield
