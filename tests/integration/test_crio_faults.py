@@ -241,9 +241,14 @@ def test_a_pin_killed_at_each_step_is_mended_by_the_next(node: tuple[CrioDaemon,
 
 def test_a_reload_cri_o_refuses_is_said_with_its_reason(node: tuple[CrioDaemon, Crictl]) -> None:
     daemon, crictl = node
-    target = FAULT_IMAGES[4]
+    target, kept = FAULT_IMAGES[4], FAULT_IMAGES[2]
+    assert pinctl(daemon, "pin", kept).returncode == 0
     # A type CRI-O's decoder refuses, in a key pinctl does not read: only CRI-O can say it.
     daemon.write_dropin("10-bad.conf", '[crio.runtime]\nlog_level = 5\n')
+    unpin = pinctl(daemon, "unpin", kept, "-o", "json")
+    assert unpin.returncode == 1, unpin.stdout
+    assert "CRI-O refused to reload" in json.loads(unpin.stdout)["results"][0]["error"]
+    assert cri_pinned(crictl)[kept] is True  # as it still is: never reported unpinned
     refused = pinctl(daemon, "pin", target, "-o", "json")
     assert refused.returncode == 1, refused.stderr
     document = json.loads(refused.stdout)
