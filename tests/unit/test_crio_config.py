@@ -436,43 +436,29 @@ def test_another_error_from_o_tmpfile_is_no_reason_for_a_named_file(tmp_path: pa
 
 
 @pytest.mark.parametrize("o_tmpfile", [True, False])
-def test_a_failed_rename_leaves_the_old_dropin_and_no_temp_name(tmp_path: pathlib.Path,
-                                                                monkeypatch: pytest.MonkeyPatch, o_tmpfile: bool) -> None:
+@pytest.mark.parametrize(("fails", "errno_", "said"), [("replace", errno.EIO, "input/output error"),
+                                                       ("write", errno.ENOSPC, "no space left on device")])
+def test_a_failed_write_leaves_the_old_dropin_whole_and_no_temp_name(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, o_tmpfile: bool, fails: str, errno_: int,
+        said: str) -> None:
+    # A rename that fails, or a full disk while the new text is written.
     directory = crio_d(tmp_path)
     target = directory / PINCTL_DROPIN_NAME
     write(target, OLD)
     if not o_tmpfile:
         without_o_tmpfile(monkeypatch)
-    sources: list[str] = []
+    calls: list[Any] = []
 
-    def fail(source: str, _dest: str) -> None:
-        sources.append(source)
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    def fail(*args: Any) -> Any:
+        calls.append(args)
+        raise OSError(errno_, os.strerror(errno_))
 
-    monkeypatch.setattr(os, "replace", fail)
+    monkeypatch.setattr(os, fails, fail)
     with pytest.raises(PinctlError) as info:
         write_dropin(str(target), NEW)
-    assert str(info.value) == f"cannot write CRI-O drop-in {target}: input/output error (check {directory})"
-    assert len(sources) == 1 and is_temp_name(os.path.basename(sources[0]))
-    assert target.read_text() == OLD and os.listdir(directory) == [PINCTL_DROPIN_NAME]
-
-
-@pytest.mark.parametrize("o_tmpfile", [True, False])
-def test_a_full_disk_leaves_the_old_dropin_whole_and_no_temp_name(tmp_path: pathlib.Path,
-                                                                  monkeypatch: pytest.MonkeyPatch, o_tmpfile: bool) -> None:
-    directory = crio_d(tmp_path)
-    target = directory / PINCTL_DROPIN_NAME
-    write(target, OLD)
-    if not o_tmpfile:
-        without_o_tmpfile(monkeypatch)
-
-    def full(_fd: int, _data: Any) -> int:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(os, "write", full)
-    with pytest.raises(PinctlError) as info:
-        write_dropin(str(target), NEW)
-    assert str(info.value) == f"cannot write CRI-O drop-in {target}: no space left on device (check {directory})"
+    assert str(info.value) == f"cannot write CRI-O drop-in {target}: {said} (check {directory})"
+    if fails == "replace":
+        assert len(calls) == 1 and is_temp_name(os.path.basename(calls[0][0]))
     assert target.read_text() == OLD and os.listdir(directory) == [PINCTL_DROPIN_NAME]
 
 
