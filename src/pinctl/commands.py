@@ -226,7 +226,6 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
     runtime, version = open_runtime()
     from pinctl.backends import cri_dockerd
     from pinctl.check import compare as checking
-    from pinctl.pins import crio as crio_pins
 
     rows: list[ImageRow] = []
     # The CRI through cri-dockerd names Docker, not cri-dockerd's release: its process says that.
@@ -236,12 +235,8 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
         if not request.refs:  # the CRI's whole list, answered while the node's records are read
             runtime.prefetch("images")
         rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
-        crio = node.crio()
-        site = crio.check_site(rows) if crio is not None else None
-        # CRI-O's ImageStatus refuses a short name (its registries.conf enforces them); pin and ls
-        # take one as the full name, and so does check.
-        asked = [crio_pins.normalised_name(ref) for ref in request.refs] if crio is not None else request.refs
-        return checking.check_runtime(rows, runtime, version, asked, frontend, site)
+        site = crio.check_site(rows) if (crio := node.crio()) is not None else None
+        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site)
 
     wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)

@@ -24,6 +24,7 @@ from pinctl.model import (
     Reason,
     ReasonKind,
 )
+from pinctl.pins import crio as crio_pins
 from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:
@@ -123,7 +124,11 @@ def check_runtime(
     rows: Sequence[ImageRow], runtime: RuntimeImages, version: RuntimeVersion, refs: Sequence[str] = (),
     frontend: Optional[CriDockerd] = None, crio: Optional[CrioSite] = None,
 ) -> CheckResult:
-    """Every image the runtime lists or, given refs, those asked one by one with ImageStatus."""
+    """Every image the runtime lists or, given refs, those asked one by one with ImageStatus.
+    CRI-O's ImageStatus refuses a short name (its registries.conf enforces them): as pin and ls
+    do there, check takes one as the full name."""
+    if crio is not None:
+        refs = [crio_pins.normalised_name(ref) for ref in refs]
     if not refs:
         return check(rows, runtime.list_images(), version, runtime.endpoint, (), frontend, crio)
     statuses = {ref: runtime.image_status(ref) for ref in refs}

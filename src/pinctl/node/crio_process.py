@@ -38,6 +38,8 @@ RELOADED = "Configuration reload completed"
 RELOAD_REFUSED = "Unable to reload configuration: "
 # At most this much of a log is read after a signal (CRI-O prints its whole config after a reload).
 LOG_READ_LIMIT = 4 << 20
+# check looks for the last reload's outcome in this much of the log's end (check --wait, each second).
+REFUSAL_READ_LIMIT = 1 << 20
 JOURNAL_TIMEOUT_S = 5.0
 JOURNAL_LINES = 2000
 
@@ -201,7 +203,7 @@ def last_refusal(log: CrioLog) -> Optional[str]:
     if log.path is None and log.journal_pid is None:
         return None
     end = log.mark()
-    text = log.since(max(0, end - LOG_READ_LIMIT), 0.0)
+    text = log.since(max(0, end - REFUSAL_READ_LIMIT), 0.0)
     outcome = reload_outcome(text or "")
     return outcome.reason if outcome is not None and not outcome.done else None
 
