@@ -156,11 +156,16 @@ class ConfigPin:
 
     name: str
     ref: str
-    path: str
+    path: str  # the file that set it: the config or one of its imports
+    line: Optional[int] = None
+
+    @property
+    def place(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
 
     @property
     def where(self) -> str:
-        return f"pinned_images.{self.name} in {self.path}"
+        return f"pinned_images.{self.name} in {self.place}"
 
     @property
     def is_sandbox(self) -> bool:

@@ -39,8 +39,8 @@ def pin(name: str, ref: str) -> ConfigPin:
 def test_a_v3_config_gives_every_string_entry_and_the_sandbox(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(V3)
-    assert read_config_pins(str(path)) == [ConfigPin("sandbox", "example.test/pause:3.10", str(path)),
-                                           ConfigPin("app", APP, str(path)), ConfigPin("short", "app:1", str(path))]
+    assert read_config_pins(str(path)) == [ConfigPin("sandbox", "example.test/pause:3.10", str(path), 3),
+                                           ConfigPin("app", APP, str(path), 4), ConfigPin("short", "app:1", str(path), 5)]
     assert read_sandbox_image(str(path)) == "example.test/pause:3.10"
     assert read_config_pins(str(path))[0].is_sandbox and not read_config_pins(str(path))[1].is_sandbox
 
