@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pinctl.imports.watching import DirsSync
     from pinctl.node.sources import Node
     from pinctl.pins.export import Export
-    from pinctl.pins.lint import Problem
+    from pinctl.pins.lint import ConfigPins, Problem
     from pinctl.pins.policy import Policy
     from pinctl.pull.run import PullItem, PullReport, PullRequest
     from pinctl.watch.watcher import Watcher
@@ -272,11 +272,11 @@ class LintReport:
         return EXIT_ERROR if self.problems else EXIT_OK
 
 
-def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]]) -> LintReport:
-    """The patterns checked alone and, given a way to open the node, against the images there."""
+def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]], ctd_pins: ConfigPins = lambda: ()) -> LintReport:
+    """The patterns alone, against the images there (given a way to open the node), containerd's own entries."""
     from pinctl.pins import lint as linting
 
-    return LintReport(linting.lint(entries, open_node))
+    return LintReport(linting.lint(entries, open_node, ctd_pins))
 
 
 def gc_plan(node: Node, policy: Policy, open_runtime: OpenRuntime, settings: SourcedGcSettings,

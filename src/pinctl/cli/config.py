@@ -42,13 +42,18 @@ def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) 
     """Check the pin policy: one line per problem.
 
     Invalid patterns; patterns that match no image present; patterns shadowed by a broader
-    one; globs that CRI-O would match differently (CRI-O does not anchor them).
+    one; globs that CRI-O would match differently (CRI-O does not anchor them); entries of
+    containerd 2.x's own pinned_images (its config and the files it imports) that pin nothing,
+    as containerd compares them with image names as written (a short or tagless name).
     """
     from pinctl import commands
     from pinctl.render import output
 
+    from pinctl.config.containerd import read_config_pins
+
     cfg = load_config(ctx)
-    report = commands.lint(cfg.patterns, None if offline else lambda: open_node(cfg))
+    report = commands.lint(cfg.patterns, None if offline else lambda: open_node(cfg),
+                           lambda: read_config_pins(cfg.settings.containerd_config))
     output.print_problems(report.problems, fmt)
     return report.exit_code
 

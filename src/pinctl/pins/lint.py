@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Sequence
 
 from pinctl.errors import PinctlError
+from pinctl.model import ConfigPin
+from pinctl.pins.containerd_entries import dead_entries
 from pinctl.pins.patterns import PATTERN_GLOB, crio_equivalent, first_shadowing, matches, shadowed_by
 from pinctl.pins.policy import Policy, compile_collecting, matches_ids
 
@@ -14,16 +16,19 @@ if TYPE_CHECKING:
     from pinctl.node.sources import Node
     from pinctl.pins.patterns import Pattern
 
+# How lint reads containerd's own pinned_images entries (its config and imports) when it wants them.
+ConfigPins = Callable[[], Sequence[ConfigPin]]
 # Names a problem's message quotes at most, so one line stays one line.
 EXAMPLES = 2
 
 # What is wrong (Problem.kind).
-ProblemKind = Literal["invalid", "shadowed", "unmatched", "crio-differs", "engine"]
+ProblemKind = Literal["invalid", "shadowed", "unmatched", "crio-differs", "engine", "containerd-entry"]
 PROBLEM_INVALID: Final = "invalid"  # the pattern cannot be read
 PROBLEM_SHADOWED: Final = "shadowed"  # another pattern already covers all it can match
 PROBLEM_UNMATCHED: Final = "unmatched"  # it matches no image present
 PROBLEM_CRIO_DIFFERS: Final = "crio-differs"  # CRI-O, which does not anchor globs, would match more
 PROBLEM_ENGINE: Final = "engine"  # the images could not be read to check against
+PROBLEM_CONTAINERD_ENTRY: Final = "containerd-entry"  # containerd's own pinned_images entry pins nothing
 
 
 @dataclass(frozen=True)
@@ -37,14 +42,27 @@ class Problem:
         return {"kind": self.kind, "pattern": self.pattern, "source": self.source, "message": self.message}
 
 
-def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]]) -> list[Problem]:
-    """Check the patterns themselves and, given a way to reach the engines, against the images present."""
+def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]],
+         containerd_pins: ConfigPins = lambda: ()) -> list[Problem]:
+    """Check the patterns themselves and, given a way to reach the engines, against the images
+    present; and the entries of containerd's own pinned_images (its config and imports)."""
     policy, invalid = compile_collecting(entries)
     problems = [Problem(PROBLEM_INVALID, entry.text, entry.source, str(err)) for entry, err in invalid]
     problems += shadowed(policy.patterns)
+    problems += containerd_entries(containerd_pins)
     if open_node is not None:
         problems += _against_images(policy, open_node)
     return problems
+
+
+def containerd_entries(read_pins: ConfigPins) -> list[Problem]:
+    """Each entry of containerd 2.x's pinned_images that pins nothing, at its file and line,
+    with the entry that would work."""
+    try:
+        pins = read_pins()
+    except PinctlError as err:
+        return [Problem(PROBLEM_CONTAINERD_ENTRY, "", "", f"cannot read containerd's pinned_images: {err}")]
+    return [Problem(PROBLEM_CONTAINERD_ENTRY, dead.pin.ref, dead.pin.place, dead.message) for dead in dead_entries(pins)]
 
 
 def shadowed(patterns: Sequence[Pattern]) -> list[Problem]:
