@@ -136,8 +136,10 @@ def test_ls_names_the_entry_that_labels_each_image(exported: Exported) -> None:
     daemon = exported.daemon
     entry_of = {ref: name for name, ref in exported.table.items()}
     rows = {row["ref"]: row for row in pinctl_json(daemon, "ls", "-n", "k8s.io")["images"]}
+    lines = daemon.config_path.read_text().splitlines()
     for ref in COVERED:
-        where = f"pinned_images.{entry_of[ref]} in {daemon.config_path}"
+        line = next(n for n, text in enumerate(lines, 1) if text.strip() == f"{json.dumps(entry_of[ref])} = {json.dumps(ref)}")
+        where = f"pinned_images.{entry_of[ref]} in {daemon.config_path}:{line}"
         for name in (ref, exported.ids[ref]):
             row = rows[name]
             assert row["pinned"] is True and row["drift"] is None, row

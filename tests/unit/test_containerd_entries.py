@@ -15,17 +15,19 @@ from pinctl.config.containerd import read_config_pins
 from pinctl.model import ConfigPin
 from pinctl.pins.containerd_entries import dead_entries
 from pinctl.pins.lint import PROBLEM_CONTAINERD_ENTRY, containerd_entries
+from pinctl.refs import DEFAULT_DOMAIN
 from pinctl.render import output
 
 DIGEST = "sha256:" + "a" * 64
+D = DEFAULT_DOMAIN
 
 
 @pytest.mark.parametrize("ref, fix, reason", [
     ("local.test/team/tools", "local.test/team/tools:latest", "no tag"),
     ("example.test:5000/tools", "example.test:5000/tools:latest", "no tag"),
-    ("nginx:1.27", "docker.io/library/nginx:1.27", "names the image docker.io/library/nginx:1.27"),
-    ("library/nginx:1", "docker.io/library/nginx:1", "as written"),
-    ("nginx", "docker.io/library/nginx:latest", "no tag"),
+    ("nginx:1.27", f"{D}/library/nginx:1.27", f"names the image {D}/library/nginx:1.27"),
+    ("library/nginx:1", f"{D}/library/nginx:1", "as written"),
+    ("nginx", f"{D}/library/nginx:latest", "no tag"),
     (f"example.test/a:1@{DIGEST}", f"example.test/a@{DIGEST}", "both a tag and a digest"),
     ("Not A Ref", None, "no image reference"),
 ])
@@ -37,7 +39,7 @@ def test_an_entry_no_record_can_equal_gets_its_reason_and_the_entry_that_works(r
     assert (f"write {fix!r} instead" if fix else "remove it") in dead.message
 
 
-@pytest.mark.parametrize("ref", ["example.test/a:1", f"example.test/a@{DIGEST}", "docker.io/library/nginx:1.27"])
+@pytest.mark.parametrize("ref", ["example.test/a:1", f"example.test/a@{DIGEST}", f"{D}/library/nginx:1.27"])
 def test_a_full_name_is_fine(ref: str) -> None:
     assert dead_entries([ConfigPin("e", ref, "/f")]) == []
 
