@@ -164,8 +164,7 @@ def _keeps_it(name: str, reason: Reason) -> Optional[str]:
 
 @dataclass(frozen=True)
 class SyncRequest:
-    """pinctl sync's switches; files are the config files read, named when an empty policy
-    refuses --prune."""
+    """pinctl sync's switches; files: the config files read, named when an empty policy refuses --prune."""
 
     prune: bool = False
     dry_run: bool = False
@@ -272,8 +271,9 @@ class LintReport:
         return EXIT_ERROR if self.problems else EXIT_OK
 
 
-def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]], ctd_pins: ConfigPins = lambda: ()) -> LintReport:
-    """The patterns alone, against the images there (given a way to open the node), containerd's own entries."""
+def lint(entries: Sequence[PatternEntry], open_node: Optional[Callable[[], Node]],
+         ctd_pins: ConfigPins = lambda: ()) -> LintReport:
+    """The patterns alone, against the node's images (given open_node), and containerd's entries."""
     from pinctl.pins import lint as linting
 
     return LintReport(linting.lint(entries, open_node, ctd_pins))

@@ -47,9 +47,8 @@ def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) 
     as containerd compares them with image names as written (a short or tagless name).
     """
     from pinctl import commands
-    from pinctl.render import output
-
     from pinctl.config.containerd import read_config_pins
+    from pinctl.render import output
 
     cfg = load_config(ctx)
     report = commands.lint(cfg.patterns, None if offline else lambda: open_node(cfg),
