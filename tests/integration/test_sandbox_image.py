@@ -224,8 +224,10 @@ def test_containerd_21_pins_its_sandbox_image_by_config_whatever_came_before(
     wait_cri_pinned(daemon.address, sandbox, True)
     assert story(daemon, sandbox, endpoint) == PINNED_STORY
     item, stderr = unpin(daemon, sandbox)
+    line = next(number for number, text in enumerate(daemon.config_path.read_text().splitlines(), 1)
+                if text.strip().startswith("sandbox ="))
     assert item["warning"] == ("containerd will pin it again, at once and at its next start: it is the CRI sandbox "
-                               f"image (pinned_images.sandbox in {daemon.config_path})")
+                               f"image (pinned_images.sandbox in {daemon.config_path}:{line})")
     assert "may delete" not in stderr and "keeps it anyway" not in stderr
     wait_cri_pinned(daemon.address, sandbox, True)
     assert story(daemon, sandbox, endpoint) == PINNED_STORY
