@@ -235,7 +235,7 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
             runtime.prefetch("images")
         rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
         site = crio.check_site(rows) if (crio := node.crio()) is not None else None
-        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site)
+        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins())
 
     wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)

@@ -151,3 +151,16 @@ def test_a_missing_import_stops_containerd_and_pinctl_names_it(tmp_path: pathlib
     result = pinctl(stand_in, "config", "lint", "--offline", env=empty_policy(tmp_path))
     assert result.returncode == 1, result.stderr
     assert f"{gone} does not exist" in result.stdout and f"imported by {config}" in result.stdout, result.stdout
+
+
+def test_check_names_the_tagless_entry_beside_the_image_it_meant(daemon: ImportingDaemon) -> None:
+    pinned_tags(daemon, {SITE_IMAGE})
+    result = pinctl(daemon, "check", "-o", "json")
+    assert result.returncode == 1, result.stdout
+    items = {tuple(item["refs"]): item for item in json.loads(result.stdout)["images"]}
+    meant = next(item for refs, item in items.items() if TAGLESS_IMAGE in refs)
+    assert meant["wanted"] and not meant["cri_pinned"] and not meant["agrees"], meant
+    assert f"{site_file(daemon)}:{TAGLESS_LINE}" in meant["cause"] and "pins nothing" in meant["cause"], meant
+    assert repr(TAGLESS_IMAGE) in meant["fix"], meant
+    # The images its entries do pin agree, and an image no entry names is left alone.
+    assert all(item["agrees"] for refs, item in items.items() if TAGLESS_IMAGE not in refs), items

@@ -7,7 +7,7 @@ import pytest
 from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.backends.cri_dockerd import CriDockerd
 from pinctl.check.compare import check
-from pinctl.model import Descriptor, ImageRow, Reason
+from pinctl.model import ConfigPin, Descriptor, ImageRow, Reason
 
 ID = "sha256:" + "a" * 64
 REF = "example.test/app:1"
@@ -130,3 +130,21 @@ def test_rows_join_on_manifest_digest_too() -> None:
 ])
 def test_a_pattern_only_fix_names_config_export_only_where_containerd_reads_it(version: str, fix: str) -> None:
     assert verdict([row("k8s.io", PATTERN)], False, "containerd", version)[1] == fix
+
+
+@pytest.mark.parametrize(("version", "entry", "dead"), [
+    ("2.1.9", "example.test/app", True),  # tagless: containerd compares it as written
+    ("2.1.9", "example.test/app:latest", False),  # the full name pins (the CRI would say so)
+    ("1.7.24", "example.test/app", False),  # 1.x has no pinned_images: nothing to name
+])
+def test_a_containerd_entry_that_pins_nothing_is_named_beside_its_image(version: str, entry: str, dead: bool) -> None:
+    latest = "example.test/app:latest"
+    pins = [ConfigPin("tools", entry, "/etc/containerd/conf.d/10.toml", 4)]
+    result = check([row("k8s.io")], [CriImage(ID, (latest,), (), 10, False)],
+                   RuntimeVersion("containerd", version, "v1"), "unix:///x", config_pins=pins)
+    [item] = result.items
+    assert result.agree is not dead and item.desired is dead
+    if dead:
+        assert item.mismatch == "dead-entry"
+        assert "pins nothing" in (item.cause or "") and "/etc/containerd/conf.d/10.toml:4" in (item.cause or "")
+        assert repr(latest) in (item.fix or "") and f"pinctl pin {latest}" in (item.fix or "")

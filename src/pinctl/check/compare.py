@@ -20,15 +20,18 @@ from pinctl.model import (
     REASON_SANDBOX,
     REASON_UNLABELLED_SANDBOX,
     WANTED_KINDS,
+    ConfigPin,
     ImageRow,
     Reason,
     ReasonKind,
 )
+from pinctl.pins import containerd_entries
 from pinctl.pins import crio as crio_pins
 from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, Listing, RuntimeVersion
+    from pinctl.pins.containerd_entries import DeadEntry
     from pinctl.backends.cri_dockerd import CriDockerd
     from pinctl.node.crio import CrioSite
 
@@ -43,7 +46,7 @@ POLL_SECONDS = 1.0
 # must not carry names or versions (CheckItem.cause says those).
 Mismatch = Literal["labels-ignored", "wrong-namespace", "not-caught-up", "ineffective-label", "config-label-unread",
                    "pattern-only", "unexplained-pin", "unknown-image", "not-reloaded", "overridden",
-                   "unlabelled-sandbox"]
+                   "unlabelled-sandbox", "dead-entry"]
 MISMATCH_LABELS_IGNORED: Final = "labels-ignored"  # the runtime reports no pins from labels (old containerd, cri-dockerd, CRI-O)
 MISMATCH_WRONG_NAMESPACE: Final = "wrong-namespace"  # labelled in a namespace the CRI does not read
 MISMATCH_NOT_CAUGHT_UP: Final = "not-caught-up"  # labelled where the CRI reads; it has not said pinned yet
@@ -56,6 +59,9 @@ MISMATCH_NOT_RELOADED: Final = "not-reloaded"  # CRI-O's files say otherwise tha
 MISMATCH_OVERRIDDEN: Final = "overridden"  # a CRI-O drop-in sorting after pinctl's replaces its pinned_images
 # containerd's sandbox image without the label, which that containerd will not put back (pins/sandbox.py)
 MISMATCH_UNLABELLED_SANDBOX: Final = "unlabelled-sandbox"
+# An entry of containerd 2.x's own pinned_images written so that containerd matches no record by
+# it (it compares the text with the record's name), beside the image it was meant to pin.
+MISMATCH_DEAD_ENTRY: Final = "dead-entry"
 MISMATCHES: tuple[Mismatch, ...] = get_args(Mismatch)
 MISMATCH_NAMED: dict[str, Mismatch] = {name: name for name in MISMATCHES}
 
@@ -95,12 +101,16 @@ def check(
     unknown: Sequence[str] = (),
     frontend: Optional[CriDockerd] = None,
     crio: Optional[CrioSite] = None,
+    config_pins: Sequence[ConfigPin] = (),
 ) -> CheckResult:
     """unknown: references asked about that the runtime does not know (ImageStatus found nothing);
     frontend: the cri-dockerd process behind a runtime that names itself docker, when found;
-    crio: what CRI-O's files say beyond the rows (its reload command, drop-ins overriding pinctl's)."""
+    crio: what CRI-O's files say beyond the rows (its reload command, drop-ins overriding pinctl's);
+    config_pins: containerd 2.x's own pinned_images entries (those that pin nothing are named)."""
     index = _Index(rows)
-    site = _Site(runtime, endpoint, frontend, crio)
+    dead = ({entry.fix: entry for entry in containerd_entries.dead_entries(config_pins) if entry.fix}
+            if runtime.name == CONTAINERD and pin_labels.has_pinned_images(runtime.version) else {})
+    site = _Site(runtime, endpoint, frontend, crio, dead)
     items = [_item(cri, index.matching(cri), site) for cri in listed]
     items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
                         fix="check the name with pinctl ls, or pull the image", mismatch=MISMATCH_UNKNOWN_IMAGE)
@@ -122,7 +132,7 @@ class RuntimeImages(Protocol):
 
 def check_runtime(
     rows: Sequence[ImageRow], runtime: RuntimeImages, version: RuntimeVersion, refs: Sequence[str] = (),
-    frontend: Optional[CriDockerd] = None, crio: Optional[CrioSite] = None,
+    frontend: Optional[CriDockerd] = None, crio: Optional[CrioSite] = None, config_pins: Sequence[ConfigPin] = (),
 ) -> CheckResult:
     """Every image the runtime lists or, given refs, those asked one by one with ImageStatus.
     CRI-O's ImageStatus refuses a short name (its registries.conf enforces them): as pin and ls
@@ -130,11 +140,11 @@ def check_runtime(
     if crio is not None:
         refs = [crio_pins.normalised_name(ref) for ref in refs]
     if not refs:
-        return check(rows, runtime.list_images(), version, runtime.endpoint, (), frontend, crio)
+        return check(rows, runtime.list_images(), version, runtime.endpoint, (), frontend, crio, config_pins)
     statuses = {ref: runtime.image_status(ref) for ref in refs}
     listed = list({s.id: s for s in statuses.values() if s is not None}.values())
     unknown = [ref for ref, status in statuses.items() if status is None]
-    return check(rows, listed, version, runtime.endpoint, unknown, frontend, crio)
+    return check(rows, listed, version, runtime.endpoint, unknown, frontend, crio, config_pins)
 
 
 class Clock(Protocol):
@@ -196,6 +206,8 @@ class _Site:
     endpoint: str
     frontend: Optional[CriDockerd]
     crio: Optional[CrioSite] = None
+    # containerd's pinned_images entries that pin nothing, by the name that would work.
+    dead: dict[str, DeadEntry] = field(default_factory=dict)
 
 
 def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
@@ -212,6 +224,10 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
     elif cri.pinned and not desired and site.runtime.name == CRIO:
         item.mismatch, item.cause, item.fix = _crio_not_reloaded(
             site.crio, "CRI-O pins it, but its files as they are now do not")
+    elif not cri.pinned and (entry := next((site.dead[ref] for ref in refs if ref in site.dead), None)):
+        item.desired = True
+        item.mismatch, item.cause = MISMATCH_DEAD_ENTRY, f"{entry.message} ({entry.pin.place})"
+        item.fix = f"write it as {entry.fix!r} in {entry.pin.place}, then restart containerd (or: pinctl pin {refs[0]})"
     elif not cri.pinned and site.crio is not None and cri.id in site.crio.cancelled:
         item.desired = True
         item.mismatch, item.cause, item.fix = _crio_overridden(site.crio, f"pinctl's item {site.crio.cancelled[cri.id]!r}")

@@ -16,7 +16,7 @@ from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 from pinctl.backends.docker import DEFAULT_HOST, DockerEngine
 from pinctl.config.containerd import read_config_version
 from pinctl.errors import EngineUnreachable, PinctlError, UnknownNamespace
-from pinctl.model import ALL_NAMESPACES, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, SOURCE_CRIO
+from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, SOURCE_CRIO
 from pinctl.node import crio as crio_node
 from pinctl.node import docker as docker_service
 from pinctl.node.docker import DockerView, rows_without_records
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pinctl.backends import FollowableStore, ImageRecords, ImageStore
     from pinctl.backends.cri import RuntimeVersion
     from pinctl.config.loader import Config
+    from pinctl.model import ConfigPin
 
 # dockerd starts its own containerd here when none is configured for it.
 DOCKER_MANAGED_CONTAINERD = "/run/docker/containerd/containerd.sock"
@@ -256,6 +257,10 @@ class Node:
     def docker_engine(self) -> Optional[DockerEngine]:
         """Docker's API, when Docker is one of the sources."""
         return next((source.view.engine for source in self.sources if isinstance(source, DockerSource)), None)
+
+    def config_pins(self) -> list[ConfigPin]:
+        """containerd 2.x's own pinned_images entries, of the containerd whose CRI namespace is read."""
+        return next((view.config_pins for view in self.views() if view.namespace == CRI_NAMESPACE), [])
 
     def crio(self) -> Optional[crio_node.CrioNode]:
         """The CRI-O this node is, when it is one: its pins are files, not labels."""
