@@ -226,7 +226,8 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
             site.crio, "CRI-O pins it, but its files as they are now do not")
     elif not cri.pinned and (entry := next((site.dead[ref] for ref in refs if ref in site.dead), None)):
         item.desired = True
-        item.mismatch, item.cause = MISMATCH_DEAD_ENTRY, f"{entry.message} ({entry.pin.place})"
+        item.mismatch = MISMATCH_DEAD_ENTRY
+        item.cause = f"pinned_images.{entry.pin.name} = {entry.pin.ref!r} ({entry.pin.place}) pins nothing: {entry.reason}"
         item.fix = f"write it as {entry.fix!r} in {entry.pin.place}, then restart containerd (or: pinctl pin {refs[0]})"
     elif not cri.pinned and site.crio is not None and cri.id in site.crio.cancelled:
         item.desired = True
