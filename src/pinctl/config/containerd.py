@@ -86,7 +86,7 @@ def read_containerd_config(config_path: Optional[str], rules: str = MERGE_2_1) -
     loaded = _read(main, explicit=config_path is not None, importer=None)
     if loaded is None:
         return None
-    main_version = loaded.get("version", 1)
+    main_version = loaded[0].get("version", 1)
     merged: dict[str, Any] = {}
     origins: dict[tuple[str, ...], Origin] = {}
     texts: dict[str, str] = {}
@@ -98,9 +98,9 @@ def read_containerd_config(config_path: Optional[str], rules: str = MERGE_2_1) -
         path, importer = pending.pop(0)
         if path in done:
             continue
-        config = loaded if importer is None else _read(path, explicit=True, importer=importer)
-        assert config is not None
-        texts[path] = config.pop("\0text")
+        read = loaded if importer is None else _read(path, explicit=True, importer=importer)
+        assert read is not None
+        config, texts[path] = read
         files.append(path)
         version = config.get("version", 0)
         version = version if type(version) is int else 0
@@ -144,16 +144,16 @@ def read_config_version(config_path: Optional[str]) -> tuple[str, Optional[int]]
     read = _read(config_path or DEFAULT_CONFIG, explicit=config_path is not None, importer=None)
     if read is None:
         return config_path or DEFAULT_CONFIG, None
-    version = read.get("version", 1)
+    version = read[0].get("version", 1)
     return config_path or DEFAULT_CONFIG, version if type(version) is int else None
 
 
 # -- reading and finding files -----------------------------------------------------------------
 
 
-def _read(path: str, explicit: bool, importer: Optional[str]) -> Optional[dict[str, Any]]:
-    """The parsed TOML of one file (its text under the key "\\0text"); None when the default
-    main file is absent or unreadable."""
+def _read(path: str, explicit: bool, importer: Optional[str]) -> Optional[tuple[dict[str, Any], str]]:
+    """The parsed TOML of one file and its text (for the lines of its entries); None when the
+    default main file is absent or unreadable."""
     what = "containerd config" if importer is None else f"containerd config (imported by {importer})"
     fix = "fix --containerd-config" if importer is None else \
         f"fix the file or its entry in imports in {importer}: containerd does not start without it"
@@ -172,8 +172,7 @@ def _read(path: str, explicit: bool, importer: Optional[str]) -> Optional[dict[s
         raise ConfigError(f"{what} {path} is not valid TOML: {err}", "fix the file") from None
     except RecursionError:
         raise ConfigError(f"{what} {path}: {TOO_DEEP}", "fix the file") from None
-    config["\0text"] = text
-    return config
+    return config, text
 
 
 def _resolve_imports(parent: str, imports: Any) -> list[str]:
