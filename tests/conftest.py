@@ -26,7 +26,7 @@ if _ROOT not in sys.path:
 
 from tests.harness import cri, debs, images  # noqa: E402
 from tests.harness.containerd import ContainerdDaemon, DaemonError  # noqa: E402
-from tests.harness.engine_fixtures import containerd21, cri_dockerd_043, crictl, docker_images  # noqa: E402, F401  (more engines)
+from tests.harness.engine_fixtures import containerd21, containerd24, cri_dockerd_043, crictl, docker_images  # noqa: E402, F401  (more engines)
 from tests.harness.crio_fixtures import crio, crio_crictl, crio_registry  # noqa: E402, F401  (CRI-O)
 from tests.harness.kubelet_fixtures import kubelet_binary, kubelet_node  # noqa: E402, F401  (a real kubelet)
 from tests.harness.cluster_fixtures import agent_image, control_plane, etcd_binary, fleet, kubernetes_binaries  # noqa: E402, F401  (a real control plane, its nodes, the agent image)

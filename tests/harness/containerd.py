@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 
-from tests.harness import cri, debs, images
+from tests.harness import cri, debs, engines, gobuild, images
 
 DEFAULT_SANDBOX_IMAGE = "example.test/pause:3.9"
 CRI_NAMESPACE = cri.NAMESPACE
@@ -91,7 +91,7 @@ class ContainerdDaemon:
         self.pinned_images: dict[str, str] = {}
         # A detached daemon outlives this process (the sandbox); never reap it at exit.
         self.detached = detached
-        self.bin_dir = debs.engine_dir(engine) / "usr" / "bin"
+        self.bin_dir = engine_bin_dir(engine)
         self.socket_dir = _socket_dir(self.base_dir)
         self.address = str(self.socket_dir / "containerd.sock")
         # Not "config.toml": the sandbox keeps the pinctl policy under that name.
@@ -123,8 +123,11 @@ class ContainerdDaemon:
         return self
 
     def child_env(self) -> dict[str, str] | None:
-        """The daemon's environment; None inherits ours (a daemon running pods needs its shim on PATH)."""
-        return None
+        """The daemon's environment; None inherits ours (a daemon running pods needs its shim on PATH).
+        A Go-built engine's shim is beside its containerd, found first."""
+        if self.engine not in engines.go_engines():
+            return None
+        return {**os.environ, "PATH": os.pathsep.join((str(self.bin_dir), os.environ.get("PATH", "")))}
 
     def adopt(self, pid: int) -> ContainerdDaemon:
         """Take over an already running daemon of this config (the sandbox re-uses one)."""
@@ -219,13 +222,22 @@ class ContainerdDaemon:
         cni_conf = self.base_dir / "cni" / "conf"
         cni_conf.mkdir(parents=True, exist_ok=True)
         (cni_conf / "10-pinctl.conflist").write_text(CNI_CONFLIST)
+        if self.config_version >= 4:
+            self.conf_d.mkdir(exist_ok=True)
+
+    @property
+    def conf_d(self) -> pathlib.Path:
+        """The directory whose ``*.toml`` a version 4 config imports (drop-ins of a test's own)."""
+        return self.base_dir / "conf.d"
 
     @property
     def config_version(self) -> int:
-        """The config schema this engine reads: 3 for containerd 2.x, 2 for 1.x."""
+        """The config schema this engine reads: 4 for containerd 2.4, 3 for 2.1, 2 for 1.x."""
         return config_version(self.engine)
 
     def render_config(self) -> str:
+        if self.config_version >= 4:
+            return self._render_v4()
         return self._render_v3() if self.config_version >= 3 else self._render_v2()
 
     def _render_v2(self) -> str:
@@ -266,7 +278,6 @@ class ContainerdDaemon:
         """The same daemon for containerd 2.x: every default that reads or writes a host
         path (``containerd config default`` of 2.1.9) is pointed below ``base_dir`` or off."""
         q = json.dumps
-        base = self.base_dir
         return "\n".join(
             [
                 "version = 3",
@@ -282,40 +293,76 @@ class ContainerdDaemon:
                 f"  address = {q(str(self.socket_dir / 'debug.sock'))}",
                 '  level = "info"',
                 "",
-                V3_IMAGES_TABLE,
-                '  snapshotter = "native"',
-                f"{V3_IMAGES_TABLE[:-1]}.pinned_images]",
-                f"  sandbox = {q(self.sandbox_image)}",
-                *(f"  {q(name)} = {q(ref)}" for name, ref in self.pinned_images.items()),
-                V3_RUNTIME_TABLE,
-                # Its default reads CDI specs from /etc/cdi and /var/run/cdi; no device is needed.
-                "  enable_cdi = false",
-                f"{V3_RUNTIME_TABLE[:-1]}.cni]",
-                f"  bin_dirs = [{q(str(base / 'cni' / 'bin'))}]",
-                f"  conf_dir = {q(str(base / 'cni' / 'conf'))}",
-                # Streaming (exec, attach) stays on loopback, as the default has it; said here so
-                # a changed default cannot widen it.
-                V3_GRPC_TABLE,
-                '  stream_server_address = "127.0.0.1"',
-                '  stream_server_port = "0"',
-                '[plugins."io.containerd.internal.v1.opt"]',
-                f"  path = {q(str(base / 'opt'))}",
-                # NRI is on by default in 2.x and would listen on /var/run/nri/nri.sock.
-                '[plugins."io.containerd.nri.v1.nri"]',
-                "  disable = true",
-                f"  socket_path = {q(str(self.socket_dir / 'nri.sock'))}",
-                '[plugins."io.containerd.image-verifier.v1.bindir"]',
-                f"  bin_dir = {q(str(base / 'image-verifier'))}",
-                # 2.x's CRI pulls through the transfer service, which unpacks only for the
-                # (platform, snapshotter) pairs listed here; its default lists overlayfs alone, so
-                # with the CRI's native snapshotter every PullImage failed ("Unpack configuration
-                # not supported, skipping", then "no unpack platforms defined").
-                "[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]",
-                f"  platform = {q(images.host_platform())}",
-                '  snapshotter = "native"',
-                "",
+                *self._cri_tables(["  enable_cdi = false"]),
             ]
         )
+
+    def _render_v4(self) -> str:
+        """containerd 2.4 (config version 4): the server addresses moved from [grpc], [ttrpc] and
+        [debug] to server plugins (2.4.2's serviceMigrate; [debug] keeps the level); the CRI
+        tables are version 3's. The main file imports conf.d/*.toml, as a node's often does."""
+        q = json.dumps
+        return "\n".join(
+            [
+                "version = 4",
+                f"root = {q(str(self.data_dir / 'root'))}",
+                f"state = {q(str(self.data_dir / 'state'))}",
+                f"disabled_plugins = {json.dumps(list(NOISY_PLUGINS))}",
+                f"imports = [{q(str(self.conf_d / '*.toml'))}]",
+                "",
+                "[debug]",
+                '  level = "info"',
+                "[plugins.'io.containerd.server.v1.grpc']",
+                f"  address = {q(self.address)}",
+                "[plugins.'io.containerd.server.v1.ttrpc']",
+                f"  address = {q(self.address + '.ttrpc')}",
+                "[plugins.'io.containerd.server.v1.debug']",
+                f"  address = {q(str(self.socket_dir / 'debug.sock'))}",
+                "",
+                # 2.4 has no enable_cdi (it warns of an unknown key): CDI specs come from a directory of ours.
+                *self._cri_tables([f"  cdi_spec_dirs = [{q(str(self.base_dir / 'cdi'))}]"]),
+            ]
+        )
+
+    def _cri_tables(self, cdi: list[str]) -> list[str]:
+        """The plugin tables of config versions 3 and 4 (the CRI split in three, and the rest);
+        ``cdi``: the runtime plugin's lines that keep it from reading /etc/cdi and /var/run/cdi."""
+        q = json.dumps
+        base = self.base_dir
+        return [
+            V3_IMAGES_TABLE,
+            '  snapshotter = "native"',
+            f"{V3_IMAGES_TABLE[:-1]}.pinned_images]",
+            f"  sandbox = {q(self.sandbox_image)}",
+            *(f"  {q(name)} = {q(ref)}" for name, ref in self.pinned_images.items()),
+            V3_RUNTIME_TABLE,
+            # Its default reads CDI specs from /etc/cdi and /var/run/cdi; no device is needed.
+            *cdi,
+            f"{V3_RUNTIME_TABLE[:-1]}.cni]",
+            f"  bin_dirs = [{q(str(base / 'cni' / 'bin'))}]",
+            f"  conf_dir = {q(str(base / 'cni' / 'conf'))}",
+            # Streaming (exec, attach) stays on loopback, as the default has it; said here so
+            # a changed default cannot widen it.
+            V3_GRPC_TABLE,
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            '[plugins."io.containerd.internal.v1.opt"]',
+            f"  path = {q(str(base / 'opt'))}",
+            # NRI is on by default in 2.x and would listen on /var/run/nri/nri.sock.
+            '[plugins."io.containerd.nri.v1.nri"]',
+            "  disable = true",
+            f"  socket_path = {q(str(self.socket_dir / 'nri.sock'))}",
+            '[plugins."io.containerd.image-verifier.v1.bindir"]',
+            f"  bin_dir = {q(str(base / 'image-verifier'))}",
+            # 2.x's CRI pulls through the transfer service, which unpacks only for the
+            # (platform, snapshotter) pairs listed here; its default lists overlayfs alone, so
+            # with the CRI's native snapshotter every PullImage failed ("Unpack configuration
+            # not supported, skipping", then "no unpack platforms defined").
+            "[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]",
+            f"  platform = {q(images.host_platform())}",
+            '  snapshotter = "native"',
+            "",
+        ]
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -403,12 +450,23 @@ def with_pod_settings_v3(config: str, runc: pathlib.Path, runc_root: pathlib.Pat
 
 
 def config_version(engine: str) -> int:
-    """``containerd-2.1`` -> 3, ``containerd-1.7`` -> 2: the schema its major version reads."""
+    """``containerd-2.4`` -> 4, ``containerd-2.1`` -> 3, ``containerd-1.7`` -> 2: the schema its
+    release writes (2.4.2's version.ConfigVersion is 4, 2.1's 3; the table has no 2.2 or 2.3)."""
     try:
-        major = int(engine.rsplit("-", 1)[-1].split(".", 1)[0])
+        major, minor = (int(part) for part in engine.rsplit("-", 1)[-1].split(".")[:2])
     except ValueError:
         return 2
-    return 3 if major >= 2 else 2
+    if major < 2:
+        return 2
+    return 4 if (major, minor) >= (2, 4) else 3
+
+
+def engine_bin_dir(engine: str) -> pathlib.Path:
+    """Where an engine's containerd and ctr are: a Go-built engine's bin/ (fetched or built on
+    first use, its runc shim beside them), or the unpacked Debian package's usr/bin."""
+    if engine in engines.go_engines():
+        return gobuild.binary(engine).parent
+    return debs.engine_dir(engine) / "usr" / "bin"
 
 
 def dying_with_parent(argv: list[str], signal_name: str = "TERM") -> list[str]:

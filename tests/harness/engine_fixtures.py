@@ -5,6 +5,8 @@ each engine is fetched or built at most once per machine (the engine cache), so 
 first run on a machine pays for them (see docs/development.md for how long that takes):
 
 - ``containerd21``: containerd 2.1 (Debian sid), CRI enabled, its data on tmpfs when there is one;
+- ``containerd24``: containerd 2.4.2 (config version 4), built from its Go module, the same way;
+  its config imports ``conf.d/*.toml`` below its base directory (``daemon.conf_d``);
 - ``crictl``: the path of crictl (cri-tools), built with the go command;
 - ``cri_dockerd_043``: cri-dockerd v0.4.3 (no pin selectors) in front of the session's
   ``dockerd_containerd_store``.
@@ -53,14 +55,27 @@ def _tmpfs_dir(name: str) -> pathlib.Path | None:
 @pytest.fixture(scope="session")
 def containerd21(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
     """containerd 2.1 (Debian sid), CRI enabled (config version 3), running for the whole session."""
-    data_dir = _tmpfs_dir(CONTAINERD_21)
+    yield from _session_containerd(CONTAINERD_21, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def containerd24(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    """containerd 2.4.2 built with the go command, CRI enabled (config version 4, importing
+    ``conf.d/*.toml``), running for the whole session. A test that changes its conf.d restarts
+    it and puts conf.d back (and restarts) when done."""
+    yield from _session_containerd(engines.CONTAINERD_24, tmp_path_factory)
+
+
+def _session_containerd(engine: str, factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
+    data_dir = _tmpfs_dir(engine)
     try:
-        daemon = ContainerdDaemon(CONTAINERD_21, tmp_path_factory.mktemp(CONTAINERD_21), data_dir=data_dir).start()
+        # gobuild's GoBuildError is an EngineUnavailable: a build that fails fails CI.
+        daemon = ContainerdDaemon(engine, factory.mktemp(engine), data_dir=data_dir).start()
         images.ensure_sandbox_image(daemon)
     except _UNAVAILABLE as exc:
         if data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
-        _unavailable(f"{CONTAINERD_21} unavailable: {exc}")
+        _unavailable(f"{engine} unavailable: {exc}")
     try:
         yield daemon
     finally:

@@ -52,13 +52,21 @@ class GoEngine:
     # "-X" settings, so the binary reports the version it was built from.
     version_vars: tuple[str, ...] = ()
     unavailable: str = ""
-    # Build tags (``-tags``), for ``method="build"``.
+    # Build tags (``-tags``).
     tags: tuple[str, ...] = ()
     # Link against the host's C libraries (CGO_ENABLED=1): CRI-O needs libseccomp.
     cgo: bool = False
     # C helpers built with ``make -C <dir>`` in the module copy and installed beside the
     # binary: (make directory, file it builds relative to the module root, name in bin/).
     companions: tuple[tuple[str, str, str], ...] = ()
+    # More package directories of the same module, built with the same flags in the same go
+    # command and installed beside the binary under their last path element (containerd's ctr
+    # and shim), for ``method="install"``.
+    extra: tuple[str, ...] = ()
+
+    @property
+    def extra_binaries(self) -> tuple[str, ...]:
+        return tuple(package.rsplit("/", 1)[-1] for package in self.extra)
 
     @property
     def import_path(self) -> str:
@@ -67,6 +75,7 @@ class GoEngine:
 
 EngineEntry = Union[DebianEngine, GoEngine]
 
+CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CRI_DOCKERD_MODULE = "github.com/Mirantis/cri-dockerd"
 _CRI_DOCKERD_VERSION_VAR = f"{CRI_DOCKERD_MODULE}/cmd/version.Version"
 
@@ -80,6 +89,15 @@ ENGINES: dict[str, EngineEntry] = {
     "containerd-1.6": DebianEngine("bookworm", ("containerd",), pin="1.6.*"),
     # Debian's development suite: the only one with containerd 2.x (testing carries the same).
     "containerd-2.1": DebianEngine("sid", ("containerd",), pin="2.1.*"),
+    # The current release (config version 4), which Debian does not carry: containerd, ctr and
+    # the runc shim from one go install (the shim found on the daemon's PATH). Tags as its
+    # Makefile's static build (no C: btrfs, which needs cgo, drops out by itself).
+    "containerd-2.4": GoEngine(
+        CONTAINERD_MODULE, "v2.4.2", "containerd", package="cmd/containerd", method="install",
+        version_vars=(f"{CONTAINERD_MODULE}/version.Version=v2.4.2",),
+        tags=("urfave_cli_no_docs",),
+        extra=("cmd/ctr", "cmd/containerd-shim-runc-v2"),
+    ),
     "docker-26": DebianEngine("trixie", ("docker.io", "docker-cli", "containerd", "runc", "tini"), pin="26.1.*"),
     # Before pin selectors: pins only the --pod-infra-container-image, by exact tag.
     "cri-dockerd-0.4.3": GoEngine(
@@ -136,6 +154,7 @@ ENGINES: dict[str, EngineEntry] = {
 CRI_DOCKERD_OLD = "cri-dockerd-0.4.3"
 CRI_DOCKERD_NEW = "cri-dockerd-0.4.10"
 CRICTL = "crictl-1.37"
+CONTAINERD_24 = "containerd-2.4"
 CRIO = "crio-1.34"
 PROMETHEUS = "prometheus-3.16"
 PROMTOOL = "promtool-3.16"

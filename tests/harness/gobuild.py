@@ -146,7 +146,7 @@ def binary(name: str) -> pathlib.Path:
     try:
         with debs._locked(root / f".{name}.lock"):
             built = target / "bin" / spec.binary
-            companions = [target / "bin" / installed for _, _, installed in spec.companions]
+            companions = [target / "bin" / installed for installed in _beside(spec)]
             if _stamp_fits(read_stamp(name), wanted) and all(os.access(p, os.X_OK) for p in (built, *companions)):
                 return built
             seconds = _build(spec, go, target)
@@ -188,7 +188,14 @@ def _stamp_of(spec: GoEngine, go: GoToolchain) -> dict[str, object]:
         stamp["cgo"] = True
     if spec.companions:
         stamp["companions"] = [list(companion) for companion in spec.companions]
+    if spec.extra:
+        stamp["extra"] = list(spec.extra)
     return stamp
+
+
+def _beside(spec: GoEngine) -> tuple[str, ...]:
+    """What the build installs in bin/ beside the binary: companions, then extra commands."""
+    return (*(companion[2] for companion in spec.companions), *spec.extra_binaries)
 
 
 def _stamp_fits(stamp: dict[str, object], wanted: dict[str, object]) -> bool:
@@ -209,7 +216,8 @@ def _build(spec: GoEngine, go: GoToolchain, target: pathlib.Path) -> dict[str, f
         if spec.method == "build":
             _build_in_copy(go, spec, module_dir, work / "src", out_dir / spec.binary)
         else:
-            _say(spec, f"go install {spec.import_path}@{spec.version} (minutes the first time)")
+            also = f" and {', '.join(spec.extra)}" if spec.extra else ""
+            _say(spec, f"go install {spec.import_path}@{spec.version}{also} (minutes the first time)")
             _install(go, spec, out_dir)
         built = time.monotonic()
         for directory, made, installed in spec.companions:
@@ -217,7 +225,7 @@ def _build(spec: GoEngine, go: GoToolchain, target: pathlib.Path) -> dict[str, f
             _make(spec, work / "src", directory, made, out_dir / installed)
         made_all = time.monotonic()
         (target / "bin").mkdir(exist_ok=True)
-        for installed in (spec.binary, *(companion[2] for companion in spec.companions)):
+        for installed in (spec.binary, *_beside(spec)):
             os.replace(out_dir / installed, target / "bin" / installed)
         seconds = {"download": round(downloaded - began, 1), "build": round(built - downloaded, 1)}
         if spec.companions:
@@ -283,7 +291,10 @@ def _make(spec: GoEngine, src: pathlib.Path, directory: str, made: str, output: 
 
 def _install(go: GoToolchain, spec: GoEngine, out_dir: pathlib.Path) -> None:
     what = f"{spec.import_path}@{spec.version}"
-    args = ["install", "-trimpath", *_ldflags(spec), what]
+    # One go command for all: the packages share the module's build list and compile once.
+    extra = [f"{spec.module}/{package}@{spec.version}" for package in spec.extra]
+    tags = ["-tags", " ".join(spec.tags)] if spec.tags else []
+    args = ["install", "-trimpath", *tags, *_ldflags(spec), what, *extra]
     _run(go, args, f"go install {what}", BUILD_TIMEOUT_S, env=_go_env(GOBIN=str(out_dir)), spec=spec)
 
 
