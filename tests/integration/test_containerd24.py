@@ -2,7 +2,8 @@
 it is 2.4.2 (its --version, ctr's server version, the CRI's Version); pinctl ls, pin and unpin
 work on it as the CRI reports; and a conf.d drop-in's pinned_images entry, merged with the main
 file's sandbox entry, is pinned by containerd itself, while a tagless entry pins nothing (as in
-2.1: containerd issue 13314).
+2.1: containerd issue 13314); pinctl ls names the drop-in's file and line as the entry's place and
+config lint lists the tagless entry there.
 
 One daemon for the module: the session's ``containerd24``, restarted once with a drop-in in its
 conf.d and once more without it.
@@ -10,6 +11,7 @@ conf.d and once more without it.
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ import pytest
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.crictl import Crictl
-from tests.integration.pinctl_runner import pinctl_json
+from tests.integration.pinctl_runner import pinctl, pinctl_json
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +32,7 @@ SITE = "example.test/ctd24/site:1"  # an entry of conf.d/10-site.toml
 TAGLESS = "example.test/ctd24/tagless"  # an entry of conf.d/10-site.toml without a tag
 TAGLESS_IMAGE = TAGLESS + ":latest"
 SITE_TEXT = f"version = 4\n\n{PINNED}\n  site = '{SITE}'\n  tools = '{TAGLESS}'\n"
+SITE_LINE, TAGLESS_LINE = 4, 5
 WAIT_S = 10.0
 
 
@@ -88,8 +91,9 @@ def test_pinctl_pins_and_unpins_as_the_cri_reports(containerd24: ContainerdDaemo
         containerd24.remove_images([PLAIN])
 
 
-@pytest.fixture
-def site_drop_in(containerd24: ContainerdDaemon, tmp_path: pathlib.Path) -> Iterator[ContainerdDaemon]:
+@pytest.fixture(scope="module")
+def site_drop_in(containerd24: ContainerdDaemon,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
     """The session's containerd 2.4 restarted with conf.d/10-site.toml, and the images its entries
     name loaded after (the CRI labels a record its pinned_images name when the record is made);
     afterwards the drop-in and the images are gone and it runs on its own config again."""
@@ -97,7 +101,7 @@ def site_drop_in(containerd24: ContainerdDaemon, tmp_path: pathlib.Path) -> Iter
     drop_in.write_text(SITE_TEXT)
     try:
         containerd24.restart()
-        images.load_images(containerd24, tmp_path / "archives",
+        images.load_images(containerd24, tmp_path_factory.mktemp("ctd24-site"),
                            [images.recipe(ref, seed=ref) for ref in (SITE, TAGLESS_IMAGE)])
         yield containerd24
     finally:
@@ -115,3 +119,21 @@ def test_a_conf_d_entry_is_pinned_by_containerd_and_a_tagless_one_is_not(site_dr
     assert labels[SITE].get(PIN) == "pinned"
     # The tagless entry (TAGLESS, meaning TAGLESS:latest to a pull) pins nothing in 2.4.2 either.
     assert PIN not in labels[TAGLESS_IMAGE], labels[TAGLESS_IMAGE]
+
+
+def test_pinctl_reads_the_version_4_config_and_its_drop_in(site_drop_in: ContainerdDaemon,
+                                                           tmp_path: pathlib.Path) -> None:
+    daemon = site_drop_in
+    pinned_tags(daemon, {SITE})
+    drop_in = daemon.conf_d / "10-site.toml"
+    rows = ls_by_ref(daemon)
+    site = {"kind": "containerd-config", "detail": f"pinned_images.site in {drop_in}:{SITE_LINE}"}
+    assert site in rows[SITE]["reasons"], rows[SITE]  # type: ignore[operator]
+    assert rows[TAGLESS_IMAGE]["pinned"] is False and rows[TAGLESS_IMAGE]["reasons"] == [], rows[TAGLESS_IMAGE]
+    policy = tmp_path / "pinctl.toml"
+    policy.write_text("pinned_images = []\n")
+    result = pinctl(daemon, "config", "lint", "--offline", "-o", "json", env={"PINCTL_CONFIG": str(policy)})
+    assert result.returncode == 1, result.stderr
+    problems = json.loads(result.stdout)["problems"]
+    assert [(p["kind"], p["pattern"], p["source"]) for p in problems] == [
+        ("containerd-entry", TAGLESS, f"{drop_in}:{TAGLESS_LINE}")]
