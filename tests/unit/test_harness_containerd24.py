@@ -42,7 +42,7 @@ def test_an_engine_without_extra_commands_is_installed_as_before(monkeypatch: py
     calls: list[list[str]] = []
     monkeypatch.setattr(gobuild, "_run", lambda go, args, *a, **k: calls.append(args))
     gobuild._install(gobuild.GoToolchain(pathlib.Path("/go"), "go1.26.8"), spec, tmp_path)
-    assert calls == [["install", "-trimpath", "sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0"]]
+    assert calls == [["install", "-trimpath", f"{spec.import_path}@{spec.version}"]]
     assert "extra" not in gobuild._stamp_of(spec, gobuild.GoToolchain(pathlib.Path("/go"), "go1.26.8"))
 
 
