@@ -2,8 +2,8 @@ package main
 
 // Every call is forwarded by its method name as raw bytes, as a stream both ways: on the wire
 // a unary call is a stream of one message each way, so unary and streaming methods, and methods
-// added to the CRI later, pass through alike. Only the answers of ListImages and ImageStatus
-// change (pins added).
+// added to the CRI later, pass through alike. Only the answers of ListImages, StreamImages (each
+// of its messages: a list of images, as ListImages' answer) and ImageStatus change (pins added).
 
 import (
 	"context"
@@ -21,6 +21,9 @@ import (
 const (
 	listImages  = "/runtime.v1.ImageService/ListImages"
 	imageStatus = "/runtime.v1.ImageService/ImageStatus"
+	// cri-api v0.37: the kubelet's image list as a stream (feature gate CRIListStreaming); each
+	// StreamImagesResponse has ListImagesResponse's shape (images = 1).
+	streamImages = "/runtime.v1.ImageService/StreamImages"
 )
 
 // frame is one message as grpc-go received it: its own buffers, not copied. They come from
@@ -85,7 +88,7 @@ func (fw *forwarder) forward(method string, in grpc.ServerStream) error {
 		return err
 	}
 	go relayRequests(in, out)
-	rewrite := method == listImages || method == imageStatus
+	rewrite := method == listImages || method == streamImages || method == imageStatus
 	for first := true; ; first = false {
 		answer := &frame{}
 		err := out.RecvMsg(answer)

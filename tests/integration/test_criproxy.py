@@ -141,6 +141,36 @@ def test_on_containerd21_a_policy_only_image_reads_pinned_through_the_proxy(
     assert through[daemon.sandbox_image] is True
 
 
+STREAM_IMAGES = "/runtime.v1.ImageService/StreamImages"
+
+
+def streamed_pinned(address: str) -> dict[str, bool]:
+    """StreamImages (cri-api v0.37) as the kubelet's CRIListStreaming calls it: every message a
+    list of images (ListImagesResponse's shape), gathered."""
+    from pinctl.proto import cri_pb2
+
+    with grpc.insecure_channel(f"unix://{address}") as channel:
+        messages = list(channel.unary_stream(STREAM_IMAGES)(b"", timeout=30))
+    assert messages, "StreamImages sent no message"
+    return {tag: image.pinned for message in messages for image in cri_pb2.ListImagesResponse.FromString(message).images
+            for tag in image.repo_tags}
+
+
+def test_on_containerd24_the_streamed_image_list_carries_the_proxys_pins(
+        containerd24: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+        load_images: LoadImages, proxies: Callable[..., ProxyProcess]) -> None:
+    """containerd 2.4 serves StreamImages: through the proxy, what the policy pins reads pinned
+    there as in ListImages, or a kubelet with CRIListStreaming on would lose every such pin."""
+    daemon = clean_k8s_io(containerd24)
+    load_images(daemon, [images.recipe(ref, seed=ref) for ref in (POLICY_ONLY, PLAIN)])
+    proxy = proxies(daemon, "--pinned-image", POLICY_ONLY)
+    direct = streamed_pinned(daemon.address)
+    assert (direct[POLICY_ONLY], direct[PLAIN]) == (False, False)
+    through = streamed_pinned(proxy.path)
+    assert (through[POLICY_ONLY], through[PLAIN]) == (True, False)
+    assert through == pinned_by_tag(proxy.path)  # the same story as ListImages tells
+
+
 def test_check_through_the_proxy_agrees_with_pinctl(ctd16: ContainerdDaemon,
                                                      proxies: Callable[..., ProxyProcess]) -> None:
     proxy = proxies(ctd16, "--pinned-image", POLICY_ONLY)

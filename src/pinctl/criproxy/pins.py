@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
 IMAGE_STATUS = "/runtime.v1.ImageService/ImageStatus"
+# cri-api v0.37: the image list as a stream (the kubelet's CRIListStreaming gate); each message has
+# ListImagesResponse's shape (images = 1), and is rewritten as one.
+STREAM_IMAGES = "/runtime.v1.ImageService/StreamImages"
 REFRESH_SECONDS = 2.0
 # runtime.v1 Image on the wire: the tag of its id (field 1, length-delimited), and pinned=true (field 8).
 ID_TAG = 0x0A
@@ -152,7 +155,7 @@ def rewrite(method: str, reply: bytes, keys: PinnedKeys) -> bytes:
     """The reply with pins added; the very same bytes when nothing changes."""
     from pinctl.proto import cri_pb2
 
-    if method == LIST_IMAGES:
+    if method in (LIST_IMAGES, STREAM_IMAGES):
         return _rewrite_listing(reply, keys)
     status = cri_pb2.ImageStatusResponse.FromString(reply)
     if status.HasField("image") and mark_pinned([status.image], keys):

@@ -25,7 +25,8 @@ import threading
 from concurrent import futures
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
 
-from pinctl.criproxy.pins import IMAGE_STATUS, LIST_IMAGES, REFRESH_SECONDS, PinnedSet, ProxySetup, rewrite
+from pinctl.criproxy.pins import (IMAGE_STATUS, LIST_IMAGES, REFRESH_SECONDS, STREAM_IMAGES, PinnedSet, ProxySetup,
+                                  rewrite)
 from pinctl.criproxy.relay import Relay
 from pinctl.criproxy.stats import (
     ANSWER_UNREADABLE,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 VERSION = "/runtime.v1.RuntimeService/Version"
 UNARY_UNARY, UNARY_STREAM, STREAM_UNARY, STREAM_STREAM = "unary-unary", "unary-stream", "stream-unary", "stream-stream"
 # The streaming methods of runtime.v1; every other method is forwarded as unary.
-STREAMING = {"/runtime.v1.RuntimeService/GetContainerEvents": UNARY_STREAM}
+STREAMING = {"/runtime.v1.RuntimeService/GetContainerEvents": UNARY_STREAM, STREAM_IMAGES: UNARY_STREAM}
 MAX_CACHED_METHODS = 1024
 SOCKET_MODE = 0o660
 # A GetContainerEvents follower holds a worker for as long as it follows.
@@ -127,6 +128,8 @@ class Forwarder:
 
     def _unary_stream(self, method: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         call = self._upstream(UNARY_STREAM, method)(request, **_call_options(context))
+        if method == STREAM_IMAGES:  # each message a list of images, pinned as ListImages' are
+            return (self._with_pins(method, reply) for reply in _relay(call, context))
         return _relay(call, context)
 
     def _stream_unary(self, method: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
