@@ -27,9 +27,10 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
     """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
 
     Requests, answers, metadata, deadlines and status codes pass through unchanged, except
-    that ListImages and ImageStatus report pinned: true for every image pinctl wants kept (the
-    pin label in the namespace the runtime reads, a policy pattern, a Docker config label, the
-    sandbox image), so runtimes that ignore the label keep them too. Nothing is ever unpinned.
+    that ListImages, StreamImages and ImageStatus report pinned: true for every image pinctl
+    wants kept (the pin label in the namespace the runtime reads, a policy pattern, a Docker
+    config label, the sandbox image), so runtimes that ignore the label keep them too. Nothing
+    is ever unpinned.
     The pins are read again at most every 2 seconds, when an image call comes; if they cannot
     be read, answers pass through unchanged. A change to its config files (checked every 2 s)
     or SIGHUP reloads the config; SIGTERM stops it.
