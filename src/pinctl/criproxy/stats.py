@@ -38,7 +38,7 @@ RUNTIME_SERVICE_METHODS = (
     "Status", "CheckpointContainer", "GetContainerEvents", "ListMetricDescriptors", "ListPodSandboxMetrics",
     "RuntimeConfig", "UpdatePodSandboxResources",
 )
-IMAGE_SERVICE_METHODS = ("ListImages", "ImageStatus", "PullImage", "RemoveImage", "ImageFsInfo")
+IMAGE_SERVICE_METHODS = ("ListImages", "StreamImages", "ImageStatus", "PullImage", "RemoveImage", "ImageFsInfo")
 OTHER_METHOD: Final = "other"
 # The full gRPC path of a known method -> its label (the method's name: unique across both services).
 METHOD_LABELS: dict[str, str] = {
