@@ -95,7 +95,7 @@ def test_a_running_go_program_is_told_by_its_executable_not_its_argv0(
     # Deleted on disk (an upgrade replaced it): /proc/PID/exe still opens what runs.
     copy.unlink()
     assert goexe.go_main_path(f"/proc/{child.pid}/exe") == MAIN
-    assert procfs.executable_path(child.pid) == f"{os.path.realpath(copy)} (deleted)"
+    assert procfs.read_exe(child.pid)[0] == f"{os.path.realpath(copy)} (deleted)"
 
 
 def test_a_program_calling_itself_crio_is_no_go_program() -> None:

@@ -133,9 +133,9 @@ def test_what_a_process_runs_is_its_executable(sleeper: subprocess.Popen[bytes])
     sleep = shutil.which("sleep")
     assert sleep is not None
     assert procfs.read_exe(sleeper.pid) == (os.path.realpath(sleep), None)
-    assert procfs.executable_path(sleeper.pid) == os.path.realpath(sleep)
+    assert procfs.read_exe(sleeper.pid)[0] == os.path.realpath(sleep)
     assert procfs.read_exe(a_dead_pid()[0]) == (None, "it is gone")
-    assert procfs.executable_path(a_dead_pid()[0]) is None
+    assert procfs.read_exe(a_dead_pid()[0])[0] is None
     if procfs.stat_name(2) == "kthreadd":  # the kernel's threads are seen from this PID namespace
         assert procfs.read_exe(2) == (None, "it runs no executable (a kernel thread, or a process exiting)")
 

@@ -119,11 +119,6 @@ def read_exe(pid: int) -> tuple[Optional[str], Optional[str]]:
         return None, f"its executable cannot be read: {error.strerror or error}"
 
 
-def executable_path(pid: int) -> Optional[str]:
-    """read_exe's path alone: None when it is gone or cannot be read."""
-    return read_exe(pid)[0]
-
-
 def signal_exactly(pid: int, ticks: int, signum: int) -> None:
     """Send signum to pid only while it is the process that started at ticks (start_ticks): a
     process that ended and left its pid to another is not signalled. Check what it runs (goexe,

@@ -10,8 +10,6 @@ behind the socket, then the CRI asked again until it says what the files say (re
 from __future__ import annotations
 
 import os
-import signal
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
@@ -33,7 +31,6 @@ from pinctl.model import (
     REASON_CRIO_PIN,
     REASON_PATTERN,
     REASON_SANDBOX,
-    Action,
     ImageRow,
     ItemResult,
 )
@@ -44,7 +41,7 @@ from pinctl.pins.policy import Policy
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, RuntimeVersion
-    from pinctl.config.crio import CrioConfig, CrioEntry, Owner
+    from pinctl.config.crio import CrioConfig, CrioEntry
     from pinctl.config.loader import Config
     from pinctl.node.sources import Followed, Name
     from pinctl.pins.plans import NamespaceView
