@@ -3,7 +3,7 @@
 Daemons are session-scoped (one per engine per run); tests get a clean image
 set through the ``clean_k8s_io``/``fresh_namespace`` factories, the ``containerd``
 fixture, which runs a test once per engine with ``k8s.io`` reset, or ``modern_containerd``,
-which does the same on the releases whose CRI honours pin labels (1.7 and 2.1).
+which does the same on the releases whose CRI honours pin labels (1.7, 2.1 and 2.4.2).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ ENGINE_IDS = {"containerd-1.7": "ctd17", "containerd-1.6": "ctd16"}
 # The releases whose CRI honours the pin label, by session fixture: 2.x reads a config of
 # another schema and pins its own pinned_images, so every test of pinctl against a CRI that
 # honours labels runs on both.
-MODERN_CONTAINERD = {"containerd17": "ctd17", "containerd21": "ctd21"}
+MODERN_CONTAINERD = {"containerd17": "ctd17", "containerd21": "ctd21", "containerd24": "ctd24"}
 _namespace_counter = itertools.count()
 
 
@@ -153,7 +153,7 @@ one_containerd = pytest.mark.parametrize("modern_containerd", ["containerd17"], 
 
 @pytest.fixture(params=list(MODERN_CONTAINERD), ids=list(MODERN_CONTAINERD.values()))
 def modern_containerd(request: pytest.FixtureRequest) -> ContainerdDaemon:
-    """containerd 1.7, then 2.1 (the session's daemons), with ``k8s.io`` holding only the sandbox image."""
+    """containerd 1.7, then 2.1, then 2.4.2 (the session's daemons), with ``k8s.io`` holding only the sandbox image."""
     daemon: ContainerdDaemon = request.getfixturevalue(request.param)
     return reset_k8s_io(daemon)
 

@@ -48,14 +48,14 @@ def periodic_head_start(request: pytest.FixtureRequest) -> None:
 
 
 # The engines a test's own containerd comes in: the releases whose CRI honours pin labels.
-OWN_ENGINES = {"containerd-1.7": "ctd17", "containerd-2.1": "ctd21"}
+OWN_ENGINES = {"containerd-1.7": "ctd17", "containerd-2.1": "ctd21", "containerd-2.4": "ctd24"}
 # For a test of pinctl's own behaviour that only needs some containerd to talk to.
 one_engine = pytest.mark.parametrize("daemon", ["containerd-1.7"], ids=["ctd17"], indirect=True)
 
 
 @pytest.fixture(params=list(OWN_ENGINES), ids=list(OWN_ENGINES.values()))
 def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerdDaemon]:
-    """A containerd of the test's own (1.7, then 2.1), for tests that stop and start it (the
+    """A containerd of the test's own (1.7, 2.1, then 2.4.2), for tests that stop and start it (the
     session's are shared). ``one_engine`` limits a test to 1.7."""
     engine: str = request.param
     ctd = ContainerdDaemon(engine, tmp_path_factory.mktemp("own-containerd"))

@@ -26,7 +26,7 @@ OTHER = "linux/s390x" if HOST != "linux/s390x" else "linux/amd64"
 EXPECTED: dict[str, str] = json.loads((archives.CORPUS / "EXPECTED.json").read_text())
 
 
-@pytest.fixture(params=["containerd17", "containerd21"], ids=["ctd17", "ctd21"])
+@pytest.fixture(params=["containerd17", "containerd21", "containerd24"], ids=["ctd17", "ctd21", "ctd24"])
 def node(request: pytest.FixtureRequest, clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon]) -> ContainerdDaemon:
     """Each containerd with k8s.io holding only the sandbox image."""
     daemon: ContainerdDaemon = request.getfixturevalue(request.param)

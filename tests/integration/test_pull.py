@@ -32,7 +32,7 @@ MIB = 1024 * 1024
 # Registry requests one CRI PullImage makes before a 500 on the manifest fails it, as the
 # FailingProxy counted them: 1.7 tries HEAD, then GET; 2.1's resolver asks once more, so a
 # pull through 2.1 rides out one 500 more on its own.
-RESOLVE_REQUESTS = {"containerd-1.7": 2, "containerd-2.1": 3}
+RESOLVE_REQUESTS = {"containerd-1.7": 2, "containerd-2.1": 3, "containerd-2.4": 3}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[reg.Registry]
     running.stop()
 
 
-@pytest.fixture(scope="module", params=["containerd-1.7", "containerd-2.1"], ids=["ctd17", "ctd21"])
+@pytest.fixture(scope="module", params=["containerd-1.7", "containerd-2.1", "containerd-2.4"], ids=["ctd17", "ctd21", "ctd24"])
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
          registry: reg.Registry) -> Iterator[reg.RegistryContainerd]:
     """containerd 1.7, then 2.1, on a 48 MiB tmpfs (so the disk budget is real), reaching the registry.

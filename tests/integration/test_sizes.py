@@ -39,7 +39,7 @@ def as_ctr_shows(size: int) -> str:
     return f"{value:.1f} {UNITS[unit]}"
 
 
-@pytest.fixture(scope="module", params=["containerd-1.7", "containerd-2.1"], ids=["ctd17", "ctd21"])
+@pytest.fixture(scope="module", params=["containerd-1.7", "containerd-2.1", "containerd-2.4"], ids=["ctd17", "ctd21", "ctd24"])
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
          registry: reg.Registry) -> Iterator[reg.RegistryContainerd]:
     engine: str = request.param
