@@ -161,3 +161,41 @@ def test_the_version_is_the_main_files(tmp_path: pathlib.Path) -> None:
     read = read_containerd_config(main)
     assert read is not None and read.version == 2 and read_config_version(main) == (main, 2)
     assert read_containerd_config(write(tmp_path / "none.toml", "")).version == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("version, rules", [
+    ("1.7.24~ds1", REPLACE_SECTIONS), ("1.6.20~ds1", REPLACE_SECTIONS), ("2.1.9~ds1", ctd.MERGE_2_1),
+    ("v2.0.0", ctd.MERGE_2_1), ("v2.2.9", ctd.MERGE_2_1), ("v2.3.0", MIGRATE_EACH_FILE),
+    ("v2.4.2", MIGRATE_EACH_FILE), ("v3.0.0-rc.1", MIGRATE_EACH_FILE), ("", ctd.NOT_KNOWN), (None, ctd.NOT_KNOWN)])
+def test_the_merge_rules_follow_the_daemons_release(version: str | None, rules: str) -> None:
+    """2.3 moved the migration of an old file's settings before the merge (each file on its own)."""
+    assert ctd.rules_for(version) == rules
+
+
+@pytest.mark.parametrize("imports, found", [
+    ("['/etc/containerd/conf.d/*.toml']", ("/etc/containerd/conf.d/99-pinctl.toml", "/etc/containerd/conf.d/*.toml")),
+    ("['conf.d/*.conf']", ("{dir}/conf.d/99-pinctl.conf", "conf.d/*.conf")),
+    ("['/x/one.toml', 'd/*']", ("{dir}/d/99-pinctl.toml", "d/*")),
+    ("['/x/one.toml']", None), ("['/x/*/a.toml']", None), ("['/x/?.toml']", None), ("[]", None)])
+def test_a_drop_in_goes_into_the_first_directory_the_imports_glob(tmp_path: pathlib.Path, imports: str,
+                                                                   found: tuple[str, str] | None) -> None:
+    main = write(tmp_path / "config.toml", f"version = 3\nimports = {imports}\n")
+    want = None if found is None else (found[0].format(dir=tmp_path), found[1])
+    assert ctd.dropin_path(main) == want
+
+
+def test_no_drop_in_without_a_config(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ctd, "DEFAULT_CONFIG", str(tmp_path / "absent.toml"))
+    assert ctd.dropin_path(None) is None
+
+
+def test_a_sandbox_image_a_2x_merge_leaves_unmoved_is_no_sandbox_image(tmp_path: pathlib.Path) -> None:
+    """A version 2 main file importing a version 3 one: 2.0 to 2.2 leave its sandbox_image where it
+    is, and ignore it (tests/integration/test_containerd_merge_rules.py); 2.3 on moves it."""
+    main = write(tmp_path / "config.toml", "version = 2\nimports = ['v3.toml']\n"
+                                           "[plugins.'io.containerd.grpc.v1.cri']\n  sandbox_image = 'x.test/pause:1'\n")
+    write(tmp_path / "v3.toml", "version = 3\n")
+    assert read_sandbox_image(main, ctd.MERGE_2_1) is None
+    assert read_sandbox_image(main, MIGRATE_EACH_FILE) == "x.test/pause:1"
+    assert read_sandbox_image(main, REPLACE_SECTIONS) == "x.test/pause:1"
+    assert read_sandbox_image(main) == "x.test/pause:1"  # the release not known: wherever one reads it

@@ -10,7 +10,7 @@ from pinctl.backends import _grpc, oci, sigint_deferred
 from pinctl.backends import guard as writes
 from pinctl.backends.cri import CriRuntime
 from pinctl.backends.targets import TargetCache, default_cache_path, read_targets
-from pinctl.config.containerd import read_config_pins, read_sandbox_image
+from pinctl.config.containerd import read_config_pins, read_sandbox_image, rules_for
 from pinctl.errors import EngineError, UnknownNamespace
 from pinctl.model import (
     VERDICT_FAILED,
@@ -55,6 +55,7 @@ class ContainerdStore:
         self._targets = TargetCache(default_cache_path())
         # Record listings started ahead (prefetch_images), by namespace, for list_images to take.
         self._started: dict[str, Any] = {}
+        self._rules: Optional[str] = None  # its config's merge rules, once its version is known
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -371,11 +372,20 @@ class ContainerdStore:
             return writes.failed(_update_error(err, self))
 
     def sandbox_image(self) -> Optional[str]:
-        return read_sandbox_image(self.config_path)
+        return read_sandbox_image(self.config_path, self._merge_rules())
 
     def config_pins(self) -> list[ConfigPin]:
         """The entries of containerd 2.x's own pinned_images, from the same config."""
-        return read_config_pins(self.config_path)
+        return read_config_pins(self.config_path, self._merge_rules())
+
+    def _merge_rules(self) -> str:
+        """How this containerd merges its config's imports, by its version (2.3 changed it)."""
+        if self._rules is None:
+            try:
+                self._rules = rules_for(self.version())
+            except EngineError:
+                return rules_for(None)
+        return self._rules
 
     @contextlib.contextmanager
     def cri_image_sizes(self) -> Iterator[Callable[[], Optional[dict[str, int]]]]:

@@ -22,8 +22,9 @@ How containerd reads them (its cmd/containerd/server/config/config.go, and exper
   ``plugins."io.containerd.grpc.v1.cri".sandbox_image`` (as merged) to
   ``plugins."io.containerd.cri.v1.images".pinned_images.sandbox``. So a version 2 main file
   whose conf.d file is version 3 loses its sandbox_image; a version 2 import moves its own.
-  containerd's later source (2.4.2) migrates each file on its own before merging
-  (``MIGRATE_EACH_FILE``); which rules a node's containerd follows pinctl does not ask.
+  From 2.3 (its source, and 2.4.2 run here) containerd migrates each file on its own before
+  merging (``MIGRATE_EACH_FILE``). ``rules_for`` picks the rules from the daemon's version;
+  without one, pinctl merges as 2.0 to 2.2 do (``NOT_KNOWN``).
 
 Only regular files are read (a FIFO would block). They are not held to root's ownership as
 pinctl's own config is: pinctl acts on no pin they name (sync and prune never read them), and
@@ -52,6 +53,9 @@ CURRENT_VERSION = 3  # containerd 2.0 and 2.1
 MERGE_2_1 = "2.1"
 MIGRATE_EACH_FILE = "each-file"
 REPLACE_SECTIONS = "1.x"
+# The release is not known: merged as 2.0 to 2.2 do, and the sandbox image taken from wherever a
+# release reads it (1.x's sandbox_image when 2.x's pinned_images.sandbox is not set).
+NOT_KNOWN = "not known"
 
 _PINNED = ("plugins", V3_IMAGES_PLUGIN, "pinned_images")
 _SANDBOX = (*_PINNED, "sandbox")
@@ -77,7 +81,7 @@ class ContainerdConfig:
     pins: list[ConfigPin] = field(default_factory=list)
 
 
-def read_containerd_config(config_path: Optional[str], rules: str = MERGE_2_1) -> Optional[ContainerdConfig]:
+def read_containerd_config(config_path: Optional[str], rules: str = NOT_KNOWN) -> Optional[ContainerdConfig]:
     """containerd's main config and its imports merged; None when the default file is absent.
 
     A ConfigError (one line, naming the file) for an explicit main file or any import that cannot
@@ -86,6 +90,7 @@ def read_containerd_config(config_path: Optional[str], rules: str = MERGE_2_1) -
     loaded = _read(main, explicit=config_path is not None, importer=None)
     if loaded is None:
         return None
+    sandbox_rules, rules = rules, MERGE_2_1 if rules == NOT_KNOWN else rules
     main_version = loaded[0].get("version", 1)
     merged: dict[str, Any] = {}
     origins: dict[tuple[str, ...], Origin] = {}
@@ -121,21 +126,54 @@ def read_containerd_config(config_path: Optional[str], rules: str = MERGE_2_1) -
     if rules == MERGE_2_1 and merged_version < CURRENT_VERSION:
         _migrate_sandbox(merged, origins)
     return ContainerdConfig(files, main_version if type(main_version) is int else None,
-                            _sandbox(merged, origins), _pins(merged, origins, texts))
+                            _sandbox(merged, origins, sandbox_rules), _pins(merged, origins, texts))
 
 
-def read_sandbox_image(config_path: Optional[str]) -> Optional[str]:
+def rules_for(version: Optional[str]) -> str:
+    """The merge rules of a containerd by its version ("1.7.24~ds1", "v2.4.2"); NOT_KNOWN without one."""
+    found = re.match(r"v?(\d+)\.(\d+)", version or "")
+    if not found:
+        return NOT_KNOWN
+    release = (int(found.group(1)), int(found.group(2)))
+    return REPLACE_SECTIONS if release < (2, 0) else MERGE_2_1 if release < (2, 3) else MIGRATE_EACH_FILE
+
+
+def read_sandbox_image(config_path: Optional[str], rules: str = NOT_KNOWN) -> Optional[str]:
     """The CRI sandbox image from containerd's config and its imports; None when unset."""
-    read = read_containerd_config(config_path)
+    read = read_containerd_config(config_path, rules)
     return None if read is None or read.sandbox is None else read.sandbox[0]
 
 
-def read_config_pins(config_path: Optional[str]) -> list[ConfigPin]:
+def read_config_pins(config_path: Optional[str], rules: str = NOT_KNOWN) -> list[ConfigPin]:
     """Every string entry of containerd 2.x's ``[plugins.'io.containerd.cri.v1.images'.pinned_images]``
     as merged from the config and its imports (``sandbox`` included: it is the sandbox image
     there), each with the file and line that set it, in containerd's merge order; none when unset."""
-    read = read_containerd_config(config_path)
+    read = read_containerd_config(config_path, rules)
     return [] if read is None else read.pins
+
+
+def dropin_path(config_path: Optional[str]) -> Optional[tuple[str, str]]:
+    """Where a drop-in for the main config goes: a file named for pinctl in the first directory
+    its `imports` take by a glob of file names (``/etc/containerd/conf.d/*.toml``), with the
+    import as written; None when it imports no such directory (or there is no file)."""
+    read = _read(config_path or DEFAULT_CONFIG, explicit=config_path is not None, importer=None)
+    imports = None if read is None else read[0].get("imports")
+    if not isinstance(imports, list):
+        return None
+    main = config_path or DEFAULT_CONFIG
+    for name in (i for i in imports if isinstance(i, str)):
+        path = go_clean(name if name.startswith("/") else posixpath.join(posixpath.dirname(main), name))
+        directory, pattern = posixpath.split(path)
+        # containerd globs an import only when it holds a '*'.
+        if _has_meta(directory) or "*" not in pattern:
+            continue
+        for candidate in ("99-pinctl.toml", "99-pinctl.conf", "99-pinctl"):
+            try:
+                if go_match(pattern, candidate):
+                    return posixpath.join(directory, candidate), name
+            except ValueError:
+                break
+    return None
 
 
 def read_config_version(config_path: Optional[str]) -> tuple[str, Optional[int]]:
@@ -353,9 +391,11 @@ def _get(config: dict[str, Any], at: tuple[str, ...]) -> Any:
     return parent.get(at[-1])
 
 
-def _sandbox(merged: dict[str, Any], origins: dict[tuple[str, ...], Origin]) -> Optional[tuple[str, str]]:
-    """pinned_images.sandbox, else (what 1.x reads) the CRI's sandbox_image."""
-    for at in (_SANDBOX, _V2_SANDBOX, _V1_SANDBOX):
+def _sandbox(merged: dict[str, Any], origins: dict[tuple[str, ...], Origin], rules: str) -> Optional[tuple[str, str]]:
+    """containerd 1.x's CRI sandbox_image; 2.x's pinned_images.sandbox alone (a sandbox_image its
+    merge left unmoved is ignored by 2.x, and its pause image not pinned: verified on 2.1.9)."""
+    places = {REPLACE_SECTIONS: (_V2_SANDBOX, _V1_SANDBOX), NOT_KNOWN: (_SANDBOX, _V2_SANDBOX, _V1_SANDBOX)}.get(rules, (_SANDBOX,))
+    for at in places:
         value = _get(merged, at)
         if isinstance(value, str) and value:
             return value, origins[at].path if at in origins else ""
