@@ -137,3 +137,37 @@ def test_pinctl_reads_the_version_4_config_and_its_drop_in(site_drop_in: Contain
     problems = json.loads(result.stdout)["problems"]
     assert [(p["kind"], p["pattern"], p["source"]) for p in problems] == [
         ("containerd-entry", TAGLESS, f"{drop_in}:{TAGLESS_LINE}")]
+
+
+EXPORTED = "example.test/ctd24/exported:1"  # named by the policy only
+
+
+def test_config_export_writes_a_drop_in_that_containerd_pins_after_a_restart(
+        containerd24: ContainerdDaemon, tmp_path: pathlib.Path) -> None:
+    """The main config imports conf.d/*.toml: export writes a drop-in for it, naming the file, and
+    saved there verbatim it is what containerd 2.4.2 pins at its next start (the image was
+    present, unlabelled, before)."""
+    daemon = containerd24
+    (image,) = images.load_images(daemon, tmp_path / "archives", [images.recipe(EXPORTED, seed=EXPORTED)])
+    policy = tmp_path / "pinctl.toml"
+    policy.write_text(f'pinned_images = ["{EXPORTED}"]\n')
+    result = pinctl(daemon, "config", "export", "--for", "containerd", env={"PINCTL_CONFIG": str(policy)})
+    assert result.returncode == 0, result.stderr
+    drop_in = daemon.conf_d / "99-pinctl.toml"
+    assert f"Save it as {drop_in}" in " ".join(line[2:] for line in result.stdout.splitlines() if line.startswith("# "))
+    assert f"save it as {drop_in}" in result.stderr and "restart containerd" in result.stderr
+    assert not cri_pinned(daemon, image.image_id, False)
+    drop_in.write_text(result.stdout)
+    try:
+        daemon.restart()
+        assert cri_pinned(daemon, image.image_id, True)
+        # The main file's sandbox entry is merged with the drop-in's, not replaced.
+        assert daemon.sandbox_image in pinned_tags(daemon, {daemon.sandbox_image})
+        line = next(n for n, text in enumerate(result.stdout.splitlines(), 1) if text.lstrip().startswith('"pinctl-1"'))
+        reason = {"kind": "containerd-config", "detail": f"pinned_images.pinctl-1 in {drop_in}:{line}"}
+        row = ls_by_ref(daemon)[EXPORTED]
+        assert reason in row["reasons"], row  # type: ignore[operator]
+    finally:
+        drop_in.unlink()
+        daemon.remove_images([EXPORTED])
+        daemon.restart()

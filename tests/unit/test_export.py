@@ -282,3 +282,30 @@ def test_without_the_daemons_version_no_version_3_is_written_unless_the_file_is(
 def test_a_version_3_file_says_2x_without_the_daemon() -> None:
     result = export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=ContainerdTarget("/c.toml", 3))
     assert comment(result.text).startswith("containerd 2.x CRI config (version 3)") and result.notes == []
+
+
+@pytest.mark.parametrize("config_version, written", [(4, 4), (3, 3), (2, 2), (1, 2), (None, 2)])
+def test_where_the_config_imports_a_directory_a_drop_in_is_written_for_it(config_version: int | None,
+                                                                          written: int) -> None:
+    """The drop-in declares the main file's version: under a version 2 file, 2.0 to 2.2 would drop
+    the sandbox_image of the merged config were the drop-in version 3."""
+    target = ContainerdTarget("/etc/containerd/config.toml", config_version, "v2.4.2", "/run/ctd.sock",
+                              dropin=("/etc/containerd/conf.d/99-pinctl.toml", "/etc/containerd/conf.d/*.toml"))
+    result = export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=target)
+    assert tomllib.loads(result.text)["version"] == written
+    assert pinned_images(result.text) == {"pinctl-1": "example.test/app:1"}
+    said = comment(result.text)
+    assert said.startswith(f"containerd v2.4.2 CRI config (version {written}), a drop-in")
+    assert "Save it as /etc/containerd/conf.d/99-pinctl.toml" in said
+    assert "imports '/etc/containerd/conf.d/*.toml'" in said and "at start only" in said
+    assert "restart containerd" in said and "Merge the table" not in said
+    [note] = result.notes
+    assert "save it as /etc/containerd/conf.d/99-pinctl.toml" in note and "restart containerd" in note
+    assert all(len(line) <= 80 for line in result.text.splitlines())
+
+
+def test_a_drop_in_is_not_written_for_containerd_1x() -> None:
+    target = ContainerdTarget("/etc/containerd/config.toml", 2, "1.7.24", "/run/ctd.sock",
+                              dropin=("/etc/containerd/conf.d/99-pinctl.toml", "conf.d/*.toml"))
+    with pytest.raises(UsageError, match="has no pinned_images"):
+        export("containerd", policy("example.test/app:1"), PRESENT, [], containerd=target)

@@ -70,8 +70,10 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
 
     crio: a crio.conf.d drop-in with [crio.image] pinned_images. containerd: a containerd 2.x
     pinned_images table (exact references) for the containerd pinctl reads and its config file
-    (containerd_config), in that file's version; refused for containerd 1.x, which has no
-    pinned_images (pinctl sync writes its pin labels). cri-dockerd: --pinned-images and
+    (containerd_config), in that file's version: a drop-in, named on stderr, where the file
+    imports a directory (conf.d/*.toml), else a table to merge into it; containerd reads it at
+    start only. Refused for containerd 1.x, which has no pinned_images (pinctl sync writes its
+    pin labels). cri-dockerd: --pinned-images and
     --pinned-image-labels flags. Patterns a runtime cannot express are expanded to the images
     present now, and each such compromise is said on stderr; an image-ID pattern is written as
     that image's names, and refused when no such image is present (or with --offline). The crio

@@ -14,7 +14,7 @@ from pinctl.backends import cri_dockerd
 from pinctl.backends.containerd import ContainerdStore
 from pinctl.backends.cri import KNOWN_ENDPOINTS, CriRuntime, discover
 from pinctl.backends.docker import DEFAULT_HOST, DockerEngine
-from pinctl.config.containerd import read_config_version
+from pinctl.config.containerd import dropin_path, read_config_version
 from pinctl.errors import EngineUnreachable, PinctlError, UnknownNamespace
 from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DEFAULT_NAMESPACES, DOCKER_NAMESPACE, SOURCE_CRIO
 from pinctl.node import crio as crio_node
@@ -345,13 +345,15 @@ def containerd_target(node: Optional[Node], address: str, config_path: Optional[
     """The containerd at address, for config export: its version, asked of the daemon when the
     node reads it (node None: --offline), and the version its config file declares."""
     path, config_version = read_config_version(config_path)
+    dropin = dropin_path(config_path)
     if node is None:
-        return ContainerdTarget(path, config_version)
+        return ContainerdTarget(path, config_version, dropin=dropin)
     store = next((source.store for source in node.sources
                   if isinstance(source, ContainerdSource) and source.store.address == address), None)
     if store is None:
-        return ContainerdTarget(path, config_version, unknown=f"is not known (no containerd answers at {address})")
-    return ContainerdTarget(path, config_version, store.version(), address)
+        return ContainerdTarget(path, config_version, unknown=f"is not known (no containerd answers at {address})",
+                                dropin=dropin)
+    return ContainerdTarget(path, config_version, store.version(), address, dropin=dropin)
 
 
 def _with_docker(node: Node, cfg: Config, main: Optional[Source], docker: DockerView) -> Node:

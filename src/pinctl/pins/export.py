@@ -49,6 +49,9 @@ class ContainerdTarget:
     version: Optional[str] = None
     address: str = ""
     unknown: str = "was not asked (--offline)"
+    # The drop-in the config's imports take (config.containerd.dropin_path): its path, and the
+    # import as written.
+    dropin: Optional[tuple[str, str]] = None
 
     @property
     def major(self) -> Optional[int]:
@@ -228,8 +231,11 @@ def _for_containerd(table: Export, target: ContainerdTarget) -> Export:
     notes = list(table.notes)
     path, found = target.config_path, target.config_version
     known_2x = (target.major or 0) >= 2 or (found or 0) >= 3
-    version = 3 if known_2x and found != 2 else 2
+    # 2 or 3 as the file is (4 for containerd 2.3 and later's own); 3 when there is no file.
+    version = found if known_2x and found and found >= 3 else 3 if known_2x and found != 2 else 2
     name = f"containerd {target.version}" if target.version else "containerd 2.x" if known_2x else "containerd"
+    if known_2x and target.dropin:
+        return _dropin(table, target, name, notes)
     if found is None:
         into = f"Write the table into {path} (there is none yet) with a 'sandbox' entry for your pause image."
     elif found == 2:
@@ -247,6 +253,25 @@ def _for_containerd(table: Export, target: ContainerdTarget) -> Export:
         header += _wrapped(_ONLY_2X)
         notes.append(f"containerd's version {target.unknown}, and {_file_says(target)}: the table pins on "
                      "containerd 2.x only; on 1.x run pinctl sync, which writes the pin labels its CRI reads")
+    lines = [*(f"# {line}" for line in header), f"version = {version}", "",
+             "[plugins.'io.containerd.cri.v1.images'.pinned_images]"]
+    return Export("\n".join(lines) + "\n" + table.text, notes)
+
+
+def _dropin(table: Export, target: ContainerdTarget, name: str, notes: list[str]) -> Export:
+    """The table as a file of its own for the directory the config imports. It declares the main
+    file's version: containerd 2.0 to 2.2 merge the files first and move a version 2 file's
+    sandbox_image only when the last version declared is below 3, so a version 3 drop-in under
+    a version 2 file would lose the pause image's pin."""
+    assert target.dropin is not None
+    file, imported = target.dropin
+    version = max(target.config_version or 2, 2)
+    header = _wrapped(f"{name} CRI config (version {version}), a drop-in written by pinctl config export "
+                      f"--for containerd. Save it as {file}: {target.config_path} imports {imported!r}. "
+                      f"containerd merges pinned_images key by key, so the entries of the other files stay. "
+                      f"containerd reads pinned_images at start only: {_RESTART}")
+    notes.append(f"a drop-in for {target.config_path}'s imports: save it as {file}, then restart containerd "
+                 "(it reads pinned_images at start only)")
     lines = [*(f"# {line}" for line in header), f"version = {version}", "",
              "[plugins.'io.containerd.cri.v1.images'.pinned_images]"]
     return Export("\n".join(lines) + "\n" + table.text, notes)
