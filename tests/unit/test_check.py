@@ -146,5 +146,5 @@ def test_a_containerd_entry_that_pins_nothing_is_named_beside_its_image(version:
     assert result.agree is not dead and item.desired is dead
     if dead:
         assert item.mismatch == "dead-entry"
-        assert "pins nothing" in (item.cause or "") and "/etc/containerd/conf.d/10.toml:4" in (item.cause or "")
+        assert "pins nothing on containerd 2.1.9:" in (item.cause or "") and "/etc/containerd/conf.d/10.toml:4" in (item.cause or "")
         assert repr(latest) in (item.fix or "") and f"pinctl pin {latest}" in (item.fix or "")

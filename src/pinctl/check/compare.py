@@ -227,7 +227,8 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
     elif not cri.pinned and (entry := next((site.dead[ref] for ref in refs if ref in site.dead), None)):
         item.desired = True
         item.mismatch = MISMATCH_DEAD_ENTRY
-        item.cause = f"pinned_images.{entry.pin.name} = {entry.pin.ref!r} ({entry.pin.place}) pins nothing: {entry.reason}"
+        item.cause = (f"pinned_images.{entry.pin.name} = {entry.pin.ref!r} ({entry.pin.place}) pins nothing on "
+                      f"containerd {site.runtime.version}: {entry.reason}")
         item.fix = f"write it as {entry.fix!r} in {entry.pin.place}, then restart containerd (or: pinctl pin {refs[0]})"
     elif not cri.pinned and site.crio is not None and cri.id in site.crio.cancelled:
         item.desired = True
