@@ -1,10 +1,10 @@
-"""containerd 2.1's `imports`, for real: a conf.d file's pinned_images entry joins the main file's
+"""containerd 2.x's `imports`, for real on 2.1 and 2.4.2: a conf.d file's pinned_images entry joins the main file's
 (tables merge key by key: containerd pins both, and an import that sets another key of the images
 plugin takes none away); pinctl ls names the imported file and line as the entry's place, unpin
 warns naming it, config lint lists a tagless entry there with the entry that would work; and a
 missing import stops containerd from starting, which pinctl says in one line naming the file.
 
-One containerd 2.1 of this module's own, started on a config that imports conf.d/*.toml.
+One containerd of this module's own per release, started on a config that imports conf.d/*.toml.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import pytest
 
 from tests.conftest import engine_unavailable
 from tests.harness import cri, debs, images
-from tests.harness.containerd import ContainerdDaemon, DaemonError
+from tests.harness.containerd import ContainerdDaemon, DaemonError, engine_bin_dir
 from tests.harness.crictl import Crictl
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl, pinctl_json
 
 pytestmark = pytest.mark.integration
 
-ENGINE = "containerd-2.1"
+ENGINES = {"containerd-2.1": "ctd21", "containerd-2.4": "ctd24"}
 PINNED = "[plugins.'io.containerd.cri.v1.images'.pinned_images]"
 MAIN_IMAGE = "example.test/ci/main:1"  # an entry of the main file
 SITE_IMAGE = "example.test/ci/site:1"  # an entry of conf.d/10-site.toml
@@ -36,23 +36,27 @@ SITE_LINE, TAGLESS_LINE = 4, 5
 
 
 class ImportingDaemon(ContainerdDaemon):
-    """The harness's containerd 2.1 whose main file imports conf.d/*.toml (as `containerd config
-    default` has it) and names one entry of its own beside the sandbox."""
+    """The harness's containerd 2.x whose main file imports conf.d/*.toml (as `containerd config
+    default` has it) and names one entry of its own beside the sandbox. 2.4's version 4 file
+    imports it already."""
 
     def render_config(self) -> str:
         text = super().render_config()
+        if self.config_version >= 4:
+            return text
         head, _, rest = text.partition("\n")
         assert head == "version = 3", head
         return f"{head}\nimports = ['conf.d/*.toml']\n{rest}"
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImportingDaemon]:
+@pytest.fixture(scope="module", params=list(ENGINES), ids=list(ENGINES.values()))
+def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImportingDaemon]:
+    engine: str = request.param
     base = tmp_path_factory.mktemp("ctd-imports")
-    found = ImportingDaemon(ENGINE, base / "daemon")
+    found = ImportingDaemon(engine, base / "daemon")
     found.pinned_images = {"main": MAIN_IMAGE}
     conf_d = found.base_dir / "conf.d"
-    conf_d.mkdir(parents=True)
+    conf_d.mkdir(parents=True, exist_ok=True)
     (conf_d / "10-site.toml").write_text(SITE_TEXT)
     # Another key of the images plugin and no pinned_images: replacing the plugin's table would
     # drop the main file's entries (sandbox, main); containerd 2.1 merges it key by key.
@@ -67,7 +71,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImportingDaemon
                                                       for ref in (MAIN_IMAGE, SITE_IMAGE, TAGLESS_IMAGE, OTHER)])
     except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         found.stop()
-        engine_unavailable(f"{ENGINE} unavailable: {exc}")
+        engine_unavailable(f"{engine} unavailable: {exc}")
     try:
         yield found
     finally:
@@ -135,18 +139,19 @@ def test_unpin_warns_naming_the_imported_file(daemon: ImportingDaemon) -> None:
     assert pinned_tags(daemon, {SITE_IMAGE}) >= {SITE_IMAGE}
 
 
-def test_a_missing_import_stops_containerd_and_pinctl_names_it(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("engine", list(ENGINES), ids=list(ENGINES.values()))
+def test_a_missing_import_stops_containerd_and_pinctl_names_it(engine: str, tmp_path: pathlib.Path) -> None:
     try:
-        binary = debs.engine_dir(ENGINE) / "usr" / "bin" / "containerd"
+        binary = engine_bin_dir(engine) / "containerd"
     except debs.EngineUnavailable as exc:
-        engine_unavailable(f"{ENGINE} unavailable: {exc}")
+        engine_unavailable(f"{engine} unavailable: {exc}")
     config = tmp_path / "containerd.toml"
     config.write_text("version = 3\nimports = ['conf.d/gone.toml']\n"
                       f'root = "{tmp_path}/root"\nstate = "{tmp_path}/state"\n[grpc]\n  address = "{tmp_path}/c.sock"\n')
     gone = tmp_path / "conf.d" / "gone.toml"
     done = subprocess.run([str(binary), "--config", str(config)], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and f"open {gone}: no such file or directory" in done.stderr, done.stderr
-    stand_in = ContainerdDaemon(ENGINE, tmp_path / "unused")
+    stand_in = ContainerdDaemon(engine, tmp_path / "unused")
     stand_in.config_path = config
     result = pinctl(stand_in, "config", "lint", "--offline", env=empty_policy(tmp_path))
     assert result.returncode == 1, result.stderr

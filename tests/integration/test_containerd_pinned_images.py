@@ -1,11 +1,12 @@
-"""containerd 2.x's own pinned_images, for real on containerd 2.1: `config export --for containerd`
-written into its config makes its CRI pin exactly the policy's images; ls names the entry that
+"""containerd 2.x's own pinned_images, for real on containerd 2.1 and 2.4.2: `config export --for
+containerd` written into its config (2.1) or saved as the drop-in it names (2.4.2, whose version 4
+file imports conf.d/*.toml) makes its CRI pin exactly the policy's images; ls names the entry that
 labels an image; unpin says containerd puts the pin back, which it does at once. The export
 fits the containerd asked and its config file: 2.1 with a version 2 file gets a version 2 table
 (which pins there too), and 1.7, which has no pinned_images, is refused with pinctl sync as the
 fix (and --offline, not knowing, writes what 1.7 starts with and ignores, and says so).
 
-One containerd 2.1 of this module's own, since its config changes and it restarts; the policy's
+One containerd of this module's own per release, since its config changes and it restarts; the policy's
 images are loaded before the export, which expands the glob and keyword over what is present.
 What the kubelet would be told is read back with crictl.
 """
@@ -36,7 +37,7 @@ else:
 pytestmark = pytest.mark.integration
 
 PIN = "io.cri-containerd.pinned"
-ENGINE = "containerd-2.1"
+ENGINES = {"containerd-2.1": "ctd21", "containerd-2.4": "ctd24"}
 # The policy, one pattern of each kind export has to translate for containerd.
 POLICY = [
     "example.test/pi/app:1",    # a whole name: written as it is
@@ -61,6 +62,7 @@ class Exported:
     notes: str
     ids: dict[str, str]  # ref -> image ID
     text: str  # what export wrote on stdout
+    file: pathlib.Path  # where the exported entries are: the main file, or the drop-in
 
 
 def header(text: str) -> str:
@@ -80,18 +82,20 @@ def settle(daemon: ContainerdDaemon) -> None:
         pass
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
-    """A containerd 2.1 with the policy's images, restarted with the exported table merged into
-    its config (the harness's own, sandbox entry included)."""
+@pytest.fixture(scope="module", params=list(ENGINES), ids=list(ENGINES.values()))
+def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
+    """A containerd 2.x with the policy's images, restarted with the exported table merged into
+    its config (the harness's own, sandbox entry included) or, where that imports conf.d, saved
+    there as the drop-in export names."""
+    engine: str = request.param
     base = tmp_path_factory.mktemp("pinned-images")
-    daemon = ContainerdDaemon(ENGINE, base / "daemon")
+    daemon = ContainerdDaemon(engine, base / "daemon")
     try:
         daemon.start()
         images.ensure_sandbox_image(daemon)
     except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         daemon.stop()
-        engine_unavailable(f"{ENGINE} unavailable: {exc}")
+        engine_unavailable(f"{engine} unavailable: {exc}")
     try:
         infos = images.load_images(daemon, base / "archives", [
             *(images.recipe(ref, seed=ref) for ref in (*COVERED, UNCOVERED, TAGLESS_IMAGE))])
@@ -101,28 +105,41 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
                         env={"PINCTL_CONFIG": str(policy)})
         assert result.returncode == 0, result.stderr
         table = tomllib.loads(result.stdout)["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]
-        daemon.pinned_images = {**table, TAGLESS_ENTRY[0]: TAGLESS_ENTRY[1]}
+        if daemon.config_version >= 4:
+            file = daemon.conf_d / "99-pinctl.toml"
+            file.write_text(result.stdout)
+            daemon.pinned_images = {TAGLESS_ENTRY[0]: TAGLESS_ENTRY[1]}
+        else:
+            file = daemon.config_path
+            daemon.pinned_images = {**table, TAGLESS_ENTRY[0]: TAGLESS_ENTRY[1]}
         daemon.restart()
         settle(daemon)
         yield Exported(daemon, policy, table, result.stderr, {ref: info.image_id for info in infos for ref in info.refs},
-                       result.stdout)
+                       result.stdout, file)
     finally:
         daemon.stop()
 
 
 def test_the_exported_table_is_what_the_policy_means_for_containerd(exported: Exported) -> None:
     assert sorted(exported.table.values()) == sorted(COVERED)
-    # The header is for the containerd asked (2.1) and names the configured containerd_config.
-    said = header(exported.text)
-    assert said.startswith("containerd 2.1.") and "CRI config (version 3)" in said, said
-    assert f"Merge the table into {exported.daemon.config_path};" in said and "/etc/containerd" not in said
+    # The header is for the containerd asked and names the configured containerd_config, or the
+    # drop-in for the directory it imports.
+    said, daemon = header(exported.text), exported.daemon
+    assert said.startswith(f"containerd v{daemon.version}" if daemon.config_version >= 4 else "containerd 2.1."), said
+    assert f"CRI config (version {daemon.config_version})" in said, said
+    if daemon.config_version >= 4:
+        assert f"Save it as {exported.file}: {daemon.config_path} imports" in said, said
+        assert f"save it as {exported.file}" in exported.notes
+    else:
+        assert f"Merge the table into {daemon.config_path};" in said
+    assert "/etc/containerd" not in said
     assert "1.x" not in said and "containerd's version" not in exported.notes
     # Every entry a full name:tag: tagless ones pin nothing in containerd.
     assert all(":" in ref.rsplit("/", 1)[-1] for ref in exported.table.values())
     assert "example.test/pi/glob/*" in exported.notes and "expanded to the 2" in exported.notes
 
 
-def test_containerd21_pins_exactly_the_policys_images(exported: Exported, crictl: pathlib.Path,
+def test_containerd_pins_exactly_the_policys_images(exported: Exported, crictl: pathlib.Path,
                                                       tmp_path: pathlib.Path) -> None:
     daemon = exported.daemon
     listed = Crictl(crictl, daemon.address, tmp_path / "crictl").images()
@@ -136,10 +153,10 @@ def test_ls_names_the_entry_that_labels_each_image(exported: Exported) -> None:
     daemon = exported.daemon
     entry_of = {ref: name for name, ref in exported.table.items()}
     rows = {row["ref"]: row for row in pinctl_json(daemon, "ls", "-n", "k8s.io")["images"]}
-    lines = daemon.config_path.read_text().splitlines()
+    lines = exported.file.read_text().splitlines()
     for ref in COVERED:
         line = next(n for n, text in enumerate(lines, 1) if text.strip() == f"{json.dumps(entry_of[ref])} = {json.dumps(ref)}")
-        where = f"pinned_images.{entry_of[ref]} in {daemon.config_path}:{line}"
+        where = f"pinned_images.{entry_of[ref]} in {exported.file}:{line}"
         for name in (ref, exported.ids[ref]):
             row = rows[name]
             assert row["pinned"] is True and row["drift"] is None, row
@@ -150,7 +167,7 @@ def test_ls_names_the_entry_that_labels_each_image(exported: Exported) -> None:
     assert {"kind": "sandbox", "detail": daemon.sandbox_image} in sandbox
     assert "containerd-config" not in {r["kind"] for r in sandbox}
     table = pinctl(daemon, "ls", "-n", "k8s.io", "-o", "wide", COVERED[0]).stdout
-    assert f"pinned_images.{entry_of[COVERED[0]]} in {daemon.config_path}" in table
+    assert f"pinned_images.{entry_of[COVERED[0]]} in {exported.file}" in table
 
 
 def labelled(daemon: ContainerdDaemon, ref: str) -> bool:
@@ -175,7 +192,7 @@ def test_unpin_says_containerd_pins_it_again_and_containerd_does(exported: Expor
     items = {item["ref"]: item for item in json.loads(result.stdout)["results"]}
     assert items[ref]["action"] == "unpinned"
     assert "containerd will pin it again" in items[ref]["warning"]
-    assert f"pinned_images.{name} in {daemon.config_path}" in items[ref]["warning"]
+    assert f"pinned_images.{name} in {exported.file}" in items[ref]["warning"]
     assert "warning" not in items[exported.ids[ref]]  # no entry names the sha256: reference
     assert f"pinctl: unpin {ref}: containerd will pin it again" in result.stderr
     # 2.x relabels a record its pinned_images names on every change to it, the unpin's own
@@ -224,13 +241,14 @@ def merge(daemon: Version2Daemon, exported: str) -> None:
     daemon.restart()
 
 
-def test_containerd21_with_a_version_2_file_gets_a_version_2_table_that_pins(tmp_path: pathlib.Path) -> None:
-    daemon = own_version2("containerd-2.1", tmp_path)
+@pytest.mark.parametrize("engine", list(ENGINES), ids=list(ENGINES.values()))
+def test_containerd2x_with_a_version_2_file_gets_a_version_2_table_that_pins(engine: str, tmp_path: pathlib.Path) -> None:
+    daemon = own_version2(engine, tmp_path)
     try:
         result = pinctl(daemon, "config", "export", "--for", "containerd", env=app_policy(tmp_path))
         assert result.returncode == 0, result.stderr
         said = header(result.stdout)
-        assert said.startswith("containerd 2.1.") and "(version 2)" in said, said
+        assert said.startswith(("containerd 2.1.", "containerd v2.4.2")) and "(version 2)" in said, said
         assert f"Merge the table into {daemon.config_path}, which is version 2" in said and "1.x" not in said
         merge(daemon, result.stdout)
         listed = cri.wait_for(daemon.address, lambda found: APP in {t for i in found if i.pinned for t in i.repo_tags},

@@ -170,10 +170,12 @@ def ctd17(containerd17: ContainerdDaemon) -> Iterator[ContainerdDaemon]:
     reset_k8s_io(containerd17)
 
 
-@pytest.fixture
-def ctd21(containerd21: ContainerdDaemon) -> Iterator[ContainerdDaemon]:
-    yield reset_k8s_io(containerd21)
-    reset_k8s_io(containerd21)
+@pytest.fixture(params=["containerd21", "containerd24"], ids=["ctd21", "ctd24"])
+def ctd2x(request: pytest.FixtureRequest) -> Iterator[ContainerdDaemon]:
+    """The session's containerd 2.1, then 2.4.2, reset as ``ctd17`` is."""
+    daemon: ContainerdDaemon = request.getfixturevalue(request.param)
+    yield reset_k8s_io(daemon)
+    reset_k8s_io(daemon)
 
 
 def retagged(daemon: ContainerdDaemon, load_images: LoadImages) -> None:
@@ -216,9 +218,9 @@ def test_containerd_17_imported_sandbox_image_is_pinned_only_if_its_cri_took_it_
     assert story(daemon, sandbox, endpoint) == PINNED_STORY
 
 
-def test_containerd_21_pins_its_sandbox_image_by_config_whatever_came_before(
-        ctd21: ContainerdDaemon, load_images: LoadImages) -> None:
-    daemon, sandbox = ctd21, ctd21.sandbox_image
+def test_containerd_2x_pins_its_sandbox_image_by_config_whatever_came_before(
+        ctd2x: ContainerdDaemon, load_images: LoadImages) -> None:
+    daemon, sandbox = ctd2x, ctd2x.sandbox_image
     endpoint = f"unix://{daemon.address}"
     retagged(daemon, load_images)
     wait_cri_pinned(daemon.address, sandbox, True)
