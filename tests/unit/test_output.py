@@ -439,3 +439,43 @@ def test_wide_keeps_full_references_on_a_terminal(monkeypatch: pytest.MonkeyPatc
         out = Terminal()
         output.print_results("unpin", [ItemResult("k8s.io", digest_ref, "unpinned")], "success", False, fmt, False, out)
         assert (digest_ref in out.getvalue()) is full
+
+
+def pattern_row(ref: str, drift: model.Drift | None, image_id: str) -> ImageRow:
+    row = image_row(ref, [Reason("pattern", "example.test/*", "/etc/pinctl/config.toml:1")], image_id)
+    row.drift, row.pinned = drift, drift is None
+    return row
+
+
+def test_a_pattern_nothing_pins_yet_says_so_in_why_and_once_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    pending = pattern_row("example.test/a:1", "unlabelled", "sha256:" + "aa" * 32)
+    also = pattern_row("sha256:" + "aa" * 32, "unlabelled", "sha256:" + "aa" * 32)  # the same image
+    applied = pattern_row("example.test/b:1", None, "sha256:" + "bb" * 32)
+    assert cells.why(pending) == "pattern example.test/* (/etc/pinctl/config.toml:1), not applied: pinctl sync"
+    assert cells.why(applied) == "pattern example.test/* (/etc/pinctl/config.toml:1)"
+    out = io.StringIO()
+    output.print_images([pending, also, applied], [], "table", False, out)
+    lines = out.getvalue().splitlines()
+    assert "not applied: pinctl sync" in next(line for line in lines if " example.test/a:1 " in line)
+    err = capsys.readouterr().err
+    assert err == "pinctl: 1 image is covered by a pattern but not pinned yet: pinctl sync pins them (ls --drift lists them)\n"
+
+
+@pytest.mark.parametrize("fmt, quiet", [("json", False), ("table", True)])
+def test_the_not_applied_line_stays_out_of_json_and_names(fmt: OutputFormat, quiet: bool,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    output.print_images([pattern_row("example.test/a:1", "unlabelled", "sha256:" + "aa" * 32)], [], fmt, quiet, out)
+    assert capsys.readouterr().err == ""
+    if fmt == "json":
+        [row] = json.loads(out.getvalue())["images"]
+        assert row["reasons"] == [{"kind": "pattern", "detail": "example.test/*", "source": "/etc/pinctl/config.toml:1"}]
+
+
+def test_a_containerd_entry_containerd_has_not_read_says_so() -> None:
+    entry = Reason("containerd-config", "pinned_images.app in /etc/containerd/conf.d/10.toml:4")
+    row = image_row("example.test/app:1", [entry])
+    assert cells.why(row) == entry.detail and cells.not_applied([row]) == ""
+    row.pinned = False
+    assert cells.why(row) == f"{entry.detail}, not applied: restart containerd"
+    assert "1 image is named in containerd's pinned_images but not pinned yet" in cells.not_applied([row])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 from pinctl.model import (
     DRIFT_UNCOVERED,
@@ -24,6 +25,11 @@ from pinctl.model import (
 )
 
 FULL_DIGEST_REF = re.compile(r"sha256:[0-9a-f]{64}")
+# After a pattern that covers an image nothing pins yet (drift "unlabelled").
+NOT_APPLIED = "not applied: pinctl sync"
+# After a containerd pinned_images entry on an image without the label: containerd labels what
+# its entries name when it starts, so the entry came after its last start.
+NOT_READ = "not applied: restart containerd"
 
 
 def why(row: ImageRow) -> str:
@@ -50,7 +56,8 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
     if reason.kind == REASON_SANDBOX:
         return "sandbox" if row.source != SOURCE_CRIO else "pause_image"
     if reason.kind == REASON_CONTAINERD_CONFIG:
-        return reason.detail  # pinned_images.NAME in FILE: the entry says it all
+        # pinned_images.NAME in FILE: the entry says it all, unless containerd has not read it yet.
+        return reason.detail if row.pinned else f"{reason.detail}, {NOT_READ}"
     if reason.kind in (REASON_CRIO_CONFIG, REASON_CRIO_PIN):
         # The item is worth showing only when it is not this very name (a pattern, another name).
         who = "crio" if reason.kind == REASON_CRIO_CONFIG else "pinctl"
@@ -62,7 +69,9 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
         # The rule itself (which releases label it when) is in the JSON detail and check's cause.
         return "no label, and containerd puts none back"
     if reason.kind == REASON_PATTERN:
-        return f"pattern {reason.detail} ({reason.source})"
+        # A pattern keeps nothing by itself: until sync writes the pin, the row says so.
+        pending = f", {NOT_APPLIED}" if row.drift == DRIFT_UNLABELLED else ""
+        return f"pattern {reason.detail} ({reason.source}){pending}"
     if reason.kind == REASON_DOCKER_LABEL:
         return f"docker label {reason.detail}"
     if reason.kind == REASON_INEFFECTIVE_LABEL:
@@ -90,6 +99,23 @@ DRIFT_BRIEF: dict[Drift, str] = {
     DRIFT_UNLABELLED: "no label",
     DRIFT_UNCOVERED: "no pattern",
 }
+
+
+def not_applied(rows: Sequence[ImageRow]) -> str:
+    """The line after a table with rows that a pattern covers, or a containerd pinned_images entry
+    names, and nothing pins yet; "" when there are none."""
+    images = {(row.namespace, row.group_key) for row in rows if row.drift == DRIFT_UNLABELLED}
+    entries = {(row.namespace, row.group_key) for row in rows
+               if not row.pinned and any(r.kind == REASON_CONTAINERD_CONFIG for r in row.reasons)}
+    said = []
+    if images:
+        what = "1 image is" if len(images) == 1 else f"{len(images)} images are"
+        said.append(f"{what} covered by a pattern but not pinned yet: pinctl sync pins them (ls --drift lists them)")
+    if entries:
+        what = "1 image is" if len(entries) == 1 else f"{len(entries)} images are"
+        said.append(f"{what} named in containerd's pinned_images but not pinned yet: containerd reads them at "
+                    "its next start")
+    return "; ".join(said)
 
 
 def abbreviate(ref: str, ellipsis: str = "…") -> str:

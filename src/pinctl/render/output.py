@@ -40,7 +40,7 @@ from pinctl.model import (
 )
 from pinctl.render import columns as ls_columns
 from pinctl.render import shape, table
-from pinctl.render.cells import abbreviate
+from pinctl.render.cells import abbreviate, not_applied
 from pinctl.render.table import NO_FIT, Fit, Notes
 
 if TYPE_CHECKING:
@@ -108,6 +108,9 @@ def print_images(
         write_envelope(out, images=(image_dict(r) for r in rows), errors=list(errors))
     else:
         _print_image_table(rows, wide=fmt == FORMAT_WIDE, out=out, show_drift=show_drift, show_cri=show_cri)
+        pending = not_applied(rows)
+        if pending:
+            warn(pending)
     if fmt != FORMAT_JSON:
         for error in errors:
             warn(f"{error['namespace']}/{error['ref']}: {error['message']}")
