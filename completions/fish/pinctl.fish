@@ -263,6 +263,7 @@ complete -c pinctl -n '__fish_seen_subcommand_from import' -F
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l pinned -l unpinned -d 'Only images the runtime keeps (--pinned), or only those the GC may delete (--unpinned)'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l drift -d 'Only where labels and policy disagree: covered by a pattern but not labelled, or...'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -l cri -d 'Add CRI PINNED: what the runtime tells the kubelet'
+complete -c pinctl -n '__fish_seen_subcommand_from ls' -l id-refs -d 'Also list the sha256:<id> reference containerd\'s CRI adds to each image that has a...'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s o -l output -x -a 'table wide json' -d 'Output format'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s q -l quiet -d 'Print only references, one per line'
 complete -c pinctl -n '__fish_seen_subcommand_from ls' -s h -l help -d 'Show this message and exit'

@@ -189,7 +189,7 @@ def ls_rows() -> list[ImageRow]:
 def test_ls_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     out = Terminal()
-    output.print_images(ls_rows(), [], "table", False, out)
+    output.print_images(ls_rows(), [], "table", False, out, id_refs=True)
     lines = assert_fits(out.getvalue())
     # One namespace: a heading, not a column that says k8s.io on every row.
     assert lines[0] == "NAMESPACE: k8s.io" and lines[1].split()[:2] == ["REF", "IMAGE"]
@@ -224,7 +224,7 @@ def test_ls_on_a_wide_terminal_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> No
 def test_ls_wide_on_a_terminal_shows_everything_unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     out = Terminal()
-    output.print_images(ls_rows(), [], "wide", False, out)
+    output.print_images(ls_rows(), [], "wide", False, out, id_refs=True)
     lines = strip_ansi(out.getvalue()).splitlines()
     assert len(lines) == 4 and all(line == line.rstrip() for line in lines)
     assert "sha256:" + "3a" * 32 in lines[2] and cells.why(ls_rows()[0]) in lines[1]
@@ -232,7 +232,7 @@ def test_ls_wide_on_a_terminal_shows_everything_unpadded(monkeypatch: pytest.Mon
 
 def test_ls_in_a_pipe_keeps_full_values() -> None:
     out = io.StringIO()
-    output.print_images(ls_rows(), [], "table", False, out)
+    output.print_images(ls_rows(), [], "table", False, out, id_refs=True)
     lines = out.getvalue().splitlines()
     assert lines[2].split()[1] == "sha256:" + "3a" * 32
     assert lines[1].endswith(cells.why(ls_rows()[0]))
@@ -276,7 +276,7 @@ def test_ellipsis_is_ascii_where_the_terminal_is(monkeypatch: pytest.MonkeyPatch
             return True
 
     out = AsciiTerminal(raw, encoding="ascii")
-    output.print_images([*ls_rows(), image_row(LONG_REF)], [], "table", False, out)
+    output.print_images([*ls_rows(), image_row(LONG_REF)], [], "table", False, out, id_refs=True)
     out.flush()
     text = raw.getvalue().decode("ascii")
     assert "sha256:3a3a3a3a3a3a..." in text and ".../ingress-controller:v1.2.3-rc.1" in text
@@ -479,3 +479,27 @@ def test_a_containerd_entry_containerd_has_not_read_says_so() -> None:
     row.pinned = False
     assert cells.why(row) == f"{entry.detail}, not applied: restart containerd"
     assert "1 image is named in containerd's pinned_images but not pinned yet" in cells.not_applied([row])
+
+
+def test_a_table_shows_an_images_names_and_its_id_reference_only_when_alone_or_asked() -> None:
+    lone = image_row("sha256:" + "5b" * 32, image_id="sha256:" + "5b" * 32)  # an image with no name
+    rows = [*ls_rows(), lone]
+    out = io.StringIO()
+    output.print_images(rows, [], "table", False, out)
+    refs = [line.split()[1] for line in out.getvalue().splitlines()[1:]]
+    assert refs == ["example.test/base/app:1", "example.test/other:1", "sha256:" + "5b" * 32]
+    shown = io.StringIO()
+    output.print_images(rows, [], "table", False, shown, id_refs=True)
+    assert len(shown.getvalue().splitlines()) == 5
+    data = io.StringIO()
+    output.print_images(rows, [], "json", False, data)  # JSON: every reference, always
+    assert len(json.loads(data.getvalue())["images"]) == 4
+
+
+def test_a_piped_row_of_a_40_character_name_stays_under_120_columns() -> None:
+    name = "example.test/team-platform/ingress-ctl:1"
+    assert len(name) == 40
+    rows = [image_row(name, [Reason("label", name)]), image_row("sha256:" + "3a" * 32, [Reason("label", name)])]
+    out = io.StringIO()
+    output.print_images(rows, [], "table", False, out)
+    assert max(len(line) for line in out.getvalue().splitlines()) < 120, out.getvalue()

@@ -20,17 +20,21 @@ from pinctl.model import OutputFormat
               help="Only where labels and policy disagree: covered by a pattern but not labelled, "
                    "or labelled but covered by no pattern.")
 @click.option("--cri", is_flag=True, help="Add CRI PINNED: what the runtime tells the kubelet.")
+@click.option("--id-refs", is_flag=True,
+              help="Also list the sha256:<id> reference containerd's CRI adds to each image that has a name "
+                   "(JSON and -q always have them).")
 @output_options()
 @common_options
 @click.pass_context
 def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool], drift: bool, cri: bool,
-               fmt: OutputFormat, quiet: bool, **_: Any) -> int:
+               id_refs: bool, fmt: OutputFormat, quiet: bool, **_: Any) -> int:
     """List image references, whether each is pinned and why.
 
     An image is pinned when any of its references (including a sha256:<id> one) carries
     io.cri-containerd.pinned=pinned; every reference of it then shows as pinned, and WHY
     names the one with the label. WHY also lists every policy pattern covering the image
-    and where it came from, and labels that look like pins but are not.
+    and where it came from, and labels that look like pins but are not. The table shows an
+    image's names; its sha256:<id> reference only with --id-refs, or when it has no name.
     """
     from pinctl import commands
     from pinctl.render import output
@@ -43,7 +47,7 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
         return EXIT_OK
     runtime = open_runtime(cfg)[0] if cri else None
     result = commands.ls(node, load_policy(cfg), query, runtime)
-    output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri)
+    output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri, id_refs=id_refs)
     return EXIT_OK
 
 

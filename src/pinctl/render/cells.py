@@ -118,6 +118,13 @@ def not_applied(rows: Sequence[ImageRow]) -> str:
     return "; ".join(said)
 
 
+def named_rows(rows: Sequence[ImageRow]) -> list[ImageRow]:
+    """The rows a table shows by default: an image's names, without the sha256:<id> reference
+    containerd's CRI adds to it; that reference stays when it is the image's only one."""
+    named = {(row.namespace, row.group_key) for row in rows if not FULL_DIGEST_REF.fullmatch(row.ref)}
+    return [row for row in rows if not FULL_DIGEST_REF.fullmatch(row.ref) or (row.namespace, row.group_key) not in named]
+
+
 def abbreviate(ref: str, ellipsis: str = "…") -> str:
     """sha256:<64 hex> as sha256:<12 hex>…, like a short image ID; any other reference whole."""
     if FULL_DIGEST_REF.fullmatch(ref):

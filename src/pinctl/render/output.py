@@ -40,7 +40,7 @@ from pinctl.model import (
 )
 from pinctl.render import columns as ls_columns
 from pinctl.render import shape, table
-from pinctl.render.cells import abbreviate, not_applied
+from pinctl.render.cells import abbreviate, named_rows, not_applied
 from pinctl.render.table import NO_FIT, Fit, Notes
 
 if TYPE_CHECKING:
@@ -99,15 +99,17 @@ def result_dict(result: ItemResult) -> dict[str, Any]:
 
 def print_images(
     rows: Sequence[ImageRow], errors: Sequence[dict[str, str]], fmt: OutputFormat, quiet: bool,
-    out: Optional[TextIO] = None, show_drift: bool = False, show_cri: bool = False,
+    out: Optional[TextIO] = None, show_drift: bool = False, show_cri: bool = False, id_refs: bool = False,
 ) -> None:
+    """id_refs: the table shows the sha256:<id> references of images with a name too."""
     out = out or sys.stdout
     if quiet:
         print_names([row.ref for row in rows], out)
     elif fmt == FORMAT_JSON:
         write_envelope(out, images=(image_dict(r) for r in rows), errors=list(errors))
     else:
-        _print_image_table(rows, wide=fmt == FORMAT_WIDE, out=out, show_drift=show_drift, show_cri=show_cri)
+        shown = rows if id_refs else named_rows(rows)
+        _print_image_table(shown, wide=fmt == FORMAT_WIDE, out=out, show_drift=show_drift, show_cri=show_cri)
         pending = not_applied(rows)
         if pending:
             warn(pending)
