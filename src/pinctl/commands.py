@@ -14,19 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
-from pinctl.model import (
-    ACTION_ALREADY_UNPINNED,
-    ACTION_UNPINNED,
-    REASON_DOCKER_LABEL,
-    REASON_PATTERN,
-    STATUS_PARTIAL,
-    STATUS_SUCCESS,
-    ImageRow,
-    ItemResult,
-    LogFn,
-    Reason,
-    Status,
-)
+from pinctl.model import (ACTION_ALREADY_UNPINNED, ACTION_UNPINNED, REASON_DOCKER_LABEL, REASON_PATTERN, STATUS_PARTIAL,
+                          STATUS_SUCCESS, ImageRow, ItemResult, LogFn, Reason, Status)
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -66,19 +55,20 @@ class LsQuery:
 class LsResult:
     rows: list[ImageRow]
     errors: list[dict[str, str]] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)  # filter terms that match no image
 
 
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
     """Rows with pins and reasons, filtered; with a runtime, what it tells the kubelet too."""
     node.prefetch()  # the records come while the modules load and the CRI's sizes are asked for
     from pinctl.check.compare import annotate_cri
-    from pinctl.pins.listing import filter_rows
+    from pinctl.pins.listing import filter_rows, unmatched_terms
 
     listing = node.rows(policy)
     if runtime is not None:
         annotate_cri(listing.rows, runtime.list_images())
     rows = filter_rows(listing.rows, query.filters, query.pinned, query.drift, query.dialect)
-    return LsResult(rows, listing.errors)
+    return LsResult(rows, listing.errors, unmatched_terms(listing.rows, query.filters, query.dialect))
 
 
 def ls_names(node: Node) -> list[str]:

@@ -503,3 +503,11 @@ def test_a_piped_row_of_a_40_character_name_stays_under_120_columns() -> None:
     out = io.StringIO()
     output.print_images(rows, [], "table", False, out)
     assert max(len(line) for line in out.getvalue().splitlines()) < 120, out.getvalue()
+
+
+def test_ls_names_each_filter_that_matches_no_image() -> None:
+    from pinctl.pins.listing import unmatched_terms
+
+    rows = [image_row("docker.io/library/tools:1"), image_row("example.test/app:1")]
+    assert unmatched_terms(rows, ["tools:1", "example.test/app:1", "epsilon:3.1", "*nothing*", "sha256:ffff"]) == [
+        "epsilon:3.1 (docker.io/library/epsilon:3.1)", "*nothing*", "sha256:ffff"]

@@ -48,6 +48,8 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     runtime = open_runtime(cfg)[0] if cri else None
     result = commands.ls(node, load_policy(cfg), query, runtime)
     output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri, id_refs=id_refs)
+    for term in result.unmatched:  # as pin would say it; listing nothing is no failure
+        output.warn(f"ls: no image matches {term}; pinctl ls lists them all")
     return EXIT_OK
 
 

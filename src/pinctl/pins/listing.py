@@ -288,6 +288,18 @@ def filter_rows(
     return [row for row in kept if any(match(row) for match in matchers)]
 
 
+def unmatched_terms(rows: Sequence[ImageRow], terms: Sequence[str], dialect: str = "pinctl") -> list[str]:
+    """The terms that match no row at all (before the pinned and drift filters), each with the
+    name it was read as when that differs: 'tools:1 (docker.io/library/tools:1)'."""
+    missing = []
+    for term in terms:
+        match = _matcher(term, dialect)
+        if not any(match(row) for row in rows):
+            read_as = "" if patterns.is_pattern(term) else refs.parse_selector(term).ref
+            missing.append(f"{term} ({read_as})" if read_as and read_as != term else term)
+    return missing
+
+
 def _matcher(term: str, dialect: str) -> Callable[[ImageRow], bool]:
     if patterns.is_pattern(term):
         pattern = patterns.parse_pattern(term, dialect, "command line")
