@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import codecs
 from functools import lru_cache
-from typing import Optional
+from typing import Optional, Sequence
 
 
 def visible(text: str, encoding: Optional[str] = None) -> str:
@@ -60,3 +60,29 @@ def human_size(size: int) -> str:
 def counted(count: int, noun: str, plural: Optional[str] = None) -> str:
     """'1 image', '2 images': a count with its noun in the right number (plural: when not noun+s)."""
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+def closest(typed: str, candidates: Sequence[str]) -> list[str]:
+    """The candidates fewest edits away from typed, when that is few enough to be a typo."""
+    distances = {candidate: _edits(typed, candidate) for candidate in candidates}
+    if not distances:
+        return []
+    best = min(distances.values())
+    if best > max(2, len(typed.lstrip("-")) // 3):
+        return []
+    return sorted(candidate for candidate, distance in distances.items() if distance == best)
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance, with a swap of two neighbours counted as one edit."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, previous2[j - 2] + 1)
+            current.append(cost)
+        previous2, previous = previous, current
+    return previous[-1]

@@ -5,6 +5,7 @@ stderr and a documented exit code in run(), the one place errors are mapped to e
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any, Optional, Sequence, TextIO
 
@@ -14,6 +15,7 @@ import click
 from pinctl.cli import check, completion, config, criproxy, gc, importing, ls, pin, pull, sync  # noqa: F401
 from pinctl.cli.options import COMMON_OPTIONS_HEADING, SOURCE_OPTIONS, CommonOption, setting_options  # noqa: F401
 from pinctl.cli.root import PinctlCommand, cli  # noqa: F401
+from pinctl.display import closest
 from pinctl.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_USAGE, OutputClosed, OutputError,
                            PinctlError)
 
@@ -102,12 +104,28 @@ def _usage_message(err: click.UsageError) -> str:
         what, name = "option", err.option_name
     elif isinstance(err, no_such_command):
         what, name = "command", err.command_name
+    elif isinstance(err, click.BadParameter) and isinstance(getattr(err.param, "type", None), click.Choice):
+        return _choice_message(err)
     else:
         # click (8.5) writes a choice's list with "\n\t" between items, escaped in the text it
         # gives: one line of pinctl's, with plain commas, instead.
         return " ".join(err.format_message().replace("\\n\\t", " ").split())
     close = closest(name, _candidates(err.ctx, what) or err.possibilities or ())
     return f"no such {what} '{name}'" + (f"; did you mean {' or '.join(close)}?" if close else "")
+
+
+def _choice_message(err: click.BadParameter) -> str:
+    """'-o/--output takes table, wide or json, not 'jsn'; did you mean json?': the value typed
+    is only in click's text, so it is read from there."""
+    param: Any = err.param
+    choices = [str(choice) for choice in param.type.choices]
+    typed = re.search(r"'([^']*)' is not one of", err.format_message())
+    if typed is None:
+        return " ".join(err.format_message().replace("\\n\\t", " ").split())
+    names = "/".join(param.opts) if isinstance(param, click.Option) else param.human_readable_name
+    listed = ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
+    close = closest(typed.group(1), choices)
+    return f"{names} takes {listed}, not '{typed.group(1)}'" + (f"; did you mean {' or '.join(close)}?" if close else "")
 
 
 def _candidates(ctx: Optional[click.Context], what: str) -> list[str]:
@@ -118,32 +136,6 @@ def _candidates(ctx: Optional[click.Context], what: str) -> list[str]:
         return list(ctx.command.list_commands(ctx)) if isinstance(ctx.command, click.Group) else []
     return [name for param in ctx.command.get_params(ctx) if isinstance(param, click.Option)
             for name in (*param.opts, *param.secondary_opts)]
-
-
-def closest(typed: str, candidates: Sequence[str]) -> list[str]:
-    """The candidates fewest edits away from typed, when that is few enough to be a typo."""
-    distances = {candidate: _edits(typed, candidate) for candidate in candidates}
-    if not distances:
-        return []
-    best = min(distances.values())
-    if best > max(2, len(typed.lstrip("-")) // 3):
-        return []
-    return sorted(candidate for candidate, distance in distances.items() if distance == best)
-
-
-def _edits(a: str, b: str) -> int:
-    """Levenshtein distance, with a swap of two neighbours counted as one edit."""
-    previous2: list[int] = []
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
-            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
-                cost = min(cost, previous2[j - 2] + 1)
-            current.append(cost)
-        previous2, previous = previous, current
-    return previous[-1]
 
 
 def _visible(message: str) -> str:

@@ -146,7 +146,7 @@ def setting_options(keys: Mapping[str, KeySpec]) -> list[Callable[[F], F]]:
 
 # They say where the settings come from and set none themselves.
 SOURCE_OPTIONS = [
-    _common("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False), env_name=CONFIG_ENV,
+    _common("--config", "config_path", metavar="PATH", type=click.Path(), env_name=CONFIG_ENV,
             default_text=f"`{DEFAULT_PATH}`",
             help="pinctl config file; drop-ins come from config.d beside it. "
                  + default_sentence(CONFIG_ENV, None, DEFAULT_PATH)),

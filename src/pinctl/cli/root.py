@@ -228,3 +228,26 @@ def options_command(ctx: click.Context, **_: Any) -> int:
     """
     click.echo(ctx.get_help())
     return 0
+
+
+@cli.command("help", short_help="Show a command's help: pinctl help config export.", epilog=exit_codes("0 ok", "2 no such command"))
+@click.argument("command", nargs=-1, metavar="[COMMAND]...")
+@click.pass_context
+def help_command(ctx: click.Context, command: Sequence[str]) -> int:
+    """Show the help of COMMAND (pinctl help pin is pinctl pin --help), or of pinctl itself."""
+    group = ctx.find_root().command
+    here = ctx.find_root()
+    for word in command:
+        if not isinstance(group, click.Group):
+            break
+        found = group.get_command(here, word)
+        if found is None:
+            from pinctl.display import closest
+
+            close = closest(word, group.list_commands(here))
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise UsageError(f"no such command '{word}'{hint}", f"see '{here.command_path} --help'")
+        here = click.Context(found, info_name=word, parent=here)
+        group = found
+    click.echo(here.get_help())
+    return 0
