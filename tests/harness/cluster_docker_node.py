@@ -1,6 +1,6 @@
 """A fleet node whose runtime is Docker: the seed user's node, registered to the harness's cluster.
 
-Set up as README ("CRI proxy", "Roll out") tells its operator: dockerd 26 keeping its images in a
+Set up as docs/cri-proxy.md ("Roll out") tells its operator: dockerd 26 keeping its images in a
 containerd (namespace ``moby``), cri-dockerd v0.4.3 in front of it (it pins only its sandbox
 image), ``pinctl cri-proxy`` in front of that at ``/run/pinctl/cri-proxy.sock``, and the kubelet
 pointed at the proxy. The proxy is a node service, not a pod: the kubelet's runtime endpoint must
@@ -42,7 +42,7 @@ from tests.harness.docker_pods import HostRuncDocker
 
 ENGINE = "cri-dockerd"
 MOBY = "moby"
-# Where the README's unit puts the proxy's socket; the kubelet's endpoint inside the node.
+# Where docs/cri-proxy.md's unit puts the proxy's socket; the kubelet's endpoint inside the node.
 PROXY_RUN = "/run/pinctl"
 PROXY_SOCKET = f"{PROXY_RUN}/cri-proxy.sock"
 DOCKER_ROOT = "/var/lib/docker"
@@ -209,7 +209,7 @@ class DockerFleetNode:
         cdd.start()
 
     def _start_proxy(self, store: NodeDaemon) -> None:
-        """``pinctl cri-proxy`` as README's unit runs it, its socket where the kubelet looks."""
+        """``pinctl cri-proxy`` as docs/cri-proxy.md's unit runs it, its socket where the kubelet looks."""
         assert self._proxy_dir is not None and self.cdd is not None and self.docker is not None
         config = self.base_dir / "proxy-config.toml"
         config.write_text(PROXY_CONFIG)

@@ -62,7 +62,7 @@ def sample_recipes() -> list[images.ImageRecipe]:
     ]
 
 
-# The README's `pinctl import` examples, ready in archives/ (images the samples do not hold): an OCI
+# The `pinctl import` examples of docs/pull-and-import.md, ready in archives/ (images the samples do not hold): an OCI
 # layout, docker save's format gzipped, a zstd-compressed layout, and a two-platform index.
 SAMPLE_ARCHIVES: dict[str, tuple[str, str, list[images.ImageRecipe]]] = {
     "agent.tar": ("oci", "", [images.recipe("example.test/agent:2.1", seed="agent")]),
@@ -208,7 +208,7 @@ def print_instructions(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
         f"export CONTAINER_RUNTIME_ENDPOINT=unix://{daemon.address}\n"
         f"export PATH={REPO}/.venv/bin:$PATH\n"
         f"# ctr for comparison: {daemon.bin_dir}/ctr -a {daemon.address} -n k8s.io images ls\n"
-        f"# Archives to import (README, pinctl import): cd {folder}; pinctl import --pin {' '.join(SAMPLE_ARCHIVES)}\n"
+        f"# Archives to import (docs/pull-and-import.md): cd {folder}; pinctl import --pin {' '.join(SAMPLE_ARCHIVES)}\n"
         f"# After a reboot or a containerd stop, {_script(daemon.base_dir)} starts it again as you left it\n"
         f"# Start over with: {_script(daemon.base_dir, '--reset')}\n"
         f"# Stop it and remove {daemon.base_dir} with: {_script(daemon.base_dir, '--stop')}"

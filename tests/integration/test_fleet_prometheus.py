@@ -10,9 +10,9 @@ CA and a client certificate bound to get/list/watch pods) and a 1 s interval, an
 (monitoring/prometheusrule.yaml's spec) with one change: each ``for:`` is 1 s, since a test cannot
 wait 15 minutes. The expressions, labels and annotations are the shipped ones.
 
-Then: every agent is discovered and scraped, labelled by node; README's query for "which nodes
-lack image X, and why" names the 2.1 node alone, with state absent; PinctlPolicyImageNotKept fires
-there and nowhere else; once the image is imported on that node the agent pins it, the query
+Then: every agent is discovered and scraped, labelled by node; docs/monitoring.md's query for
+"which nodes lack image X, and why" names the 2.1 node alone, with state absent;
+PinctlPolicyImageNotKept fires there and nowhere else; once the image is imported on that node the agent pins it, the query
 comes back empty and the alert clears. A broken ConfigMap applied with kubectl fires the shipped
 PinctlConfigReloadFailed on every node (the Docker and CRI-O nodes' agents too), the old policy's pins kept;
 the good one again clears it.
@@ -42,8 +42,8 @@ EVERYWHERE = "example.test/fleet-prom/base:1"
 MISSING = "example.test/fleet-prom/missing:1"
 RULES_FILE = "pinctl-rules.yaml"
 ALERT = "PinctlPolicyImageNotKept"
-# README's query, "which nodes lack image X, and why", with X the missing image's pattern.
-README_QUERY = f'pinctl_policy_images{{pattern="{MISSING}", state!="pinned"}} > 0'
+# docs/monitoring.md's query, "which nodes lack image X, and why", with X the missing image's pattern.
+LACKING_QUERY = f'pinctl_policy_images{{pattern="{MISSING}", state!="pinned"}} > 0'
 # Generous: a busy machine. The agent's figures behind pinctl_policy_images are read 2-15 s after it
 # pins (Checker.soon), else every --check-interval (60 s, the shipped default).
 ROLLOUT_S = 300.0
@@ -104,8 +104,8 @@ def firing(server: Prometheus, name: str = ALERT) -> list[dict[str, Any]]:
 
 
 def lacking(server: Prometheus) -> list[tuple[str, str]]:
-    """README's query: (node, state) of each series it returns."""
-    return sorted((labels.get("node", ""), labels.get("state", "")) for labels, _ in server.query(README_QUERY))
+    """docs/monitoring.md's query: (node, state) of each series it returns."""
+    return sorted((labels.get("node", ""), labels.get("state", "")) for labels, _ in server.query(LACKING_QUERY))
 
 
 def test_prometheus_finds_every_agent_and_the_alert_follows_the_missing_image(
@@ -130,7 +130,7 @@ def test_prometheus_finds_every_agent_and_the_alert_follows_the_missing_image(
     # check's, so a node whose agent is pinning the image may say unpinned for a moment (the
     # alert's 15 minutes cover that): wait for the answer.
     expected = [(lacks.name, "absent")]
-    server.wait_for("README's query to name only the node lacking the image",
+    server.wait_for("docs/monitoring.md's query to name only the node lacking the image",
                     lambda: lacking(server) == expected, CHANGE_S)
 
     def only_there() -> list[dict[str, Any]]:
@@ -150,7 +150,7 @@ def test_prometheus_finds_every_agent_and_the_alert_follows_the_missing_image(
     lacks.load_samples([MISSING])
     server.wait_for(f"{MISSING} pinned on {lacks.name}",
                     lambda: fleet_deploy.cri_pinned(lacks).get(MISSING) is True, CHANGE_S)
-    server.wait_for("README's query to come back empty", lambda: lacking(server) == [], CHANGE_S)
+    server.wait_for("docs/monitoring.md's query to come back empty", lambda: lacking(server) == [], CHANGE_S)
     emptied = round(time.monotonic() - arrived, 1)
     server.wait_for(f"{ALERT} cleared", lambda: firing(server) == [], CHANGE_S)
     print(f"query empty {emptied}s and alert cleared {round(time.monotonic() - arrived, 1)}s "  # noqa: T201

@@ -170,14 +170,15 @@ def test_help_names_the_script_and_reads_as_plain_text() -> None:
     assert "``" not in done.stdout and "python -m" not in done.stdout
 
 
-def test_the_readmes_import_examples_have_archives_to_import(base: Path) -> None:
+def test_the_docs_import_examples_have_archives_to_import(base: Path) -> None:
     """Issue 30: archives/ was empty, so README's import example had nothing to import. Each
-    `pinctl import` line of README that names only local archives runs as written from there."""
+    `pinctl import` line of docs/pull-and-import.md (where README's import examples went) that names
+    only local archives runs as written from there."""
     started = run_script(base)
     folder = base / "archives"
     assert f"cd {folder}; pinctl import --pin" in started.stdout
-    readme = (ROOT / "README.md").read_text()
-    examples = [line.split("#")[0].split() for line in readme.splitlines() if line.startswith("pinctl import ")]
+    guide = (ROOT / "docs" / "pull-and-import.md").read_text()
+    examples = [line.split("#")[0].split() for line in guide.splitlines() if line.startswith("pinctl import ")]
     local = [argv for argv in examples if "-n" not in argv]  # -n moby needs Docker
     assert len(local) >= 3, examples
     env = {**os.environ, "CONTAINERD_ADDRESS": str(sandbox._read_state(base)["address"]),

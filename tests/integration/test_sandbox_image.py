@@ -1,6 +1,6 @@
 """The runtime's sandbox (pause) image, runtime by runtime, for real: when each one pins it, and
 that ls, ls --cri, check, gc plan, prune and unpin then tell the same story (pins/sandbox.py
-has the rules; README's table "The sandbox image, runtime by runtime" says what these show).
+has the rules; docs/sandbox-image.md's table says what these show).
 
 - containerd 1.7, the sandbox image pulled by its CRI (from a registry on loopback): labelled and
   pinned; unpinned, it stays so (the GC may delete it) until its CRI pulls it again;

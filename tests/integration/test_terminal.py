@@ -119,7 +119,7 @@ def test_head_closing_the_pipe_ends_quietly_with_141(containerd17: ContainerdDae
     assert line.startswith(first)
 
 
-# A listing past Python's own 8 KiB buffer that still fits a pipe's 64 KiB (README, Exit codes).
+# A listing past Python's own 8 KiB buffer that still fits a pipe's 64 KiB (docs/output.md, Exit codes).
 SMALL_NAMES = [f"example.test/small/team-platform/component/app-{i:03d}:1.0" for i in range(160)]
 
 
@@ -128,7 +128,7 @@ SMALL_NAMES = [f"example.test/small/team-platform/component/app-{i:03d}:1.0" for
 def test_head_of_a_listing_that_fits_the_pipe_exits_0_every_time(
         containerd17: ContainerdDaemon, fresh_namespace: Callable[[ContainerdDaemon], str], load_images: LoadImages,
         args: list[str], buffering: str) -> None:
-    """The README promises 0 for `pinctl ls | head -1` on a node whose listing fits the pipe:
+    """docs/output.md promises 0 for `pinctl ls | head -1` on a node whose listing fits the pipe:
     pinctl has written everything before head leaves. Row by row (PYTHONUNBUFFERED, or past
     8 KiB), head's exit met a later write: 0, 141, 0 on three runs."""
     namespace = fresh_namespace(containerd17)

@@ -23,7 +23,7 @@ from pinctl.config.settings import KEYS, KeySpec
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OUTPUT_FORMATS
 
 LOW, HIGH = KEYS["timeout"].bounds or (0.0, 0.0)
-README = Path(__file__).resolve().parents[2] / "README.md"
+SETTINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def run(*args: str, config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -211,9 +211,9 @@ def test_short_address_and_runtime_endpoint_set_the_config(config: Path, where: 
     assert document["config"]["containerd_address"]["source"] == "flag"
 
 
-def test_readme_options_table_has_every_common_option_its_short_name_and_environment() -> None:
-    text = README.read_text()
-    table = text[text.index("Common options work before or after"):text.index("Output: `-o table`")]
+def test_the_options_table_has_every_common_option_its_short_name_and_environment() -> None:
+    text = SETTINGS_DOC.read_text()
+    table = text[text.index("## Common options"):text.index("## The config file")]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     env_of = {spec.flag: spec.env for spec in KEYS.values() if spec.flag}
     for param in cli.params:
@@ -221,7 +221,7 @@ def test_readme_options_table_has_every_common_option_its_short_name_and_environ
             continue
         names = [*param.opts, *param.secondary_opts]
         row = next((r for r in rows if any(re.search(rf"`{n}[ `=\[]", r) for n in names)), None)
-        assert row is not None, f"README's options table has no row for {names}"
+        assert row is not None, f"docs/configuration.md's options table has no row for {names}"
         for short in (n for n in names if not n.startswith("--")):
             assert f"`{short}" in row, (short, row)
         env = env_of.get(max(names, key=len))

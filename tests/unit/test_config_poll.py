@@ -186,8 +186,8 @@ def test_a_new_dropin_reloads_once_though_the_reload_adds_it_to_the_paths(tmp_pa
 
 
 def test_the_docs_give_the_bound_the_poll_keeps() -> None:
-    """README and deploy/kubernetes/README.md tell operators a change is read within 3 s."""
+    """docs/policy.md and deploy/kubernetes/README.md tell operators a change is read within 3 s."""
     root = Path(__file__).resolve().parents[2]
     assert configfiles.POLL_SECONDS + configfiles.SETTLE_SECONDS <= 3.0
-    for doc in (root / "README.md", root / "deploy" / "kubernetes" / "README.md"):
+    for doc in (root / "docs" / "policy.md", root / "deploy" / "kubernetes" / "README.md"):
         assert "within 3 s" in " ".join(doc.read_text().split()), doc

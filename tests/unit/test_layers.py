@@ -3,7 +3,7 @@ stand side by side, no cycles, and lazy imports only where they keep a heavy thi
 out of `pinctl --help`.
 
 Every import counts, also one inside a function; only an `if TYPE_CHECKING:` block is left out,
-since it never runs. README's Layout section and docs/development.md describe the same layers.
+since it never runs. docs/development.md (its Layout section) describes the same layers.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def layer_of(module: str) -> int:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
                 best, found = len(prefix), index
     if found is None:
-        raise AssertionError(f"{module} is in no layer: add it to LAYERS (and README's Layout)")
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS (and docs/development.md's Layout)")
     return found
 
 

@@ -367,14 +367,14 @@ def test_a_failed_textfile_write_is_one_error(tmp_path: Path) -> None:
         metrics.write_textfile(str(path), [])
 
 
-# -- README's Monitoring section against the code and the rules --------------------------------
+# -- docs/monitoring.md against the code and the rules --------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_table(first_header: str) -> dict[str, list[str]]:
-    """A table of README's Monitoring section by its first column (backquotes dropped)."""
-    section = (ROOT / "README.md").read_text().split("## Monitoring\n", 1)[1].split("\n## ", 1)[0]
+def doc_table(first_header: str) -> dict[str, list[str]]:
+    """A table of docs/monitoring.md by its first column (backquotes dropped)."""
+    section = (ROOT / "docs" / "monitoring.md").read_text()
     rows: dict[str, list[str]] = {}
     inside = False
     for line in section.splitlines():
@@ -388,8 +388,8 @@ def readme_table(first_header: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_readme_lists_every_metric_with_its_type_and_labels() -> None:
-    rows = readme_table("metric")
+def test_the_doc_lists_every_metric_with_its_type_and_labels() -> None:
+    rows = doc_table("metric")
     assert list(rows) == [spec.name for spec in metrics.METRICS]
     for spec in metrics.METRICS:
         kind, labels = rows[spec.name][0], rows[spec.name][1]
@@ -398,8 +398,8 @@ def test_readme_lists_every_metric_with_its_type_and_labels() -> None:
         assert re.findall(r"`([a-z_]+)`", names) == list(spec.labels), (spec.name, labels)
 
 
-def test_readme_lists_the_label_values_the_code_has() -> None:
-    rows = readme_table("metric")
+def test_the_doc_lists_the_label_values_the_code_has() -> None:
+    rows = doc_table("metric")
     values = {"pinctl_sync_errors_total": monitor.SYNC_ERRORS, "pinctl_check_errors_total": monitor.CHECK_ERRORS,
               "pinctl_cri_mismatches": check.MISMATCHES, "pinctl_drift_references": figures.DRIFTS,
               "pinctl_cri_proxy_pin_reads_total": proxystats.READ_RESULTS,
@@ -410,12 +410,12 @@ def test_readme_lists_the_label_values_the_code_has() -> None:
         assert listed == list(wanted), name
 
 
-def test_readme_lists_the_alerts_as_the_rules_have_them() -> None:
+def test_the_doc_lists_the_alerts_as_the_rules_have_them() -> None:
     import yaml
 
     rule = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "monitoring" / "prometheusrule.yaml").read_text())
     alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
-    rows = readme_table("alert")
+    rows = doc_table("alert")
     assert set(rows) == set(alerts)
     for name, (expr, duration, severity) in rows.items():
         assert expr.strip("`").replace("\\|", "|") == alerts[name]["expr"].strip(), name

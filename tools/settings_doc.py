@@ -1,7 +1,7 @@
-"""README's tables of the common options and of the config keys, from the key table.
+"""docs/configuration.md's tables of the common options and of the config keys, from the key table.
 
-tools/generate.py writes each table between its two marker lines in README.md and the drift
-test fails when README holds another; the text around the markers is README's own.
+tools/generate.py writes each table between its two marker lines in docs/configuration.md and the
+drift test fails when the page holds another; the text around the markers is the page's own.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ _END = "<!-- end of generated {name} -->"
 
 
 def tables(root: click.Command, keys: Mapping[str, KeySpec]) -> dict[str, str]:
-    """Every generated region of README, by name."""
+    """Every generated region of docs/configuration.md, by name."""
     return {"common-options": options_table(root, keys), "config-keys": keys_table(keys)}
 
 
@@ -29,7 +29,7 @@ def fill(text: str, regions: Mapping[str, str]) -> str:
         start = text.find(begin + "\n")
         stop = text.find(end, start)
         if start < 0 or stop < 0:
-            raise ValueError(f"README has no region {name}: put the lines\n{begin}\n{end}\nwhere its table goes")
+            raise ValueError(f"no region {name}: put the lines\n{begin}\n{end}\nwhere its table goes")
         text = text[: start + len(begin) + 1] + body + text[stop:]
     return text
 
