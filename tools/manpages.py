@@ -270,7 +270,9 @@ def _environment(ctx: click.Context, below: list[click.Context]) -> list[str]:
 
 def _files(ctx: click.Context, below: list[click.Context]) -> list[str]:
     options = _options_of([ctx, *below])
-    items = [item for option in OPTION_FILES if option in options for item in OPTION_FILES[option]]
+    # A path two options name (CRI-O's crio.conf) is listed once, as the last of them says it.
+    described = {path: text for option in OPTION_FILES if option in options for path, text in OPTION_FILES[option]}
+    items = list(described.items())
     if ctx.command.name == "completion" or (ctx.parent is None and any(c.command.name == "completion" for c in below)):
         items += COMPLETION_FILES
     if not items:

@@ -429,3 +429,14 @@ def test_from_file_is_true_only_for_a_value_a_file_set(tmp_path: pathlib.Path) -
     assert not load(main, flags={"namespaces": ("k8s.io",)}).from_file("namespaces")
     assert not load(main, env={"CONTAINERD_NAMESPACE": "k8s.io"}).from_file("namespaces")
     assert not load().from_file("namespaces")
+
+
+def test_config_show_names_the_files_it_read_on_stderr(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pinctl.render import output
+
+    main = write(tmp_path / "config.toml", 'pinned_images = ["example.test/a:1"]\n')
+    dropin = write(tmp_path / "config.d" / "10-team.toml", 'pinned_images = ["example.test/b:1"]\n')
+    output.print_config(load(pathlib.Path(main)), "table", io.StringIO())
+    assert capsys.readouterr().err == f"pinctl: config show: read {main}, {dropin}\n"
+    output.print_config(load(pathlib.Path(main)), "json", io.StringIO())
+    assert capsys.readouterr().err == ""

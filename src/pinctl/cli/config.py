@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from pinctl.cli.options import common_options, output_options
-from pinctl.cli.root import CONTEXT_SETTINGS, EXIT_CODES_HELP, cli, exit_codes, load_config, load_policy, open_node
+from pinctl.cli.root import CONTEXT_SETTINGS, NO_PARTIAL_HELP, cli, exit_codes, load_config, load_policy, open_node
 from pinctl.errors import EXIT_OK
 from pinctl.model import FORMAT_JSON, FORMAT_TABLE, OutputFormat
 
@@ -17,7 +17,7 @@ def config_group() -> None:
     """Show and check pinctl's configuration and pin policy."""
 
 
-@config_group.command("show", epilog=EXIT_CODES_HELP)
+@config_group.command("show", epilog=NO_PARTIAL_HELP)
 @output_options([FORMAT_TABLE, FORMAT_JSON], quiet=False)
 @common_options
 @click.pass_context
@@ -57,7 +57,7 @@ def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) 
     return report.exit_code
 
 
-@config_group.command("export", epilog=EXIT_CODES_HELP)
+@config_group.command("export", epilog=NO_PARTIAL_HELP)
 @click.option("--for", "target", type=click.Choice(["crio", "containerd", "cri-dockerd"]), required=True,
               help="The runtime whose configuration to write.")
 @click.option("--offline", is_flag=True,

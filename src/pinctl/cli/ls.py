@@ -7,12 +7,12 @@ from typing import Any, Optional, Sequence
 import click
 
 from pinctl.cli.options import common_options, output_options
-from pinctl.cli.root import EXIT_CODES_HELP, cli, load_config, load_policy, open_node, open_runtime
+from pinctl.cli.root import NO_PARTIAL_HELP, cli, load_config, load_policy, open_node, open_runtime
 from pinctl.errors import EXIT_OK
 from pinctl.model import OutputFormat
 
 
-@cli.command("ls", epilog=EXIT_CODES_HELP)
+@cli.command("ls", epilog=NO_PARTIAL_HELP)
 @click.argument("filters", nargs=-1, metavar="[REF|ID|PATTERN]...")
 @click.option("--pinned/--unpinned", "pinned", default=None,
               help="Only images the runtime keeps (--pinned), or only those the GC may delete (--unpinned).")
@@ -53,7 +53,7 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     return EXIT_OK
 
 
-@cli.command("namespaces", short_help="List containerd's namespaces, marking the default ones.", epilog=EXIT_CODES_HELP)
+@cli.command("namespaces", short_help="List containerd's namespaces, marking the default ones.", epilog=NO_PARTIAL_HELP)
 @click.option("-q", "--quiet", is_flag=True, help="Names only (what shell completion reads).")
 @common_options
 @click.pass_context

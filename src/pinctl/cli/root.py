@@ -39,6 +39,10 @@ def exit_codes(*codes: str) -> str:
     return "Exit codes: " + ", ".join([*codes, PIPE_EXIT_HELP]) + "."
 
 
+# A command that changes nothing item by item never ends partial (3).
+NO_PARTIAL_HELP = exit_codes("0 ok", "1 error", "2 usage or config error")
+
+
 def _own_first(params: list[click.Parameter]) -> list[click.Parameter]:
     # A stable sort: arguments, the command's own options and --help keep their order.
     return sorted(params, key=lambda param: isinstance(param, CommonOption))

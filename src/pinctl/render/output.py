@@ -318,6 +318,9 @@ def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -
     if not patterns:
         rows.append(["pinned_images", "(none)", "default"])
     print_table(["KEY", "VALUE", "SOURCE"], rows, out, fit=CONFIG_FIT)
+    # Which files these came from, beside the table for a person (JSON has them as "files").
+    warn(f"config show: read {', '.join(cfg.files)}" if cfg.files else
+         "config show: no config file was read; the values come from defaults, the environment and flags")
 
 
 # Values (paths, lists) wrap at their separators under themselves; SOURCE wraps, then runs on
