@@ -347,3 +347,19 @@ def test_gc_plan_gives_each_image_one_verdict(fmt: str) -> None:
     assert "in use by web" in protected
     assert [line.split()[-1] for line in wanted.splitlines()[2:]] == ["image", "x/*"]
     assert "deleted" not in wanted and "too young" not in wanted
+
+
+def test_below_the_threshold_the_table_still_shows_what_goes_first_and_protected_by_name() -> None:
+    """Nothing goes at 50%: the order's head is shown all the same, and PROTECTED reads the
+    same on every run (by name; JSON keeps the kubelet's order)."""
+    images = [image(name, 10 * MiB, pinned=name in "zyx") for name in "abcdezyx"]
+    domain = FakeDomain(images, [], used_percent=50)
+    sourced = SourcedGcSettings(GcSettings(), {})
+    out = io.StringIO()
+    gc_output.print_gc_plan(gc.gc_plan(domain, [], sourced, NOW), "table", out)
+    text = out.getvalue()
+    order = text.split("DELETION ORDER", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert order[0] == f": {gc_output.FIRST_IN_LINE} of 5 (-o wide lists all)"
+    assert [line.split()[1] for line in order[2:]] == ["example.test/a:1", "example.test/b:1", "example.test/c:1"]
+    protected = text.split("PROTECTED\n", 1)[1].splitlines()[1:]
+    assert [line.split()[0] for line in protected] == ["example.test/x:1", "example.test/y:1", "example.test/z:1"]

@@ -29,6 +29,8 @@ OUTCOME_TEXT = {
     "shortfall": "the GC would run now and could not free enough",
     "all_unused": "every unused image would go",
 }
+# The images at the head of the deletion order shown without -o wide, whatever their fate.
+FIRST_IN_LINE = 3
 FATE_TEXT = {
     "deleted_age": "deleted (unused past the maximum age)",
     "deleted_space": "deleted",
@@ -67,7 +69,9 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
     evicting = report.eviction.plan if report.eviction is not None else None
     if evicting is not None:
         _order_table(evicting, "EVICTION MANAGER'S DeleteUnusedImages", wide, out)
-    protected = [p for p in plan.protected if p.image.id not in in_order]
+    # By name, so that a table reads the same on every run (JSON keeps the kubelet's order).
+    protected = sorted((p for p in plan.protected if p.image.id not in in_order),
+                       key=lambda p: (_name(p.image.refs, p.image.id), p.image.id))
     if protected:
         out.write("\nPROTECTED\n")
         _table(["IMAGE", "IMAGE ID", "SIZE", "WHY"], [_protected_cells(p) for p in protected], wide, out, WHY_FIT)
@@ -96,11 +100,15 @@ def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
     wanted = {risk.image.id for risk in plan.at_risk}
     tie = plan.straddled_tie
     chance = set(tie.image_ids) if tie is not None else set()
-    shown = plan.order if wide else [e for e in plan.order
-                                     if e.fate.deleted or e.image.id in wanted or e.image.id in chance]
+    # The head of the order too: what goes first once the GC runs, when nothing goes now.
+    shown = plan.order if wide else [e for index, e in enumerate(plan.order)
+                                     if index < FIRST_IN_LINE or e.fate.deleted or e.image.id in wanted
+                                     or e.image.id in chance]
     young = {p.image.id: p.eligible_at for p in plan.protected if p.eligible_at is not None}
     if shown:
-        out.write(f"\n{title}" + ("" if wide else " (what goes, and wanted images at risk)") + "\n")
+        # Which rows these are (the first in line, what goes, what pinctl wants kept) is in the columns.
+        more = "" if wide or len(shown) == len(plan.order) else f": {len(shown)} of {len(plan.order)} (-o wide lists all)"
+        out.write(f"\n{title}{more}\n")
         headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
         rows = [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id)) for entry in shown]
         if tie is not None:
