@@ -511,3 +511,9 @@ def test_ls_names_each_filter_that_matches_no_image() -> None:
     rows = [image_row("docker.io/library/tools:1"), image_row("example.test/app:1")]
     assert unmatched_terms(rows, ["tools:1", "example.test/app:1", "epsilon:3.1", "*nothing*", "sha256:ffff"]) == [
         "epsilon:3.1 (docker.io/library/epsilon:3.1)", "*nothing*", "sha256:ffff"]
+
+
+def test_sync_prunes_pins_and_says_unpinned_not_pruned() -> None:
+    """pinctl prune deletes images; sync --prune only takes pins back, and its rows say that."""
+    assert output.action_text("pruned", dry_run=True) == "would be unpinned (no pattern)"
+    assert output.action_text("pruned", dry_run=False) == "unpinned (no pattern)"

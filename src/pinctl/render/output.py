@@ -213,6 +213,8 @@ ACTION_TEXT: dict[Action, str] = {
     ACTION_ALREADY_PINNED: "already pinned",
     ACTION_ALREADY_UNPINNED: "already unpinned",
     ACTION_ADOPTED: "taken over from sync",
+    # sync --prune takes pins back; "pruned" alone reads like pinctl prune, which deletes images.
+    ACTION_PRUNED: "unpinned (no pattern)",
     ACTION_CHANGED_UNDER_US: "changed under pinctl",
 }
 # The order a summary counts them in: changes first, failures last.
