@@ -366,6 +366,7 @@ complete -c pinctl -n '__fish_seen_subcommand_from prune' -l import-dir -r -F -d
 complete -c pinctl -n '__fish_seen_subcommand_from prune' -l metrics-address -x -d 'Serve Prometheus metrics (/metrics), /healthz and /readyz on HOST:PORT; an empty HOST...'
 complete -c pinctl -n '__fish_seen_subcommand_from prune' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
 complete -c pinctl -n '__fish_seen_subcommand_from prune' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from prune' -a '(__fish_pinctl_refs)'
 
 # pinctl pull
 complete -c pinctl -n '__fish_seen_subcommand_from pull' -l pin -d 'Pin each image right after its pull succeeds (and only then)'

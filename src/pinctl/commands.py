@@ -305,12 +305,15 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
     from pinctl.gc import plan as gc
 
     limits = job.limits
-    if limits.until_usage is not None and limits.all_unused:
-        raise UsageError("--until-usage and --all-unused do not go together", "pick one")
+    if limits.until_usage is not None and (limits.all_unused or limits.images):
+        raise UsageError(f"--until-usage and {'REF' if limits.images else '--all-unused'} do not go together", "pick one")
     rows = node.rows(policy, runtime_sizes=False).rows
     now = datetime.now(timezone.utc)
     plans = [gc.plan_prune(domain, rows, job.settings, limits, now)
              for domain in gc.prune_domains(node, job.namespaces, open_runtime)]
+    unmatched = [term for term in limits.images if not any(term in plan.matched for plan in plans)]
+    if unmatched:  # before anything is asked or deleted
+        raise UsageError(f"no image matches {', '.join(unmatched)}: nothing was deleted", "pinctl ls lists the images")
     if not job.dry_run and any(plan.delete for plan in plans):
         confirm(plans)
     items = gc.apply_prune(plans, gc.wanted_now(node, policy), job.dry_run, progress)

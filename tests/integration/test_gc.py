@@ -453,6 +453,23 @@ def test_prune_deletes_only_what_nothing_protects(modern_pod_node: PodNode) -> N
         mixed.running.image_id, mixed.exited.image_id, mixed.created.image_id}
 
 
+def test_prune_of_named_images_deletes_those_alone_and_never_one_that_must_stay(modern_pod_node: PodNode) -> None:
+    """prune REF...: the images named are the only candidates, whatever the usage; one a container
+    uses is still kept, and a name that matches nothing stops the run before anything goes."""
+    mixed = mixed_node(modern_pod_node)
+    first, second, third = mixed.unused
+    before = cri_ids(modern_pod_node.address)
+    missing = run(modern_pod_node.daemon, "prune", "--yes", "--min-age", "0s", first.refs[0], "example.test/gc-none:1")
+    assert missing.returncode == 2 and "no image matches example.test/gc-none:1" in missing.stderr, missing.stderr
+    assert cri_ids(modern_pod_node.address) == before
+    doc = run_json(modern_pod_node.daemon, "prune", "--yes", "--min-age", "0s", first.refs[0], mixed.running.refs[0])
+    actions = by_action(doc)
+    assert set(actions["removed"]) == {first.image_id}, actions
+    assert set(actions["kept"]) == {mixed.running.image_id}, actions
+    assert cri_ids(modern_pod_node.address) == before - {first.image_id}
+    assert {second.image_id, third.image_id} <= cri_ids(modern_pod_node.address)
+
+
 def test_prune_until_usage_stops_once_the_filesystem_is_there(modern_pod_node: PodNode) -> None:
     available = settled_available(modern_pod_node.fs)
     # Incompressible payloads stored uncompressed and unpacked: each image costs twice its payload.

@@ -363,3 +363,20 @@ def test_below_the_threshold_the_table_still_shows_what_goes_first_and_protected
     assert [line.split()[1] for line in order[2:]] == ["example.test/a:1", "example.test/b:1", "example.test/c:1"]
     protected = text.split("PROTECTED\n", 1)[1].splitlines()[1:]
     assert [line.split()[0] for line in protected] == ["example.test/x:1", "example.test/y:1", "example.test/z:1"]
+
+
+def test_prune_of_named_images_deletes_only_those_and_keeps_a_protected_one() -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=10)  # far below any threshold
+    settings = GcSettings()
+    named = gc.plan_prune(domain, [], settings, gc.PruneRequest(images=("example.test/b:1", "sha256:0000")), NOW)
+    assert [image.refs for image in named.delete] == [("example.test/b:1",)]
+    assert named.matched == {"example.test/b:1"} and named.kept == []
+    # A pinned one, one a container uses and one too young are named, and kept, each with why.
+    kept = gc.plan_prune(domain, [], settings, gc.PruneRequest(images=(
+        "example.test/e:1", "example.test/c:1", images[3].id[:19])), NOW)
+    assert kept.delete == []
+    why = {image.refs[0]: text for image, text in kept.kept}
+    assert set(why) == {"example.test/c:1", "example.test/d:1", "example.test/e:1"}
+    assert "pinned by the runtime" in why["example.test/e:1"] and "in use by job" in why["example.test/c:1"]
+    assert "younger than the minimum age" in why["example.test/d:1"]

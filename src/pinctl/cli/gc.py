@@ -82,6 +82,7 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 @cli.command("prune", short_help="Delete unused images as the kubelet's GC would, keeping pins.", epilog=exit_codes("0 done", "1 error or the plan not confirmed",
                                         "2 usage or config error (or no --yes without a terminal)",
                                         "3 some deletions failed"))
+@click.argument("images", nargs=-1, metavar="[REF|ID]...")
 @click.option("--until-usage", type=Percent(), metavar="PERCENT",
               help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
 @click.option("--all-unused", is_flag=True, help="Delete every image nothing protects, whatever the usage.")
@@ -93,7 +94,8 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 @output_options(quiet=False)
 @common_options
 @click.pass_context
-def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: bool, older_than: Any, dry_run: bool,
+def prune_command(ctx: click.Context, images: Sequence[str], until_usage: Optional[float], all_unused: bool,
+                  older_than: Any, dry_run: bool,
                   yes: bool, kubelet_config: Optional[str], high_threshold: Optional[int],
                   low_threshold: Optional[int], min_age: Any, max_age: Any, fmt: OutputFormat, **_: Any) -> int:
     """Delete unused images as the kubelet's GC would, never one that must stay.
@@ -102,6 +104,8 @@ def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: 
     pinctl's labels or policy pin, the sandbox image, one younger than the minimum age. The plan
     is shown and confirmed first (scripts pass --yes); each image is checked again just before
     it goes, through the runtime that owns it. In a tie of the kubelet's order: largest first.
+    With REF or ID arguments, only those images are candidates, whatever the usage, and each is
+    still kept when anything protects it.
     """
     from pinctl import commands
     from pinctl.gc.plan import PruneRequest
@@ -109,7 +113,7 @@ def prune_command(ctx: click.Context, until_usage: Optional[float], all_unused: 
 
     cfg = load_config(ctx)
     settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age).settings
-    job = commands.PruneJob(settings, PruneRequest(until_usage, all_unused, older_than), cfg.settings.namespaces,
+    job = commands.PruneJob(settings, PruneRequest(until_usage, all_unused, older_than, tuple(images)), cfg.settings.namespaces,
                             dry_run)
     with gc_output.prune_progress() as progress:
         report = commands.prune(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), job,

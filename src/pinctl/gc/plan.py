@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Callable, Final, Iterable, Literal, NamedTuple, Optional, Protocol, Sequence
 
+from pinctl import refs as references
 from pinctl.backends import procfs
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, PinctlError, UsageError
 from pinctl.gc import estimate, eviction
@@ -358,6 +359,7 @@ class PruneRequest:
     until_usage: Optional[float] = None  # None: the low threshold
     all_unused: bool = False
     older_than: Optional[timedelta] = None
+    images: tuple[str, ...] = ()  # prune REF|ID...: only these, when nothing protects them
 
 
 @dataclass
@@ -370,6 +372,7 @@ class PrunePlan:
     delete: list[GcImage]
     kept: list[tuple[GcImage, str]]
     fs_path: str = ""
+    matched: frozenset[str] = frozenset()  # the request's images that name an image here
 
 
 def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings, request: PruneRequest,
@@ -380,18 +383,39 @@ def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings,
     wanted = wanted_by_pinctl(seen.images, rows)
     named = _named_by_containers(seen.images, seen.containers)
     estimates = estimate.estimate_images(seen.images, seen.containers, now)
-    images = [replace(e.image, pinned=e.image.pinned or e.image.id in wanted or e.image.id in named)
-              for e in estimates]
-    target = None if request.all_unused else int(request.until_usage if request.until_usage is not None
-                                                 else settings.low_threshold_percent)
+    chosen, matched = _chosen(seen.images, request.images)
+    images = [replace(e.image, pinned=e.image.pinned or e.image.id in wanted or e.image.id in named
+                      or (chosen is not None and e.image.id not in chosen)) for e in estimates]
+    target = None if request.all_unused or chosen is not None else int(
+        request.until_usage if request.until_usage is not None else settings.low_threshold_percent)
     prune_settings = _prune_settings(settings, target, request.older_than)
     plan = gcmodel.plan_gc(images, [c.as_gc_container() for c in seen.containers], prune_settings, seen.fs, now,
-                           mode="all_unused" if request.all_unused else "threshold")
+                           mode="threshold" if target is not None else "all_unused")
     delete = [entry.image for entry in plan.deletions]
-    # In the order the kubelet would reach them, were they not protected.
-    protected = sorted(plan.protected, key=lambda p: gcmodel.eviction_key(p.image))
+    # In the order the kubelet would reach them, were they not protected; with images named,
+    # only those (the rest were never candidates).
+    protected = sorted((p for p in plan.protected if chosen is None or p.image.id in chosen),
+                       key=lambda p: gcmodel.eviction_key(p.image))
     kept = [(p.image, _kept_why(p, wanted, named, seen.images)) for p in protected]
-    return PrunePlan(domain, plan, target, delete, kept, seen.fs_path)
+    return PrunePlan(domain, plan, target, delete, kept, seen.fs_path, matched)
+
+
+def _chosen(images: Sequence[ObservedImage], terms: Sequence[str]) -> tuple[Optional[set[str]], frozenset[str]]:
+    """The IDs of the images the terms name (a reference, an image ID or a prefix of one), and
+    the terms that named one; None when no term was given (every image is a candidate)."""
+    if not terms:
+        return None, frozenset()
+    chosen: set[str] = set()
+    matched: set[str] = set()
+    for term in terms:
+        selector = references.parse_selector(term)
+        for image in images:
+            bare = image.id.split(":", 1)[-1]
+            if (selector.ref is not None and selector.ref in (image.id, *image.refs)) or term in image.refs \
+                    or (selector.id_prefix is not None and bare.startswith(selector.id_prefix)):
+                chosen.add(image.id)
+                matched.add(term)
+    return chosen, frozenset(matched)
 
 
 def _prune_settings(settings: GcSettings, target: Optional[int], older_than: Optional[timedelta]) -> GcSettings:
