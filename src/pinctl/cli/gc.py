@@ -100,12 +100,10 @@ def prune_command(ctx: click.Context, images: Sequence[str], until_usage: Option
                   low_threshold: Optional[int], min_age: Any, max_age: Any, fmt: OutputFormat, **_: Any) -> int:
     """Delete unused images as the kubelet's GC would, never one that must stay.
 
-    Never deleted: an image a container (in any state) uses or names, one the runtime or
-    pinctl's labels or policy pin, the sandbox image, one younger than the minimum age. The plan
-    is shown and confirmed first (scripts pass --yes); each image is checked again just before
-    it goes, through the runtime that owns it. In a tie of the kubelet's order: largest first.
-    With REF or ID arguments, only those images are candidates, whatever the usage, and each is
-    still kept when anything protects it.
+    Never deleted: an image a container uses or names, one the runtime or pinctl pins, the
+    sandbox image, one younger than the minimum age. The plan is confirmed first (scripts pass
+    --yes); each image is checked again just before it goes. Ties: largest first. Given REF or
+    ID, only those images are candidates, whatever the usage.
     """
     from pinctl import commands
     from pinctl.gc.plan import PruneRequest
