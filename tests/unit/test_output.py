@@ -192,7 +192,7 @@ def test_ls_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     output.print_images(ls_rows(), [], "table", False, out, id_refs=True)
     lines = assert_fits(out.getvalue())
     # One namespace: a heading, not a column that says k8s.io on every row.
-    assert lines[0] == "NAMESPACE: k8s.io" and lines[1].split()[:2] == ["REF", "IMAGE"]
+    assert lines[0] == "NAMESPACE: k8s.io" and lines[1].split()[0] == "REF"
     assert lines[2].startswith("example.test/base/app:1  ")
     assert "sha256:3a3a3a3a3a3a…" in out.getvalue() and "3a" * 32 not in out.getvalue()
     # WHY whole, on indented lines under its row, never cut to a stub.
@@ -249,7 +249,10 @@ def test_a_long_reference_is_shortened_in_its_middle(monkeypatch: pytest.MonkeyP
     output.print_images([image_row(LONG_REF), image_row("example.test/other:1")], [], "table", False, out)
     lines = assert_fits(out.getvalue(), width)
     shown = lines[2].split()[0]
-    assert shown.endswith("/ingress-controller:v1.2.3-rc.1") and "…" in shown and shown.startswith("regist")
+    assert shown.endswith("/ingress-controller:v1.2.3-rc.1") and shown.startswith("regist")
+    # The figures leave first: a name is cut only once IMAGE ID and SIZE are gone.
+    assert ("…" in shown) is (width < 120) and ("IMAGE ID" in lines[1]) is False
+    assert ("SIZE" in lines[1]) is (width >= 120) and (shown == LONG_REF) is (width >= 120)
     assert lines[3].split()[0] == "example.test/other:1"
 
 
@@ -517,3 +520,14 @@ def test_sync_prunes_pins_and_says_unpinned_not_pruned() -> None:
     """pinctl prune deletes images; sync --prune only takes pins back, and its rows say that."""
     assert output.action_text("pruned", dry_run=True) == "would be unpinned (no pattern)"
     assert output.action_text("pruned", dry_run=False) == "unpinned (no pattern)"
+
+
+def test_at_60_columns_names_stay_whole_and_apart_before_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """team/alpha and tools/alpha must not both read 'localhos…/…/alpha:1.0'."""
+    monkeypatch.setenv("COLUMNS", "60")
+    names = ["localhost:5000/team/alpha:1.0", "localhost:5000/tools/alpha:1.0", "example.test/epsilon:3.1"]
+    out = Terminal()
+    output.print_images([image_row(name) for name in names], [], "table", False, out)
+    lines = assert_fits(out.getvalue(), 60)
+    assert [line.split()[0] for line in lines[2:]] == names
+    assert "IMAGE ID" not in lines[1]

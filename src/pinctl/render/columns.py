@@ -103,8 +103,9 @@ LS_COLUMNS: tuple[Column, ...] = (
 
 
 # How the table gives way on a terminal narrower than it (render/table.py, give_way): NAMESPACE
-# folds into a heading, DRIFT takes its brief form, WHY wraps, REF is shortened in its middle.
-LS_FIT = give_way("REF", "WHY", fold=["NAMESPACE"], brief=["DRIFT"])
+# folds into a heading, DRIFT takes its brief form, WHY wraps, IMAGE ID then SIZE leave (-o wide
+# and JSON keep them: a name cut in its middle cannot be pasted back), REF is shortened last.
+LS_FIT = give_way("REF", "WHY", fold=["NAMESPACE"], brief=["DRIFT"], drop=["IMAGE ID", "SIZE"])
 
 
 def _human(size: int) -> str:

@@ -41,6 +41,7 @@ class Give:
     floor: int = 0  # the narrowest this step takes the column (never below its header)
     fold: bool = False  # leave the table for a heading line when every row says the same
     brief: bool = False  # take the column's brief cells
+    drop: bool = False  # leave the column out (a figure -o wide shows), so that names stay whole
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ def lay_out(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, f
         index = headers.index(step.column)
         if step.fold:
             _fold(layout, headers, index)
+        elif step.drop:
+            if len(layout.columns) > 1:
+                layout.columns.remove(index)
         elif step.brief:
             _take_brief(layout, headers, index, (brief or {}).get(step.column))
         else:
@@ -268,18 +272,20 @@ LAST_COMFORT = 30  # a wrapped last column keeps this many cells before a refere
 
 
 def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Sequence[str] = (),
-             brief: Sequence[str] = (), wrap: Sequence[str] = (), paths: Sequence[str] = ()) -> Fit:
+             brief: Sequence[str] = (), wrap: Sequence[str] = (), paths: Sequence[str] = (),
+             drop: Sequence[str] = ()) -> Fit:
     """The one give-way order of pinctl's tables, first to last (last, when empty on every row,
     takes no space at all):
 
     1. fold: a column saying the same on every row (NAMESPACE) becomes a heading line;
     2. brief: a column takes its short form (DRIFT);
     3. last (WHY and the like) wraps within its column, down to LAST_COMFORT cells;
-    4. wrap: a column in the middle wraps, down to its widest word;
-    5. paths (import's ARCHIVE) are shortened in their middle, down to REF_FLOOR cells;
-    6. ref is shortened in its middle, down to REF_SOFT cells;
-    7. last starts on the row and goes on in indented full-width lines under it;
-    8. ref is shortened further, down to REF_FLOOR cells, and never below it; a path may still
+    4. drop: figures (IMAGE ID, SIZE) leave the table, in that order, before a name is cut;
+    5. wrap: a column in the middle wraps, down to its widest word;
+    6. paths (import's ARCHIVE) are shortened in their middle, down to REF_FLOOR cells;
+    7. ref is shortened in its middle, down to REF_SOFT cells;
+    8. last starts on the row and goes on in indented full-width lines under it;
+    9. ref is shortened further, down to REF_FLOOR cells, and never below it; a path may still
        narrow to SQUEEZE_MIN.
     """
     shapes: dict[str, Shape] = {}
@@ -287,6 +293,7 @@ def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Seq
     if last:
         shapes[last] = "wrap"
         steps.append(Give(last, LAST_COMFORT))
+    steps += [Give(column, drop=True) for column in drop]
     for column in wrap:
         shapes[column] = "wrap"
         steps.append(Give(column))
