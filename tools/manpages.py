@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Optional
 import click
 
 from pinctl import __version__
+from pinctl.examples import EXAMPLES
 from pinctl.completion.tree import PROG, command_path, contexts, option_names, summary
 from pinctl.config import crio as crio_config
 from pinctl.config import loader as config
@@ -171,6 +172,10 @@ def render_command(ctx: click.Context, all_contexts: list[click.Context]) -> str
         lines += [".SH COMMANDS", *_command_entries(children)]
     lines += [".SH OPTIONS", *_option_entries(ctx)]
     lines += [".SH EXIT STATUS", *_exit_status(ctx)]
+    examples = EXAMPLES.get(" ".join(command_path(ctx)[1:]), [])
+    if examples:
+        lines += [".SH EXAMPLES", *(line for what, command in examples
+                                    for line in (".PP", text_line(what + ":"), ".nf", ".RS 4", escape(command), ".RE", ".fi"))]
     lines += [".SH ENVIRONMENT", *_environment(ctx, below)]
     lines += [".SH FILES", *_files(ctx, below)]
     lines += [".SH SEE ALSO", *_see_also(ctx, all_contexts)]

@@ -378,6 +378,10 @@ def test_generator_reports_orphans(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_cli_doc_is_each_help_at_a_fixed_width() -> None:
     doc = (ROOT / "docs" / "cli.md").read_text()
+    from pinctl.examples import examples_text
+
     for ctx in completion.tree.contexts(cli, terminal_width=100, max_content_width=100):
-        assert f"## {ctx.command_path}\n\n```text\n{ctx.command.get_help(ctx).rstrip()}\n```" in doc
+        examples = examples_text(" ".join(ctx.command_path.split()[1:])).rstrip()
+        shown = ctx.command.get_help(ctx).rstrip() + (f"\n\n{examples}" if examples else "")
+        assert f"## {ctx.command_path}\n\n```text\n{shown}\n```" in doc
     assert max(len(line) for line in doc.splitlines() if not line.startswith(("#", "-", "<!--"))) <= 100

@@ -238,7 +238,7 @@ def options_command(ctx: click.Context, **_: Any) -> int:
 @click.argument("command", nargs=-1, metavar="[COMMAND]...")
 @click.pass_context
 def help_command(ctx: click.Context, command: Sequence[str]) -> int:
-    """Show the help of COMMAND (pinctl help pin is pinctl pin --help), or of pinctl itself."""
+    """Show the help of COMMAND (pinctl pin --help) with examples of it, or pinctl's own."""
     group = ctx.find_root().command
     here = ctx.find_root()
     for word in command:
@@ -253,5 +253,8 @@ def help_command(ctx: click.Context, command: Sequence[str]) -> int:
             raise UsageError(f"no such command '{word}'{hint}", f"see '{here.command_path} --help'")
         here = click.Context(found, info_name=word, parent=here)
         group = found
-    click.echo(here.get_help())
+    from pinctl.examples import examples_text
+
+    examples = examples_text(" ".join(here.command_path.split()[1:]))
+    click.echo(here.get_help() + (f"\n\n{examples}" if examples else ""), nl=not examples)
     return 0
