@@ -218,7 +218,7 @@ def test_ls_on_a_wide_terminal_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> No
     output.print_images(ls_rows(), [], "table", False, out)
     text = strip_ansi(out.getvalue())
     assert "…" not in text.replace("sha256:3a3a3a3a3a3a…", "")
-    assert cells.why(ls_rows()[0]) in text and text.startswith("NAMESPACE ")  # room for it: no fold
+    assert cells.why(ls_rows()[0], wide=False) in text and text.startswith("NAMESPACE ")  # room for it: no fold
 
 
 def test_ls_wide_on_a_terminal_shows_everything_unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,7 +235,7 @@ def test_ls_in_a_pipe_keeps_full_values() -> None:
     output.print_images(ls_rows(), [], "table", False, out, id_refs=True)
     lines = out.getvalue().splitlines()
     assert lines[2].split()[1] == "sha256:" + "3a" * 32
-    assert lines[1].endswith(cells.why(ls_rows()[0]))
+    assert lines[1].endswith(cells.why(ls_rows()[0], wide=False))
     assert "…" not in out.getvalue()
 
 
@@ -531,3 +531,11 @@ def test_at_60_columns_names_stay_whole_and_apart_before_figures(monkeypatch: py
     lines = assert_fits(out.getvalue(), 60)
     assert [line.split()[0] for line in lines[2:]] == names
     assert "IMAGE ID" not in lines[1]
+
+
+def test_a_tables_why_names_a_patterns_file_and_wide_its_path() -> None:
+    row = image_row("example.test/a:1", [Reason("pattern", "example.test/*", "/etc/pinctl/config.d/50-team.toml:3")])
+    assert cells.why(row, wide=False) == "pattern example.test/* (50-team.toml:3)"
+    assert cells.why(row) == "pattern example.test/* (/etc/pinctl/config.d/50-team.toml:3)"
+    env = image_row("example.test/a:1", [Reason("pattern", "*a*", "env PINCTL_PINNED_IMAGES")])
+    assert cells.why(env, wide=False) == "pattern *a* (env PINCTL_PINNED_IMAGES)"

@@ -32,14 +32,15 @@ NOT_APPLIED = "not applied: pinctl sync"
 NOT_READ = "not applied: restart containerd"
 
 
-def why(row: ImageRow) -> str:
-    """A short WHY cell; the JSON reasons carry the full list."""
+def why(row: ImageRow, wide: bool = True) -> str:
+    """A short WHY cell; the JSON reasons carry the full list. Without wide, a pattern's file is
+    named without its directory (-o wide and JSON give the path), so a row fits a line."""
     if not row.reasons:
         return "-"
     if len(row.reasons) == 1 and row.reasons[0].kind == REASON_LABEL and row.reasons[0].detail == row.ref:
         return "label"  # the common pinned row, without building the parts
     parts = [_label_why(row)] if any(r.kind == REASON_LABEL for r in row.reasons) else []
-    parts += [_other_why(row, r) for r in row.reasons if r.kind != REASON_LABEL]
+    parts += [_other_why(row, r, wide) for r in row.reasons if r.kind != REASON_LABEL]
     return "; ".join(parts) or "-"
 
 
@@ -52,7 +53,7 @@ def _label_why(row: ImageRow) -> str:
     return f"label on {named[0]}"
 
 
-def _other_why(row: ImageRow, reason: Reason) -> str:
+def _other_why(row: ImageRow, reason: Reason, wide: bool = True) -> str:
     if reason.kind == REASON_SANDBOX:
         return "sandbox" if row.source != SOURCE_CRIO else "pause_image"
     if reason.kind == REASON_CONTAINERD_CONFIG:
@@ -71,7 +72,10 @@ def _other_why(row: ImageRow, reason: Reason) -> str:
     if reason.kind == REASON_PATTERN:
         # A pattern keeps nothing by itself: until sync writes the pin, the row says so.
         pending = f", {NOT_APPLIED}" if row.drift == DRIFT_UNLABELLED else ""
-        return f"pattern {reason.detail} ({reason.source}){pending}"
+        source = reason.source or ""
+        if not wide and source.startswith("/"):
+            source = source.rsplit("/", 1)[-1]
+        return f"pattern {reason.detail} ({source}){pending}"
     if reason.kind == REASON_DOCKER_LABEL:
         return f"docker label {reason.detail}"
     if reason.kind == REASON_INEFFECTIVE_LABEL:

@@ -61,7 +61,7 @@ def _labels(row: ImageRow, cell: Cell) -> str:
 
 
 def _why(row: ImageRow, cell: Cell) -> str:
-    return why(row)
+    return why(row, cell.wide)
 
 
 def _drift(row: ImageRow, cell: Cell) -> str:
