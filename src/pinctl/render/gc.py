@@ -140,8 +140,9 @@ def _folded_tie(rows: list[list[str]], shown: Sequence[OrderEntry], tie: TieGrou
 
 # How each table gives way on a terminal (render/table.py): the last column wraps, then the image's
 # reference is shortened in its middle; FATE wraps under itself.
-ORDER_FIT = give_way("IMAGE", wrap=["FATE"])
-WHY_FIT = give_way("IMAGE", "WHY")
+# Names stay whole before figures do: the running total, then the size, leave first.
+ORDER_FIT = give_way("IMAGE", wrap=["FATE"], drop=["FREED", "SIZE"])
+WHY_FIT = give_way("IMAGE", "WHY", drop=["SIZE"])
 RISK_FIT = give_way("IMAGE", "WANTED BECAUSE")
 PRUNE_FIT = give_way("IMAGE", "WHY")
 

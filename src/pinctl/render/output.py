@@ -384,7 +384,7 @@ def _print_check_fitted(shown: Sequence[CheckItem], out: TextIO, ellipsis: str) 
                 fit=CHECK_FIT if ellipsis else NO_FIT)
 
 
-CHECK_FIT = table.give_way("IMAGE")
+CHECK_FIT = table.give_way("IMAGE", drop=["IMAGE ID"])
 
 
 def _yes(value: bool) -> str:

@@ -280,8 +280,8 @@ def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Seq
     1. fold: a column saying the same on every row (NAMESPACE) becomes a heading line;
     2. brief: a column takes its short form (DRIFT);
     3. last (WHY and the like) wraps within its column, down to LAST_COMFORT cells;
-    4. drop: figures (IMAGE ID, SIZE) leave the table, in that order, before a name is cut;
-    5. wrap: a column in the middle wraps, down to its widest word;
+    4. wrap: a column in the middle wraps, down to its widest word;
+    5. drop: figures (IMAGE ID, SIZE) leave the table, in the order given, before a name is cut;
     6. paths (import's ARCHIVE) are shortened in their middle, down to REF_FLOOR cells;
     7. ref is shortened in its middle, down to REF_SOFT cells;
     8. last starts on the row and goes on in indented full-width lines under it;
@@ -293,10 +293,10 @@ def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Seq
     if last:
         shapes[last] = "wrap"
         steps.append(Give(last, LAST_COMFORT))
-    steps += [Give(column, drop=True) for column in drop]
     for column in wrap:
         shapes[column] = "wrap"
         steps.append(Give(column))
+    steps += [Give(column, drop=True) for column in drop]
     for column in paths:
         shapes[column] = "ref"
         steps.append(Give(column, REF_FLOOR))
