@@ -34,7 +34,8 @@ POLICY = "example.test/kept/*"  # a glob of the policy's: containerd knows nothi
 KEPT = ("example.test/kept/a:1", "example.test/kept/b:1")
 PLAIN = "example.test/plain:1"
 # The lists the gate streams (cri-client v0.37.2), each by its unary method's name.
-STREAMED = {"StreamImages": "ListImages", "StreamPodSandboxes": "ListPodSandbox", "StreamContainers": "ListContainers"}
+STREAMED = {"StreamImages": "ListImages", "StreamPodSandboxes": "ListPodSandbox", "StreamContainers": "ListContainers",
+            "StreamContainerStats": "ListContainerStats"}
 _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 PlanFor = Callable[..., Plan]
 
