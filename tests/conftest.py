@@ -31,7 +31,7 @@ from tests.harness.crio_fixtures import crio, crio_crictl, crio_registry  # noqa
 from tests.harness.kubelet_fixtures import kubelet_binary, kubelet_node  # noqa: E402, F401  (a real kubelet)
 from tests.harness.cluster_fixtures import agent_image, control_plane, etcd_binary, fleet, kubernetes_binaries  # noqa: E402, F401  (a real control plane, its nodes, the agent image)
 from tests.harness.prometheus import prometheus3, prometheus3_build  # noqa: E402, F401  (Prometheus 3)
-from tests.harness.pod_fixtures import containerd17_pods, containerd21_pods, modern_pod_node, pod_node  # noqa: E402, F401  (real pods)
+from tests.harness.pod_fixtures import containerd17_pods, containerd21_pods, containerd24_pods, modern_pod_node, pod_node  # noqa: E402, F401  (real pods)
 
 ENGINE_IDS = {"containerd-1.7": "ctd17", "containerd-1.6": "ctd16"}
 # The releases whose CRI honours the pin label, by session fixture: 2.x reads a config of

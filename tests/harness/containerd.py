@@ -426,9 +426,11 @@ def _parse_image_line(line: str) -> CtrImage:
 
 
 def with_pod_settings_v3(config: str, runc: pathlib.Path, runc_root: pathlib.Path) -> str:
-    """A version 3 config with what ``pods.PodsDaemon`` needs to run pods (see pods.py for
+    """A version 3 or 4 config with what ``pods.PodsDaemon`` needs to run pods (see pods.py for
     why each): in 2.x ``restrict_oom_score_adj`` and the runc runtime belong to the CRI's
-    runtime plugin, ``stats_collect_period`` to its images plugin."""
+    runtime plugin, ``stats_collect_period`` (seconds, an int) to its images plugin. Version 4
+    (2.4.2) keeps these tables as they are; its runtime plugin has a ``stats_collect_period`` of
+    its own (a duration, for CPU usage), which is not this one."""
     lines = config.splitlines()
     for table, setting in (
         (V3_RUNTIME_TABLE, "  restrict_oom_score_adj = true"),

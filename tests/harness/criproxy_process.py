@@ -30,7 +30,10 @@ class ProxyProcess:
                 [sys.executable, "-m", "pinctl", "cri-proxy", "--listen", self.path, "-r", f"unix://{upstream}",
                  *extra], stdout=subprocess.DEVNULL, stderr=log, env=full_env)
 
-    def wait_serving(self, timeout: float = 20.0) -> ProxyProcess:
+    def wait_serving(self, timeout: float = 120.0) -> ProxyProcess:
+        """Until the proxy says it serves. A proxy that cannot start exits, and says why, at once; the
+        bound is for one that hangs: the periodic run starts twenty nodes (three proxies among them)
+        at once beside the rest of the suite, and with both cores busy a proxy's start took over 20 s."""
         deadline = time.monotonic() + timeout
         while "serving the CRI" not in self.log.read_text():
             assert self.proc.poll() is None, self.log.read_text()

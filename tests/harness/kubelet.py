@@ -210,6 +210,7 @@ class Kubelet:
         binary: Optional[pathlib.Path] = None,
         registration: Optional[Registration] = None,
         mount_namespace: Optional[str] = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.base_dir = pathlib.Path(base_dir).resolve()
         # A unix socket path or any endpoint the kubelet accepts (a proxy's socket later).
@@ -224,6 +225,8 @@ class Kubelet:
         self.registration = registration
         # A mount namespace's file (/proc/<pid>/ns/mnt) whose owner made namespace_binds() already.
         self.mount_namespace = mount_namespace
+        # More command-line flags, after the harness's own (``--feature-gates=...``).
+        self.extra_args = tuple(extra_args)
         self.root_dir = self.base_dir / "root"
         self.manifest_dir = self.base_dir / "manifests"
         self.config_path = self.base_dir / "kubelet.yaml"
@@ -292,6 +295,7 @@ class Kubelet:
             f"--cert-dir={self.root_dir / 'pki'}",
             f"--hostname-override={self.node_name}",
             f"-v={self.verbosity}",
+            *self.extra_args,
         ]
         if self.registration is not None:
             kubelet += [f"--kubeconfig={self.registration.kubeconfig}", f"--node-ip={self.registration.node_ip}"]

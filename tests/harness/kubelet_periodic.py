@@ -150,10 +150,12 @@ class PeriodicNode:
     # --- the kubelet ---------------------------------------------------------------------------
 
     def start(self, policy: kubelet.GcPolicy, pods_: Sequence[kubelet.StaticPod] = (), *,
-              endpoint: str = "", eviction_hard: Optional[Mapping[str, str]] = None) -> kubelet.Kubelet:
-        """Start the kubelet with these static pods; returns once its first GC run has ended."""
+              endpoint: str = "", eviction_hard: Optional[Mapping[str, str]] = None,
+              kubelet_args: tuple[str, ...] = ()) -> kubelet.Kubelet:
+        """Start the kubelet (with ``kubelet_args`` after the harness's flags) with these static
+        pods; returns once its first GC run has ended."""
         made = kubelet.Kubelet(self.base_dir / "kubelet", endpoint or self.address, gc=policy,
-                               eviction_hard=eviction_hard or {}, binary=self.build.binary)
+                               eviction_hard=eviction_hard or {}, binary=self.build.binary, extra_args=kubelet_args)
         for pod in pods_:
             made.add_static_pod(pod)
         self.kubelet = made

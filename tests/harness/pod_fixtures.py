@@ -1,10 +1,12 @@
-"""pytest fixtures for real pods: pod-capable containerd 1.7 and 2.1, each on its own small filesystem.
+"""pytest fixtures for real pods: pod-capable containerd 1.7, 2.1 and 2.4.2, each on its own small filesystem.
 
-Registered in tests/conftest.py. ``containerd17_pods`` and ``containerd21_pods`` are one daemon
-each for the whole session (separate from ``containerd17``/``containerd21``, whose configs stay
-as they are; 2.1 gets its 2.x pod settings from ``containerd.with_pod_settings_v3``).
-``pod_node`` hands a test the 1.7 one with no pods and only the sandbox image, and removes the
-test's pods afterwards; ``modern_pod_node`` does the same on 1.7, then on 2.1.
+Registered in tests/conftest.py. ``containerd17_pods``, ``containerd21_pods`` and
+``containerd24_pods`` are one daemon each for the whole session (separate from
+``containerd17``/``containerd21``/``containerd24``, whose configs stay as they are; 2.1 and 2.4
+get their 2.x pod settings from ``containerd.with_pod_settings_v3``, which config version 4
+keeps in the same CRI tables). ``pod_node`` hands a test the 1.7 one with no pods and only the
+sandbox image, and removes the test's pods afterwards; ``modern_pod_node`` does the same on 1.7,
+then on 2.1, then on 2.4.2.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from typing import NoReturn
 
 import pytest
 
-from tests.harness import cri, debs, images, pods, runnable
+from tests.harness import cri, debs, engines, images, pods, runnable
 from tests.harness.containerd import DaemonError
 from tests.harness.runnable import RunnableRecipe
 
 ENGINE = "containerd-1.7"
 ENGINE_21 = "containerd-2.1"
 # Session fixture -> test id, for the tests that run on both.
-MODERN_PODS = {"containerd17_pods": "ctd17", "containerd21_pods": "ctd21"}
+MODERN_PODS = {"containerd17_pods": "ctd17", "containerd21_pods": "ctd21", "containerd24_pods": "ctd24"}
 
 
 @dataclasses.dataclass
@@ -95,6 +97,13 @@ def containerd21_pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodN
     yield from _session_pods(ENGINE_21, tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def containerd24_pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodNode]:
+    """containerd 2.4.2 (built with the go command, its shim beside it) running pods the same
+    way (config version 4), for the session."""
+    yield from _session_pods(engines.CONTAINERD_24, tmp_path_factory)
+
+
 @pytest.fixture
 def pod_node(containerd17_pods: PodNode) -> Iterator[PodNode]:
     """The session's pod-capable containerd 1.7, reset; the test's pods are removed afterwards."""
@@ -103,5 +112,5 @@ def pod_node(containerd17_pods: PodNode) -> Iterator[PodNode]:
 
 @pytest.fixture(params=list(MODERN_PODS), ids=list(MODERN_PODS.values()))
 def modern_pod_node(request: pytest.FixtureRequest) -> Iterator[PodNode]:
-    """The pod-capable containerd 1.7, then 2.1, each reset as ``pod_node`` is."""
+    """The pod-capable containerd 1.7, then 2.1, then 2.4.2, each reset as ``pod_node`` is."""
     yield from _for_one_test(request.getfixturevalue(request.param))

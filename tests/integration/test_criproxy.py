@@ -171,6 +171,41 @@ def test_on_containerd24_the_streamed_image_list_carries_the_proxys_pins(
     assert through == pinned_by_tag(proxy.path)  # the same story as ListImages tells
 
 
+# cri-api v0.37's other streamed lists (the kubelet's CRIListStreaming calls them all): field 1 of
+# each answer is the repeated list, and field 1 of each of its items the item's id.
+STREAMED_LISTS = ("StreamPodSandboxes", "StreamContainers", "StreamContainerStats", "StreamPodSandboxStats",
+                  "StreamPodSandboxMetrics")
+
+
+def streamed_ids(address: str, method: str) -> tuple[int, list[str]]:
+    """How many messages a streamed list sent, and the ids of its items (sandboxes, containers)."""
+    from tests.harness.protowire import Reader
+
+    with grpc.insecure_channel(f"unix://{address}") as channel:
+        messages = list(channel.unary_stream(f"/runtime.v1.RuntimeService/{method}")(b"", timeout=30))
+    return len(messages), sorted(item.text(1) for raw in messages for item in Reader(raw).messages(1))
+
+
+def test_on_containerd24_every_streamed_list_passes_through_as_a_stream(
+        containerd24_pods: PodNode, proxies: Callable[..., ProxyProcess]) -> None:
+    """containerd 2.4.2 streams pods and containers in batches, and an empty list as no message at
+    all: forwarded as a unary call that was an error ("no message"), and the kubelet, which falls
+    back to the unary lists only on UNIMPLEMENTED, lost its runtime. Through the proxy each comes
+    as containerd sends it: none with no pods, then the pod's sandbox and container."""
+    node = containerd24_pods.reset()
+    (info,) = node.load_runnable([runnable.runnable_recipe("example.test/px-stream:1")])
+    proxy = proxies(node.daemon)
+    try:
+        for method in STREAMED_LISTS:
+            assert streamed_ids(node.address, method) == (0, []), method
+            assert streamed_ids(proxy.path, method) == (0, []), method
+        container = node.pods().container(info.refs[0], "running")
+        for method, wanted in (("StreamPodSandboxes", container.pod.id), ("StreamContainers", container.id)):
+            assert streamed_ids(proxy.path, method) == streamed_ids(node.address, method) == (1, [wanted]), method
+    finally:
+        node.pods().cleanup()
+
+
 def test_check_through_the_proxy_agrees_with_pinctl(ctd16: ContainerdDaemon,
                                                      proxies: Callable[..., ProxyProcess]) -> None:
     proxy = proxies(ctd16, "--pinned-image", POLICY_ONLY)

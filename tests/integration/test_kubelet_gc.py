@@ -11,8 +11,10 @@ amountToFree, its shortfall message, which images survived) is compared too.
 Scenarios: the threshold step stopping at the low threshold; exited containers of a static pod
 protecting their image; the minimum age counted from the kubelet's detection pass; the
 maximum age; a shortfall; pins against the real GC (containerd 1.6.20, where the label alone
-does not count, directly and through ``pinctl cri-proxy`` with a policy-only image too); an
-image mounted as a volume (ImageVolume) on containerd 2.1; the seed user's node through
+does not count, directly and through ``pinctl cri-proxy`` with a policy-only image too; containerd
+2.4.2 directly, where it does); an image mounted as a volume (ImageVolume) on containerd 2.1 and
+2.4.2; the kubelet's CRIListStreaming through ``pinctl cri-proxy``, each relay, on containerd
+2.4.2 (gc_ctd24_scenario.py); the seed user's node through
 cri-dockerd (gc_seed_scenario.py); a CRI-O node, its pins from the site's drop-in, ``pinctl
 pin`` and ``pinctl sync`` (gc_crio_scenario.py); tags re-pointed by an import and a pull
 mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes whose kubelets
@@ -55,6 +57,7 @@ from tests.harness.registry import Registry
 from tests.harness.runnable import RunnableRecipe, runnable_recipe
 from tests.integration import (
     gc_crio_scenario,
+    gc_ctd24_scenario,
     gc_life_scenario,
     gc_repoint_scenario,
     gc_seed_scenario,
@@ -208,10 +211,12 @@ def shortfall(node: PeriodicNode) -> SecondRun:
 POLICY_REF = "example.test/policy-only:1"
 
 
-def _pins_node(node: PeriodicNode, through_proxy: Callable[[PeriodicNode, pathlib.Path], str]) -> SecondRun:
-    """containerd 1.6.20 (its CRI ignores the pin label), max age 4m: every unpinned image
-    goes at the second run. The kubelet talks to the endpoint ``through_proxy`` returns."""
-    node.containerd("containerd-1.6")
+def _pins_node(node: PeriodicNode, through_proxy: Callable[[PeriodicNode, pathlib.Path], str],
+               engine: str = "containerd-1.6") -> SecondRun:
+    """containerd 1.6.20 (its CRI ignores the pin label) unless ``engine`` says otherwise, max age
+    4m: every unpinned image goes at the second run. The kubelet talks to the endpoint
+    ``through_proxy`` returns."""
+    node.containerd(engine)
     (sleeper,) = node.load_runnable(runnable("example.test/sleeper:1"))
     labelled, policy, plain = node.load_plain(("example.test/labelled:1", 4), (POLICY_REF, 4),
                                               ("example.test/plain:1", 4))
@@ -256,11 +261,11 @@ def pins_through_proxy(relay: str) -> Scenario:
     return scenario
 
 
-def image_volume(node: PeriodicNode) -> SecondRun:
-    """containerd 2.1 and a static pod that mounts an image as a volume (ImageVolume, GA in
-    1.36): at max age 4m every unused image goes but the mounted one. gc plan and a prune's dry
-    run, just before, both keep it."""
-    daemon = node.containerd("containerd-2.1")
+def image_volume(node: PeriodicNode, engine: str = "containerd-2.1") -> SecondRun:
+    """containerd 2.1 (or ``engine``) and a static pod that mounts an image as a volume
+    (ImageVolume, GA in 1.36): at max age 4m every unused image goes but the mounted one. gc plan
+    and a prune's dry run, just before, both keep it."""
+    daemon = node.containerd(engine)
     sleeper, data = node.load_runnable(runnable("example.test/sleeper:1"), runnable("example.test/data:1", 2))
     (plain,) = node.load_plain(("example.test/plain:1", 4))
     pod = StaticPod("reader", sleeper.refs[0], image_volumes=(data.refs[0],))
@@ -317,6 +322,7 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
                 engine_unavailable(f"{engine} unavailable: {exc}")
         go_binary(engines.CRI_DOCKERD_OLD)
         go_binary(engines.CRIO)
+        go_binary(engines.CONTAINERD_24)
         relay = built_relay()
         base = request.getfixturevalue("tmp_path_factory").mktemp("periodic")
     except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:  # raised again by the fixture
@@ -327,6 +333,10 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         "maximum_age": maximum_age, "age_then_threshold": age_then_threshold, "shortfall": shortfall,
         "pins_direct": pins_direct,
         "pins_through_proxy": pins_through_proxy(relay), "image_volume": image_volume,
+        "pins_direct_24": lambda node: _pins_node(node, lambda _node, _config: "", engines.CONTAINERD_24),
+        "image_volume_24": lambda node: image_volume(node, engines.CONTAINERD_24),
+        "stream_relay": gc_ctd24_scenario.streamed(relay, plan_for),
+        "stream_python": gc_ctd24_scenario.streamed("python", plan_for),
         "seed": gc_seed_scenario.seed_setup(relay), "crio": gc_crio_scenario.crio_pins(registry),
         "repointed": gc_repoint_scenario.repointed(plan_for),
         **{name: gc_tie_scenario.tied_node(plan_for) for name in gc_tie_scenario.NODES},
@@ -488,8 +498,32 @@ def test_through_cri_proxy_the_labelled_and_the_policys_image_survive(periodic: 
     assert notes["runtime_errors"] == [] and notes["healthz"] == "ok"
 
 
+def test_on_containerd_2_4_the_label_keeps_an_image_and_the_policy_alone_does_not(
+        periodic: dict[str, Outcome]) -> None:
+    run = periodic["pins_direct_24"].get()
+    agreed(run)
+    gc_ctd24_scenario.assert_pins_direct(run)
+
+
+@pytest.mark.parametrize("relay", ["relay", "python"])
+def test_with_cri_list_streaming_the_kubelet_keeps_what_cri_proxy_pins(periodic: dict[str, Outcome],
+                                                                        relay: str) -> None:
+    run = periodic[f"stream_{relay}"].get()
+    print(f"{relay}: the proxy's calls before gc plan {gc_ctd24_scenario.nonzero(run.notes['calls_before_plan'])}, "
+          f"after the second run {gc_ctd24_scenario.nonzero(run.notes['calls_after_run'])}")
+    agreed(run)
+    gc_ctd24_scenario.assert_outcome(run)
+
+
 def test_an_image_mounted_as_a_volume_is_in_use(periodic: dict[str, Outcome]) -> None:
-    run = periodic["image_volume"].get()
+    image_volume_kept(periodic["image_volume"].get())
+
+
+def test_on_containerd_2_4_an_image_mounted_as_a_volume_is_in_use(periodic: dict[str, Outcome]) -> None:
+    image_volume_kept(periodic["image_volume_24"].get())
+
+
+def image_volume_kept(run: SecondRun) -> None:
     agreed(run)
     notes = run.notes
     assert notes["mounts"] == [notes["data"]]  # the kubelet mounts it by image ID

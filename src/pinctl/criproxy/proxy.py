@@ -47,8 +47,17 @@ if TYPE_CHECKING:
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 UNARY_UNARY, UNARY_STREAM, STREAM_UNARY, STREAM_STREAM = "unary-unary", "unary-stream", "stream-unary", "stream-stream"
-# The streaming methods of runtime.v1; every other method is forwarded as unary.
-STREAMING = {"/runtime.v1.RuntimeService/GetContainerEvents": UNARY_STREAM, STREAM_IMAGES: UNARY_STREAM}
+# The streaming methods of runtime.v1; every other method is forwarded as unary. The Stream*
+# lists are cri-api v0.37's (the kubelet's CRIListStreaming): containerd 2.4 sends an empty list
+# as no message at all, which a unary call reports as an error, not UNIMPLEMENTED, so the kubelet
+# would not fall back to the unary lists.
+STREAMING = {
+    "/runtime.v1.RuntimeService/GetContainerEvents": UNARY_STREAM,
+    STREAM_IMAGES: UNARY_STREAM,
+    **{f"/runtime.v1.RuntimeService/{name}": UNARY_STREAM for name in (
+        "StreamPodSandboxes", "StreamContainers", "StreamContainerStats", "StreamPodSandboxStats",
+        "StreamPodSandboxMetrics")},
+}
 MAX_CACHED_METHODS = 1024
 SOCKET_MODE = 0o660
 # A GetContainerEvents follower holds a worker for as long as it follows.

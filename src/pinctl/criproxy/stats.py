@@ -37,6 +37,9 @@ RUNTIME_SERVICE_METHODS = (
     "ContainerStats", "ListContainerStats", "PodSandboxStats", "ListPodSandboxStats", "UpdateRuntimeConfig",
     "Status", "CheckpointContainer", "GetContainerEvents", "ListMetricDescriptors", "ListPodSandboxMetrics",
     "RuntimeConfig", "UpdatePodSandboxResources",
+    # cri-api v0.37's streamed lists (the kubelet's CRIListStreaming).
+    "StreamPodSandboxes", "StreamContainers", "StreamContainerStats", "StreamPodSandboxStats",
+    "StreamPodSandboxMetrics",
 )
 IMAGE_SERVICE_METHODS = ("ListImages", "StreamImages", "ImageStatus", "PullImage", "RemoveImage", "ImageFsInfo")
 OTHER_METHOD: Final = "other"
