@@ -156,8 +156,8 @@ def report(opts: argparse.Namespace, pinned: dict[str, int], versions: dict[str,
     for share, name in ((0.5, "p50"), (0.99, "p99")):
         d, r, p = (percentile(versions[way], share) for way in WAYS)
         goal, met = ("p99 added < 1 ms", "yes" if r - d < 0.001 else "no") if name == "p99" else ("-", "-")
-        print(f"| Version, {opts.calls} calls, {name} | {d * ms:.3f} ms | {r * ms:.3f} ms | +{(r - d) * ms:.3f} ms "
-              f"| {p * ms:.3f} ms | +{(p - d) * ms:.3f} ms | {goal} | {met} |")
+        print(f"| Version, {opts.calls} calls, {name} | {d * ms:.3f} ms | {r * ms:.3f} ms | {(r - d) * ms:+.3f} ms "
+              f"| {p * ms:.3f} ms | {(p - d) * ms:+.3f} ms | {goal} | {met} |")
     picks = (("median", statistics.median), ("mean", statistics.mean), ("p99", lambda v: percentile(v, 0.99)))
     for prefix, method in (("", "ListImages"), ("stream-", "StreamImages")):
         if prefix + "relay" not in lists:

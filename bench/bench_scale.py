@@ -90,9 +90,9 @@ def at_count(images: int, patterns: list[int], repeat: int, tmp: Path, engine: s
         rows = [row.row() for row in found]
         if pin:
             progress("pin: the ctr label loop, one ctr per reference (minutes at 10,000 images)")
-            name, ours, peer_name, peer_time, goal, met = bench_pin(daemon, images)
-            rows.append(f"| {name} | {ours * 1000:.0f} ms | - | {peer_time * 1000:.0f} ms ({peer_name}) | "
-                        f"{ours / peer_time:.3f} | {goal} | {'yes' if met else 'no'} |")
+            pin_name, ours, peer_name, peer_time, pin_goal, met = bench_pin(daemon, images)
+            rows.append(f"| {pin_name} | {ours * 1000:.0f} ms | - | {peer_time * 1000:.0f} ms ({peer_name}) | "
+                        f"{ours / peer_time:.3f} | {pin_goal} | {'yes' if met else 'no'} |")
         return rows
 
 

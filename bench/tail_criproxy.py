@@ -99,8 +99,9 @@ def sched_totals(pid: int) -> tuple[float, int]:
     for task in threads_of(pid):
         try:
             waited += int((task / "schedstat").read_text().split()[1]) / 1e9
-            preempted += int(re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)", (task / "status").read_text()).group(1))
-        except (FileNotFoundError, ProcessLookupError, AttributeError):
+            found = re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)", (task / "status").read_text())
+            preempted += int(found.group(1)) if found else 0
+        except (FileNotFoundError, ProcessLookupError):
             pass  # a thread that ended meanwhile
     return waited, preempted
 
