@@ -1,6 +1,8 @@
 """Issue 2 benchmarks: ls and pin of 1,000 images beside ctr, and --help beside a bare python.
 
-Run from the repository root, as root:  .venv/bin/python -m bench.bench_core [--images 1000]
+Run from the repository root, as root:
+    .venv/bin/python -m bench.bench_core [--images 1000] [--engine containerd-2.4]
+containerd 1.7 unless --engine names another containerd of tests/harness/engines.py.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench.common import PINCTL, Row, containerd_with_images, median_time, overhead_row, ratio_row, report, run_once
+from bench.common import ENGINE, PINCTL, Row, containerd_with_images, median_time, overhead_row, ratio_row, report, run_once
 from tests.harness.containerd import ContainerdDaemon
 
 
@@ -16,8 +18,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--engine", default=ENGINE, help=f"the containerd of tests/harness/engines.py (default {ENGINE})")
     opts = parser.parse_args()
-    with containerd_with_images(opts.images) as daemon:
+    with containerd_with_images(opts.images, engine=opts.engine) as daemon:
         rows = [bench_ls(daemon, opts.images, opts.repeat), bench_pin(daemon, opts.images)]
     help_ours = median_time([PINCTL, "--help"], opts.repeat * 4)
     help_peer = median_time([sys.executable, "-c", "pass"], opts.repeat * 4)

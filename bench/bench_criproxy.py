@@ -4,10 +4,14 @@ Added latency per unary call (p50 and p99 of 10,000 `Version` calls, direct agai
 the proxy) and `ListImages` with 1,000 images through the proxy against direct, for both ways
 of forwarding: the compiled relay (the default) and Python's gRPC (`--relay python`). Calls go
 round-robin, each round starting with the next address, so that all see the same machine; for
-ListImages, direct with one proxy at a time. The policy covers 111 of the images and nothing is
-labelled, so every ListImages answer gets 111 pins added.
+ListImages, direct with one proxy at a time. The policy covers the images whose number starts
+with 1 (111 of 1,000) and nothing is labelled, so every ListImages answer gets that many pins.
 
-Run from the repository root, as root:  .venv/bin/python -m bench.bench_criproxy [--images 1000]
+On an engine that serves it (containerd 2.4: `--engine containerd-2.4`), the streamed list too:
+CRI v1 `StreamImages` (cri-api v0.37), each call read to its end, beside direct as ListImages.
+
+Run from the repository root, as root:
+    .venv/bin/python -m bench.bench_criproxy [--images 1000] [--engine containerd-2.4 --lists 200]
 """
 
 from __future__ import annotations
@@ -24,19 +28,30 @@ from pathlib import Path
 
 import grpc
 
-from bench.common import PINCTL, containerd_with_images
+from bench.common import ENGINE, PINCTL, containerd_with_images, progress
 from pinctl.criproxy.relay import find_relay
+from pinctl.proto import cri_pb2
 from tests.harness import cri
 
 VERSION = "/runtime.v1.RuntimeService/Version"
+STREAM_IMAGES = "/runtime.v1.ImageService/StreamImages"
 WAYS = ("direct", "relay", "python")
+# 10,000 images make a ListImages answer of a few MiB: above gRPC's default 4 MiB, as the
+# kubelet's own limit (16 MiB) allows.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
 
 
-def round_robin(addresses: list[str], method: str, rounds: int, warm_up: int = 100) -> list[list[float]]:
-    """Seconds per call for each address, one call to each per round, after warm_up calls."""
-    channels = [grpc.insecure_channel(f"unix://{address}") for address in addresses]
+def round_robin(addresses: list[str], method: str, rounds: int, warm_up: int = 100,
+                streamed: bool = False) -> list[list[float]]:
+    """Seconds per call for each address, one call to each per round, after warm_up calls. A
+    streamed call (unary request, streamed answer) counts until its last message."""
+    channels = [grpc.insecure_channel(f"unix://{address}", options=CHANNEL_OPTIONS) for address in addresses]
     try:
-        calls = [channel.unary_unary(method) for channel in channels]
+        if streamed:
+            calls = [lambda request, stub=channel.unary_stream(method), **kw: list(stub(request, **kw))
+                     for channel in channels]
+        else:
+            calls = [channel.unary_unary(method) for channel in channels]
         for call in calls:
             for _ in range(warm_up):
                 call(b"", timeout=30)
@@ -71,16 +86,27 @@ def start_proxy(daemon_address: str, config: Path, listen: str, relay: str) -> s
     return proc
 
 
+def streamed_pins(address: str) -> tuple[int, int, int]:
+    """Images, pinned images and messages of one StreamImages call."""
+    with grpc.insecure_channel(f"unix://{address}", options=CHANNEL_OPTIONS) as channel:
+        messages = list(channel.unary_stream(STREAM_IMAGES)(b"", timeout=30))
+    listed = [image for message in messages for image in cri_pb2.ListImagesResponse.FromString(message).images]
+    return len(listed), sum(image.pinned for image in listed), len(messages)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--calls", type=int, default=10000)
-    parser.add_argument("--lists", type=int, default=300)
+    parser.add_argument("--lists", type=int, default=300, help="ListImages (and StreamImages) calls per address")
+    parser.add_argument("--engine", default=ENGINE, help=f"the containerd of tests/harness/engines.py (default {ENGINE})")
     opts = parser.parse_args()
     relay = find_relay("auto")
     if relay is None:
         raise SystemExit("pinctl-cri-relay is not built: scripts/build-relay")
-    with containerd_with_images(opts.images) as daemon, tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+    warm_lists = min(100, max(10, 100_000 // opts.images))  # 100 at 1,000 images, 10 at 10,000
+    with containerd_with_images(opts.images, engine=opts.engine) as daemon, \
+            tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         config = Path(tmp) / "config.toml"
         config.write_text('pinned_images = ["example.test/bench-1*"]\n')
         listens = [str(Path(tmp) / f"{way}.sock") for way in WAYS[1:]]
@@ -89,12 +115,21 @@ def main() -> int:
         addresses = [daemon.address, *listens]
         try:
             pinned = [sum(image.pinned for image in cri.list_images(address)) for address in addresses]
+            streams = {way: streamed_pins(address) for way, address in zip(WAYS, addresses)} \
+                if daemon.config_version >= 4 else {}
+            progress(f"pinned in ListImages: {pinned}; StreamImages (images, pinned, messages): {streams}")
             versions = round_robin(addresses, VERSION, opts.calls)
+            progress("Version done")
             # One proxy at a time beside direct: each reads the pins every 2 s while image calls
             # come, and the other's reads would weigh on it.
             lists: dict[str, list[float]] = {}
-            for way, listen in zip(WAYS[1:], listens):
-                lists["direct-" + way], lists[way] = round_robin([daemon.address, listen], cri.LIST_IMAGES, opts.lists)
+            for method, prefix in ((cri.LIST_IMAGES, ""), (STREAM_IMAGES, "stream-")):
+                if prefix and not streams:
+                    continue
+                for way, listen in zip(WAYS[1:], listens):
+                    lists[prefix + "direct-" + way], lists[prefix + way] = round_robin(
+                        [daemon.address, listen], method, opts.lists, warm_up=warm_lists, streamed=bool(prefix))
+                    progress(f"{method.rsplit('/', 1)[1]} beside {way} done")
             stale = {way: [] for way in WAYS[1:]}  # type: dict[str, list[float]]
             for _ in range(3):  # the pins older than 2 s: this call reads them first
                 time.sleep(2.1)
@@ -105,6 +140,9 @@ def main() -> int:
                 proxy.send_signal(signal.SIGTERM)
                 proxy.wait(15)
     report(opts, dict(zip(WAYS, pinned)), dict(zip(WAYS, versions)), lists, stale)
+    if streams:
+        print("StreamImages (images, pinned, messages): "
+              + ", ".join(f"{way} {found}" for way, found in streams.items()))
     return 0
 
 
@@ -112,19 +150,25 @@ def report(opts: argparse.Namespace, pinned: dict[str, int], versions: dict[str,
            lists: dict[str, list[float]], stale: dict[str, list[float]]) -> None:
     """A markdown table; ListImages' direct column is the one measured beside the relay / Python."""
     ms = 1000.0
-    print("pinned in ListImages: " + ", ".join(f"{way} {count}" for way, count in pinned.items()))
+    print(f"{opts.engine}; pinned in ListImages: " + ", ".join(f"{way} {count}" for way, count in pinned.items()))
     print("| benchmark | direct | relay | added | python | added | goal | relay meets it |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for share, name in ((0.5, "p50"), (0.99, "p99")):
         d, r, p = (percentile(versions[way], share) for way in WAYS)
         goal, met = ("p99 added < 1 ms", "yes" if r - d < 0.001 else "no") if name == "p99" else ("-", "-")
-        print(f"| Version, {opts.calls} calls, {name} | {d * ms:.3f} ms | {r * ms:.3f} ms | +{(r - d) * ms:.3f} ms "
-              f"| {p * ms:.3f} ms | +{(p - d) * ms:.3f} ms | {goal} | {met} |")
-    for pick_name, pick in (("median", statistics.median), ("mean", statistics.mean)):
-        dr, r, dp, p = (pick(lists[way]) for way in ("direct-relay", "relay", "direct-python", "python"))
-        goal, met = ("< 1.2x", "yes" if r < 1.2 * dr else "no") if pick_name == "median" else ("-", "-")
-        print(f"| ListImages, {opts.images} images, {opts.lists} calls, {pick_name} | {dr * ms:.2f} / {dp * ms:.2f} ms "
-              f"| {r * ms:.2f} ms | {r / dr:.3f}x | {p * ms:.2f} ms | {p / dp:.3f}x | {goal} | {met} |")
+        print(f"| Version, {opts.calls} calls, {name} | {d * ms:.3f} ms | {r * ms:.3f} ms | {(r - d) * ms:+.3f} ms "
+              f"| {p * ms:.3f} ms | {(p - d) * ms:+.3f} ms | {goal} | {met} |")
+    picks = (("median", statistics.median), ("mean", statistics.mean), ("p99", lambda v: percentile(v, 0.99)))
+    for prefix, method in (("", "ListImages"), ("stream-", "StreamImages")):
+        if prefix + "relay" not in lists:
+            continue
+        for pick_name, pick in picks:
+            dr, r, dp, p = (pick(lists[prefix + way]) for way in ("direct-relay", "relay", "direct-python", "python"))
+            judged = pick_name == "median" and not prefix
+            goal, met = ("< 1.2x", "yes" if r < 1.2 * dr else "no") if judged else ("-", "-")
+            print(f"| {method}, {opts.images} images, {opts.lists} calls, {pick_name} | {dr * ms:.2f} / {dp * ms:.2f} ms "
+                  f"| {r * ms:.2f} ms | {r / dr:.3f}x ({(r - dr) * ms:+.2f} ms) | {p * ms:.2f} ms "
+                  f"| {p / dp:.3f}x ({(p - dp) * ms:+.2f} ms) | {goal} | {met} |")
     r, p = (statistics.median(stale[way]) for way in WAYS[1:])
     print(f"| ListImages after 2 s idle (reads the pins first), median of 3 | - | {r * ms:.0f} ms | - "
           f"| {p * ms:.0f} ms | - | - | - |")

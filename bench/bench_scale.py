@@ -2,13 +2,17 @@
 
 Run from the repository root, as root:
     .venv/bin/python -m bench.bench_scale [--images 1000,10000,20000] [--patterns 1000,10000,20000]
+        [--engine containerd-2.4] [--pin]
 
-For each image count, one containerd 1.7 on tmpfs holds that many distinct images in k8s.io (the
+For each image count, one containerd (1.7 unless --engine names another engine of
+tests/harness/engines.py) on tmpfs holds that many distinct images in k8s.io (the
 CRI adds a sha256: reference to each, so twice as many records). In the same run, beside
 `ctr images ls` on that daemon, it times `pinctl ls` (table into a pipe, and -o json),
 `sync --dry-run`, `check` and `gc plan`, and takes each run's peak resident memory from the
 kernel (ru_maxrss). At the middle image count it also runs `ls` with each pattern count (a third
-each exact names, prefix globs and keywords) to show the cost is linear in patterns too.
+each exact names, prefix globs and keywords) to show the cost is linear in patterns too. With
+--pin, last (it labels every image): `pin` of every reference beside bench_core's ctr label loop,
+each run once; its peak memory is not measured, and its goal is bench_core's 0.05x.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import PINCTL, containerd_with_images, median_measured
+from bench.bench_core import bench_pin
+from bench.common import ENGINE, PINCTL, containerd_with_images, median_measured, progress
 from tests.harness.containerd import ContainerdDaemon
 
 MEMORY_GOAL = 150 * 1024 * 1024
@@ -63,10 +68,12 @@ def env_for(daemon: ContainerdDaemon, policy: Path) -> dict[str, str]:
             "PINCTL_CACHE_DIR": str(policy.parent / "target-cache")}
 
 
-def at_count(images: int, patterns: list[int], repeat: int, tmp: Path) -> list[Measured]:
-    with containerd_with_images(images) as daemon:
+def at_count(images: int, patterns: list[int], repeat: int, tmp: Path, engine: str = ENGINE,
+             pin: bool = False) -> list[str]:
+    with containerd_with_images(images, engine=engine) as daemon:
         ctr = [str(daemon.bin_dir / "ctr"), "-a", daemon.address, "-n", "k8s.io", "images", "ls"]
         peer, _ = median_measured(ctr, repeat)
+        progress(f"ctr images ls: {peer * 1000:.0f} ms")
         env = env_for(daemon, write_policy(tmp / "one.toml", 1))
         commands = {"ls": (["ls", "-n", "k8s.io"], LS_GOAL), "ls -o json": (["ls", "-n", "k8s.io", "-o", "json"], LS_GOAL),
                     "sync --dry-run": (["sync", "--dry-run", "-q"], OTHER_GOAL), "check": (["check"], OTHER_GOAL),
@@ -75,11 +82,18 @@ def at_count(images: int, patterns: list[int], repeat: int, tmp: Path) -> list[M
         for name, (argv, goal) in commands.items():
             seconds, peak = median_measured([PINCTL, *argv], repeat, env)
             found.append(Measured(f"{name}, {images} images", images, seconds, peak, peer, goal))
+            progress(f"{name}: {seconds * 1000:.0f} ms")
         for count in patterns:
             env = env_for(daemon, write_policy(tmp / f"{count}.toml", count))
             seconds, peak = median_measured([PINCTL, "ls", "-n", "k8s.io"], repeat, env)
             found.append(Measured(f"ls, {images} images, {count} patterns", images, seconds, peak, peer, LS_GOAL))
-        return found
+        rows = [row.row() for row in found]
+        if pin:
+            progress("pin: the ctr label loop, one ctr per reference (minutes at 10,000 images)")
+            pin_name, ours, peer_name, peer_time, pin_goal, met = bench_pin(daemon, images)
+            rows.append(f"| {pin_name} | {ours * 1000:.0f} ms | - | {peer_time * 1000:.0f} ms ({peer_name}) | "
+                        f"{ours / peer_time:.3f} | {pin_goal} | {'yes' if met else 'no'} |")
+        return rows
 
 
 def main() -> int:
@@ -87,18 +101,21 @@ def main() -> int:
     parser.add_argument("--images", default="1000,10000,20000", help="image counts, comma-separated")
     parser.add_argument("--patterns", default="1000,10000,20000", help="pattern counts, at the middle image count")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--engine", default=ENGINE, help=f"the containerd of tests/harness/engines.py (default {ENGINE})")
+    parser.add_argument("--pin", action="store_true", help="also pin every reference beside the ctr label loop")
     opts = parser.parse_args()
     counts = [int(n) for n in opts.images.split(",")]
-    pattern_counts = [int(n) for n in opts.patterns.split(",")]
-    rows: list[Measured] = []
+    pattern_counts = [int(n) for n in opts.patterns.split(",") if n]
+    rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp:
         for images in counts:
             middle = images == counts[len(counts) // 2]
-            rows += at_count(images, pattern_counts if middle else [], opts.repeat, Path(tmp))
-            print(f"done: {images} images", file=sys.stderr)
+            rows += at_count(images, pattern_counts if middle else [], opts.repeat, Path(tmp), opts.engine, opts.pin)
+            progress(f"done: {images} images")
+    print(f"{opts.engine}, {opts.repeat} runs after a warm-up, medians")
     print("| benchmark | pinctl | peak memory | ctr images ls | ratio | goal | met |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    print("\n".join(row.row() for row in rows))
+    print("\n".join(rows))
     return 0
 
 
