@@ -99,7 +99,7 @@ class Duration(click.ParamType):
 class CommonOption(click.Option):
     """An option every command takes (COMMON_OPTIONS): listed after the command's own ones.
 
-    env_name and default_text are for README's table of them: the variable that sets the same
+    env_name and default_text are for docs/configuration.md's table of them: the variable that sets the same
     thing, and what holds when neither is given (`code` in backquotes).
     """
 

@@ -3,7 +3,7 @@
 An attribute's annotation is its type, its setting(...) its default and everything else the
 key table (KEYS) says of it: the environment variable, the flag and its short name, the metavar,
 the help, how the default is described. The loader (pinctl.config.loader), the common click options
-(pinctl.cli), config show, pinctl.conf(5) and README's tables all read KEYS; adding a setting is
+(pinctl.cli), config show, pinctl.conf(5) and docs/configuration.md's tables all read KEYS; adding a setting is
 one attribute here, then `make generate`.
 """
 
@@ -59,7 +59,7 @@ class Settings:
     """Every setting, typed, as loaded: the defaults here, then files, environment and flags.
 
     The order here is the order everywhere: of the options in --help, of the keys in
-    pinctl.conf(5) and in README.
+    pinctl.conf(5) and in docs/configuration.md.
 
     pinned_images holds the pattern texts of pinctl's own sources; the policy itself, with where
     each pattern came from and CRI-O's patterns, is Config.patterns.
@@ -177,7 +177,7 @@ class KeySpec:
 
     @property
     def default_markdown(self) -> str:
-        """The default as README states it."""
+        """The default as docs/configuration.md states it."""
         if self.default_text is not None:
             return self.default_text
         if self.default is None:
@@ -214,7 +214,7 @@ def default_sentence(env: Optional[str], key: Optional[str], default: str) -> st
 
 
 def plain_text(markdown: str) -> str:
-    """README's words for help and man pages: backquotes dropped."""
+    """The docs' words for help and man pages: backquotes dropped."""
     return markdown.replace("`", "")
 
 

@@ -3,7 +3,7 @@ and the textfiles of check and gc plan for node_exporter's textfile collector.
 
 The prometheus_client library writes the text (and OpenMetrics) formats; it is imported here only,
 and this module only by the commands that export. Every metric is declared once in METRICS: the
-collectors, README's list and the alert rules' test all read it.
+collectors, docs/monitoring.md's list and the alert rules' test all read it.
 """
 
 from __future__ import annotations

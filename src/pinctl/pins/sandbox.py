@@ -1,7 +1,7 @@
 """The runtime's sandbox (pause) image: by which rule each runtime keeps it, and what is left to
 say when it does not. pinctl wants it kept on every runtime (check, gc plan, prune and cri-proxy
 count it); whether the runtime keeps it is the runtime's rule, read from its source and checked
-against the real programs (tests/integration/test_sandbox_image.py; README's table says the same):
+against the real programs (tests/integration/test_sandbox_image.py; docs/sandbox-image.md's table says the same):
 
 - containerd 1.x, from the releases whose CRI reports pins (1.6.25, 1.7.10): pinned while one of
   the image's records carries the pin label, as any image. Its CRI puts the label on every record
