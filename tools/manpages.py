@@ -174,8 +174,10 @@ def render_command(ctx: click.Context, all_contexts: list[click.Context]) -> str
     lines += [".SH EXIT STATUS", *_exit_status(ctx)]
     examples = EXAMPLES.get(" ".join(command_path(ctx)[1:]), [])
     if examples:
-        lines += [".SH EXAMPLES", *(line for what, command in examples
-                                    for line in (".PP", text_line(what + ":"), ".nf", ".RS 4", escape(command), ".RE", ".fi"))]
+        lines.append(".SH EXAMPLES")
+        for number, (what, command) in enumerate(examples):
+            # A paragraph break between examples, none right after the heading (mandoc warns).
+            lines += [*([".PP"] if number else []), text_line(what + ":"), ".nf", ".RS 4", escape(command), ".RE", ".fi"]
     lines += [".SH ENVIRONMENT", *_environment(ctx, below)]
     lines += [".SH FILES", *_files(ctx, below)]
     lines += [".SH SEE ALSO", *_see_also(ctx, all_contexts)]
