@@ -77,7 +77,7 @@ def settle(daemon: ContainerdDaemon) -> None:
     cri.wait_for_refs(daemon.address, [*COVERED, UNCOVERED, TAGLESS_IMAGE])
     want = {*COVERED, daemon.sandbox_image}
     try:
-        cri.wait_for(daemon.address, lambda listed: {t for i in listed if i.pinned for t in i.repo_tags} >= want, 10)
+        cri.wait_for(daemon.address, lambda listed: {t for i in listed if i.pinned for t in i.repo_tags} >= want, 60)
     except cri.CriError:
         pass
 
