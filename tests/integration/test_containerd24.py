@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import reset_k8s_io
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.crictl import Crictl
@@ -98,6 +99,8 @@ def site_drop_in(containerd24: ContainerdDaemon,
     """The session's containerd 2.4 restarted with conf.d/10-site.toml, and the images its entries
     name loaded after (the CRI labels a record its pinned_images name when the record is made);
     afterwards the drop-in and the images are gone and it runs on its own config again."""
+    # The session's daemon, as other modules left it: k8s.io holds only the sandbox image first.
+    reset_k8s_io(containerd24)
     drop_in = containerd24.conf_d / "10-site.toml"
     drop_in.write_text(SITE_TEXT)
     try:
