@@ -175,9 +175,9 @@ def render_command(ctx: click.Context, all_contexts: list[click.Context]) -> str
     examples = EXAMPLES.get(" ".join(command_path(ctx)[1:]), [])
     if examples:
         lines.append(".SH EXAMPLES")
-        for number, (what, command) in enumerate(examples):
+        for number, (what, example) in enumerate(examples):
             # A paragraph break between examples, none right after the heading (mandoc warns).
-            lines += [*([".PP"] if number else []), text_line(what + ":"), ".nf", ".RS 4", escape(command), ".RE", ".fi"]
+            lines += [*([".PP"] if number else []), text_line(what + ":"), ".nf", ".RS 4", escape(example), ".RE", ".fi"]
     lines += [".SH ENVIRONMENT", *_environment(ctx, below)]
     lines += [".SH FILES", *_files(ctx, below)]
     lines += [".SH SEE ALSO", *_see_also(ctx, all_contexts)]
