@@ -444,7 +444,8 @@ def print_prune_plan(plans: Sequence[PrunePlan], out: Optional[TextIO] = None) -
     to a terminal's window; every name whole, since it is what the operator confirms."""
     out = out or sys.stderr
     for plan in plans:
-        target = f"until usage is {plan.target_usage}%" if plan.target_usage is not None else "every unused image"
+        target = (f"until usage is {plan.target_usage}%" if plan.target_usage is not None
+                  else "the images named" if plan.matched else "every unused image")
         total = sum(image.size for image in plan.delete)
         out.write(folded(f"{plan.domain.name}: {plan.plan.usage_percent}% used; {target}: "
                          f"{counted(len(plan.delete), 'image')}, {human_size(total)}", out) + "\n")
