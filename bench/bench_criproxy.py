@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import grpc
 
@@ -41,6 +42,19 @@ WAYS = ("direct", "relay", "python")
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
 
 
+def timed_rounds(calls: list[Callable[..., Any]], rounds: int) -> list[list[float]]:
+    """Seconds per call for each of calls, one call to each per round."""
+    found: list[list[float]] = [[] for _ in calls]
+    for turn in range(rounds):
+        # Each round starts with the next address: none always follows the same one.
+        first = turn % len(calls)
+        for index in [*range(first, len(calls)), *range(first)]:
+            start = time.perf_counter()
+            calls[index](b"", timeout=30)
+            found[index].append(time.perf_counter() - start)
+    return found
+
+
 def round_robin(addresses: list[str], method: str, rounds: int, warm_up: int = 100,
                 streamed: bool = False) -> list[list[float]]:
     """Seconds per call for each address, one call to each per round, after warm_up calls. A
@@ -55,15 +69,7 @@ def round_robin(addresses: list[str], method: str, rounds: int, warm_up: int = 1
         for call in calls:
             for _ in range(warm_up):
                 call(b"", timeout=30)
-        found: list[list[float]] = [[] for _ in calls]
-        for turn in range(rounds):
-            # Each round starts with the next address: none always follows the same one.
-            first = turn % len(calls)
-            for index in [*range(first, len(calls)), *range(first)]:
-                start = time.perf_counter()
-                calls[index](b"", timeout=30)
-                found[index].append(time.perf_counter() - start)
-        return found
+        return timed_rounds(calls, rounds)
     finally:
         for channel in channels:
             channel.close()

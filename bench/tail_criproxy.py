@@ -44,7 +44,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.bench_criproxy import VERSION, percentile
+from bench.bench_criproxy import VERSION, percentile, timed_rounds
 from bench.common import ENGINE, PINCTL, containerd_with_images, progress
 
 ADDRESSES = ("direct", "relay", "relay GOGC=off", "relay GOMAXPROCS=2", "python")
@@ -162,14 +162,8 @@ def one_run(kind: str, calls: list[grpc.UnaryUnaryMultiCallable], rounds: int, w
     if kind == "client-gc-off":
         gc.collect()
         gc.disable()
-    found: list[list[float]] = [[] for _ in calls]
     try:
-        for turn in range(rounds):
-            first = turn % len(calls)
-            for index in [*range(first, len(calls)), *range(first)]:
-                start = time.perf_counter()
-                calls[index](b"", timeout=30)
-                found[index].append(time.perf_counter() - start)
+        found = timed_rounds(calls, rounds)
     finally:
         gc.enable()
         if kind == "fifo":

@@ -4,9 +4,10 @@ not what pinctl expects, for the fault tests; and the head start of the periodic
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -67,6 +68,26 @@ def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         engine_unavailable(f"{engine} unavailable: {exc}")
     yield ctd
     ctd.stop()
+
+
+Daemon = TypeVar("Daemon", bound=ContainerdDaemon)
+
+
+def started_with(found: Daemon, archives: Path, refs: Sequence[str]) -> Iterator[Daemon]:
+    """A module's own containerd, started with the sandbox image and then refs loaded (its CRI
+    labels what pinned_images names when a record is made), stopped afterwards; an engine that
+    cannot run skips (fails in CI)."""
+    try:
+        found.start()
+        images.ensure_sandbox_image(found)
+        images.load_images(found, archives, [images.recipe(ref, seed=ref) for ref in refs])
+    except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+        found.stop()
+        engine_unavailable(f"{found.engine} unavailable: {exc}")
+    try:
+        yield found
+    finally:
+        found.stop()
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import engine_unavailable
-from tests.harness import cri, debs, images
-from tests.harness.containerd import ContainerdDaemon, DaemonError, engine_bin_dir
+from tests.harness import cri, debs
+from tests.harness.containerd import ContainerdDaemon, engine_bin_dir
 from tests.harness.crictl import Crictl
+from tests.integration.conftest import started_with
 from tests.integration.pinctl_runner import assert_one_line_error, pinctl, pinctl_json
 
 pytestmark = pytest.mark.integration
@@ -62,20 +63,7 @@ def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     # drop the main file's entries (sandbox, main); containerd 2.1 merges it key by key.
     (conf_d / "20-tuning.toml").write_text("version = 3\n[plugins.'io.containerd.cri.v1.images']\n"
                                            "  max_concurrent_downloads = 2\n")
-    try:
-        found.start()
-        images.ensure_sandbox_image(found)
-        # Loaded after containerd started: its CRI labels a record its pinned_images name when the
-        # record is created.
-        images.load_images(found, base / "archives", [images.recipe(ref, seed=ref)
-                                                      for ref in (MAIN_IMAGE, SITE_IMAGE, TAGLESS_IMAGE, OTHER)])
-    except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
-        found.stop()
-        engine_unavailable(f"{engine} unavailable: {exc}")
-    try:
-        yield found
-    finally:
-        found.stop()
+    yield from started_with(found, base / "archives", [MAIN_IMAGE, SITE_IMAGE, TAGLESS_IMAGE, OTHER])
 
 
 def site_file(daemon: ContainerdDaemon) -> str:

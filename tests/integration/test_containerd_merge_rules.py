@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import engine_unavailable
-from tests.harness import cri, debs, images
-from tests.harness.containerd import ContainerdDaemon, DaemonError
+from tests.harness import cri
+from tests.harness.containerd import ContainerdDaemon
+from tests.integration.conftest import started_with
 from tests.integration.pinctl_runner import pinctl_json
 
 pytestmark = pytest.mark.integration
@@ -43,17 +43,7 @@ def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     conf_d = found.base_dir / "conf.d"
     conf_d.mkdir(parents=True, exist_ok=True)
     (conf_d / "10-site.toml").write_text(f"version = 3\n\n{PINNED}\n  site = '{SITE_IMAGE}'\n")
-    try:
-        found.start()
-        images.ensure_sandbox_image(found)
-        images.load_images(found, base / "archives", [images.recipe(SITE_IMAGE, seed=SITE_IMAGE)])
-    except (debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
-        found.stop()
-        engine_unavailable(f"{engine} unavailable: {exc}")
-    try:
-        yield found
-    finally:
-        found.stop()
+    yield from started_with(found, base / "archives", [SITE_IMAGE])
 
 
 def test_the_sandbox_image_is_read_as_this_release_merges(daemon: Version2Main) -> None:
