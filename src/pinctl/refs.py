@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 from pinctl.errors import UsageError
 
@@ -30,6 +30,15 @@ class Selector:
     text: str
     ref: Optional[str] = None
     id_prefix: Optional[str] = None
+
+    def names(self, names: Iterable[str]) -> bool:
+        """Whether one of names is what it asks for, as typed or normalised."""
+        return any(name in (self.text, self.ref) for name in names)
+
+    def has_id(self, ids: Iterable[str]) -> bool:
+        """Whether one of ids (sha256:<hex> or bare) starts with its ID prefix."""
+        return self.id_prefix is not None and any(
+            value.split(":", 1)[-1].startswith(self.id_prefix) for value in ids if value)
 
 
 def normalize(name: str) -> str:

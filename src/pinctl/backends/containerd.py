@@ -95,6 +95,7 @@ class ContainerdStore:
             channel.close()
         self._channels.clear()
         self._stubs.clear()
+        self._rules = None  # a containerd started again may be another release
 
     # -- ImageStore ----------------------------------------------------------------------
 

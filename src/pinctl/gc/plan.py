@@ -410,9 +410,7 @@ def _chosen(images: Sequence[ObservedImage], terms: Sequence[str]) -> tuple[Opti
     for term in terms:
         selector = references.parse_selector(term)
         for image in images:
-            bare = image.id.split(":", 1)[-1]
-            if (selector.ref is not None and selector.ref in (image.id, *image.refs)) or term in image.refs \
-                    or (selector.id_prefix is not None and bare.startswith(selector.id_prefix)):
+            if selector.names((image.id, *image.refs)) or selector.has_id((image.id,)):
                 chosen.add(image.id)
                 matched.add(term)
     return chosen, frozenset(matched)

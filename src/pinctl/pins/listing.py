@@ -307,14 +307,10 @@ def _matcher(term: str, dialect: str) -> Callable[[ImageRow], bool]:
     selector = refs.parse_selector(term)
 
     def match(row: ImageRow) -> bool:
-        if row.ref in (term, selector.ref):
-            return True
-        return selector.id_prefix is not None and id_matches(row, selector.id_prefix)
+        return selector.names((row.ref,)) or selector.has_id((row.image_id or "", row.digest))
 
     return match
 
 
 def id_matches(row: ImageRow, hex_prefix: str) -> bool:
-    return any(
-        value.split(":", 1)[-1].startswith(hex_prefix) for value in (row.image_id or "", row.digest) if value
-    )
+    return refs.Selector(hex_prefix, id_prefix=hex_prefix).has_id((row.image_id or "", row.digest))
