@@ -1,5 +1,6 @@
 """cri-proxy: the CRI, served on a socket of its own and forwarded to the real runtime, with one
-change: ListImages, StreamImages and ImageStatus report pinned=true for the images pinctl wants kept.
+change: ListImages, StreamImages and ImageStatus report pinned=true for the images pinctl wants
+kept.
 
 Two data paths, one behaviour. By default pinctl-cri-relay (cri-relay/, Go; relay.py runs it)
 serves the socket and forwards, and this process reads the pins it asks for. With --relay python,
