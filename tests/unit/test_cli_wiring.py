@@ -94,3 +94,14 @@ def test_lint_exit_code_and_streams(store: FakeStore) -> None:
     code, out, err = invoke("--pinned-image", "*", "config", "lint", "--offline")
     assert code == EXIT_ERROR
     assert "invalid" in out and "config lint: 1 problem" in err
+
+
+@pytest.mark.parametrize("args, said", [
+    (("help", "pinn"), "no such command 'pinn'; did you mean pin?"),
+    (("ls", "-o", "jsn"), "-o/--output takes table, wide or json, not 'jsn'; did you mean json?"),
+    (("prune", "--until-usage", "50", "example.test/app:1"), "--until-usage and REF do not go together"),
+])
+def test_new_usage_errors_are_one_line_and_exit_2(store: FakeStore, args: tuple[str, ...], said: str) -> None:
+    code, out, err = invoke(*args)
+    assert (code, out) == (EXIT_USAGE, "")
+    assert err.count("\n") == 1 and said in err, err
