@@ -24,8 +24,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bottom", ("pinctl", "pinctl.model", "pinctl.errors", "pinctl.refs", "pinctl.display", "pinctl.streams",
                 "pinctl.proto")),
     ("config", ("pinctl.config",)),
-    ("backends", ("pinctl.backends",)),
-    ("pure logic", ("pinctl.pins", "pinctl.gc.model", "pinctl.gc.estimate", "pinctl.gc.eviction", "pinctl.gc.kubelet")),
+    ("backends", ("pinctl.backends", "pinctl.kubeapi")),
+    ("pure logic", ("pinctl.pins", "pinctl.gc.model", "pinctl.gc.estimate", "pinctl.gc.eviction", "pinctl.gc.kubelet",
+                    "pinctl.fleet")),
     ("node", ("pinctl.node",)),
     ("shared below capabilities", ("pinctl.landing", "pinctl.service")),
     ("capabilities", CAPABILITIES := ("pinctl.check", "pinctl.gc.plan", "pinctl.pull", "pinctl.imports")),
@@ -38,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # services) share goes below them: pinctl.landing (pull and import), pinctl.service (the services).
 SIBLING_GROUPS = (CAPABILITIES, SERVICES)
 # Imported lazily so that `pinctl --help` never loads them; one module alone imports prometheus_client.
-HEAVY = ("grpc", "google.protobuf", "rich", "prometheus_client", "yaml", "docker")
+HEAVY = ("grpc", "google.protobuf", "rich", "prometheus_client", "yaml", "docker", "lightkube", "httpx2")
 PROMETHEUS_HOME = "pinctl.metrics"
 # The edges: the cli, where --help runs, and commands, which dispatches to every capability; each
 # loads a layer below only when its command runs, so a command pays for what it uses alone.

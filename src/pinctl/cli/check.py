@@ -1,12 +1,13 @@
-"""pinctl check: what the CRI runtime tells the kubelet."""
+"""pinctl check: what the CRI runtime tells the kubelet; pinctl fleet status: what the agents tell the API."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Optional, Sequence
 
 import click
 
-from pinctl.cli.options import Seconds, common_options, output_options, textfile_option
+from pinctl.cli.options import Duration, Seconds, common_options, output_options, textfile_option
 from pinctl.cli.root import cli, exit_codes, load_config, load_policy, open_node, open_runtime, textfile_target
 from pinctl.model import OutputFormat
 
@@ -47,4 +48,53 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
 
         families = metrics.check_textfile(report.rows, report.namespaces, report.result, policy.patterns)
         metrics.write_textfile(textfile, families)
+    return report.exit_code
+
+
+@cli.group("fleet", short_help="Ask the Kubernetes API what pinctl agents report.")
+def fleet_group() -> None:
+    """What the pinctl agents of a Kubernetes cluster report on their Nodes.
+
+    Each agent deployed with the node-status component (deploy/kubernetes/components/
+    node-status) writes its Node's condition pinctl.io/PolicyApplied. These commands read
+    those conditions with your kubeconfig, as kubectl does; nothing here runs on a node.
+    """
+
+
+@fleet_group.command("status", short_help="Has every node applied the policy ConfigMap?",
+                     epilog=exit_codes("0 every selected node applied the ConfigMap's revision",
+                                       "1 some did not (or an error)", "2 usage error"))
+@click.option("-l", "--selector", default="", metavar="SELECTOR",
+              help="Only nodes with these labels, as kubectl takes them (zone=a,pinctl.io/runtime!=cri-o).")
+@click.option("--wait", type=Duration(), default="0", metavar="TIME",
+              help="Poll until every node applied the ConfigMap, for at most TIME (5m); a status line shows "
+                   "on a terminal.")
+@click.option("--stale-after", type=Duration(), default="15m", metavar="TIME", show_default=True,
+              help="A condition not rewritten for this long means its agent is gone.")
+@click.option("--kubeconfig", metavar="FILE", help="As kubectl's: default KUBECONFIG, then ~/.kube/config.")
+@click.option("--context", metavar="NAME", help="The kubeconfig context; default: its current one.")
+@click.option("--namespace", default="pinctl", show_default=True, help="The policy ConfigMap's namespace.")
+@click.option("--configmap", default="pinctl-config", show_default=True, help="The policy ConfigMap.")
+@click.option("--key", default="config.toml", show_default=True, help="The ConfigMap's key holding the policy.")
+@output_options(help_text="Output format; -q prints the nodes not applied.")
+def fleet_status_command(selector: str, wait: timedelta, stale_after: timedelta, kubeconfig: Optional[str],
+                         context: Optional[str], namespace: str, configmap: str, key: str, fmt: OutputFormat,
+                         quiet: bool) -> int:
+    """A row per node: its agent's state against the policy ConfigMap's revision (its
+    content hash), the images it pins of those the policy wants, and the first reason.
+
+    A node is applied when its agent runs the ConfigMap's revision and keeps every image the
+    policy covers; an exact pattern's image the node lacks is counted absent and is pinned
+    when it arrives. Nodes without an agent, or whose agent went quiet (--stale-after), are
+    listed as such. With --wait it returns as soon as every node is applied (for CI after
+    kubectl apply, as kubectl rollout status does).
+    """
+    from pinctl.commands.fleet import FleetStatusRequest, fleet_status
+    from pinctl.render.fleet import fleet_progress, print_fleet_status
+
+    request = FleetStatusRequest(kubeconfig, context, selector.strip(), namespace, configmap, key,
+                                 stale_after.total_seconds(), wait.total_seconds())
+    with fleet_progress(active=request.wait > 0 and not quiet) as progress:
+        report = fleet_status(request, progress)
+    print_fleet_status(report, fmt, quiet)
     return report.exit_code

@@ -37,15 +37,15 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
     --metrics-address serves Prometheus metrics, /healthz and /readyz (ready while the pins
     can be read).
     """
-    from pinctl import commands
+    from pinctl.commands import services
     from pinctl.criproxy.relay import find_relay
     from pinctl.metrics import serve
     from pinctl.render import output
     from pinctl.render.log import Log
 
-    request = commands.ProxyRequest(listen, find_relay(relay))
+    request = services.ProxyRequest(listen, find_relay(relay))
     log = Log(log_format)
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")
-    return commands.cri_proxy(lambda: load_config(ctx), request, log, output.warn,
+    return services.cri_proxy(lambda: load_config(ctx), request, log, output.warn,
                               lambda proxy: serve.proxy_metrics(address, source, proxy, log))

@@ -19,30 +19,26 @@ from pinctl.criproxy.stats import liveness, proxy_figures, readiness
 from pinctl.errors import UsageError
 from pinctl.metrics.exposition import proxy_registry, watcher_registry
 from pinctl.model import LogFn
-from pinctl.watch.health import Checker
 
 if TYPE_CHECKING:
     from pinctl.criproxy.proxy import Proxy
     from pinctl.service.monitoring import Verdict
+    from pinctl.watch.health import Checker
     from pinctl.watch.watcher import Watcher
 
 EXAMPLE_ADDRESS = "127.0.0.1:9736"
 ADDRESS_HINT = f"give HOST:PORT, e.g. {EXAMPLE_ADDRESS}, [::1]:9736 or :9736 for every interface"
 
 
-def watcher_metrics(address: Optional[str], source: str, watcher: Watcher, log: LogFn,
-                    check_interval: float) -> ContextManager[None]:
-    """sync --watch's endpoint, with the periodic check beside it; nothing without an address."""
+def watcher_metrics(address: Optional[str], source: str, watcher: Watcher, checker: Optional[Checker],
+                    log: LogFn, check_interval: float) -> ContextManager[None]:
+    """sync --watch's endpoint, with the periodic check's figures (it runs beside, started by
+    the command); nothing without an address."""
     if not address:
         return contextlib.nullcontext()
-    # The check's rounds and the watcher's full syncs take turns (Watcher.reading): each reads the whole node.
-    checker = (Checker(lambda: watcher.settings, check_interval, log, watcher.reading)
-               if check_interval > 0 else None)
-    if checker is not None:
-        watcher.state.on_change = checker.soon
     server = MetricsServer(address, source, watcher_registry(watcher.state, checker), watcher.state.liveness,
                            watcher.state.readiness)
-    return _serving(server, log, checker, check_interval=f"{check_interval:g}s")
+    return _serving(server, log, check_interval=f"{check_interval:g}s")
 
 
 def proxy_metrics(address: Optional[str], source: str, proxy: Proxy, log: LogFn) -> ContextManager[None]:
@@ -51,20 +47,16 @@ def proxy_metrics(address: Optional[str], source: str, proxy: Proxy, log: LogFn)
         return contextlib.nullcontext()
     server = MetricsServer(address, source, proxy_registry(lambda: proxy_figures(proxy)),
                            lambda: liveness(proxy), lambda: readiness(proxy), title="pinctl cri-proxy")
-    return _serving(server, log, None)
+    return _serving(server, log)
 
 
 @contextlib.contextmanager
-def _serving(server: MetricsServer, log: LogFn, checker: Optional[Checker], **fields: str) -> Iterator[None]:
+def _serving(server: MetricsServer, log: LogFn, **fields: str) -> Iterator[None]:
     server.start()
     log("info", "serving metrics", address=server.address, **fields)
-    if checker is not None:
-        checker.start()
     try:
         yield
     finally:
-        if checker is not None:
-            checker.stop()
         server.stop()
 
 

@@ -49,6 +49,10 @@ class NodeFigures:
     drift: dict[tuple[str, Drift], int]
     # Images per (pattern, pattern kind, state of PATTERN_STATES), every state of every pattern.
     patterns: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # The policy as a whole: distinct images by state (absent: exact patterns with no image), and
+    # the first image (by name) not kept, with its state; what the agent's Node condition says.
+    policy: dict[str, int] = field(default_factory=dict)
+    first_not_kept: tuple[str, str] = ("", "")
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,9 @@ def node_figures(rows: Sequence[ImageRow], namespaces: Sequence[str] = (),
     for (namespace, pinned, _image), size in sizes.items():
         images[(namespace, pinned)] += 1
         image_bytes[(namespace, pinned)] += size
-    return NodeFigures(names, images, image_bytes, policy_refs, drift, pattern_figures(rows, patterns))
+    by_pattern = pattern_figures(rows, patterns)
+    policy, first = policy_figures(rows, by_pattern)
+    return NodeFigures(names, images, image_bytes, policy_refs, drift, by_pattern, policy, first)
 
 
 def pattern_figures(rows: Sequence[ImageRow], patterns: Sequence[Pattern]) -> dict[tuple[str, str, str], int]:
@@ -118,8 +124,7 @@ def pattern_figures(rows: Sequence[ImageRow], patterns: Sequence[Pattern]) -> di
         covering = [reason.detail for reason in row.reasons if reason.kind == REASON_PATTERN]
         if not covering:
             continue
-        state = "pinned" if row.pinned else (
-            "ignored" if any(reason.kind in (REASON_LABEL, REASON_CRIO_PIN) for reason in row.reasons) else "unpinned")
+        state = _state(row)
         for text in covering:
             # Any reference of an image pinned pins it: pinned wins over the others.
             image = (_namespace(row), row.group_key)
@@ -131,6 +136,33 @@ def pattern_figures(rows: Sequence[ImageRow], patterns: Sequence[Pattern]) -> di
         for state in PATTERN_STATES:
             found[(text, kinds[text], state)] = counted.count(state) if state != "absent" else int(not counted)
     return found
+
+
+def policy_figures(rows: Sequence[ImageRow], by_pattern: dict[tuple[str, str, str], int]
+                   ) -> tuple[dict[str, int], tuple[str, str]]:
+    """Distinct images any pattern covers, by state (pinned wins, as in pattern_figures), and the
+    first reference by name of an image not kept. absent: the exact patterns that cover nothing."""
+    states: dict[tuple[str, str], str] = {}
+    names: dict[tuple[str, str], str] = {}
+    for row in rows:
+        if not any(reason.kind == REASON_PATTERN for reason in row.reasons):
+            continue
+        image = (_namespace(row), row.group_key)
+        state = _state(row)
+        if states.get(image) != "pinned":
+            states[image] = state
+        names[image] = min(names.get(image, row.ref), row.ref)
+    counted = list(states.values())
+    found = {state: counted.count(state) for state in PATTERN_STATES if state != "absent"}
+    found["absent"] = sum(n for (_text, kind, state), n in by_pattern.items() if state == "absent" and kind == "exact")
+    not_kept = sorted((names[image], state) for image, state in states.items() if state != "pinned")
+    return found, (not_kept[0] if not_kept else ("", ""))
+
+
+def _state(row: ImageRow) -> str:
+    if row.pinned:
+        return "pinned"
+    return "ignored" if any(reason.kind in (REASON_LABEL, REASON_CRIO_PIN) for reason in row.reasons) else "unpinned"
 
 
 def check_figures(result: CheckResult) -> CheckFigures:

@@ -75,6 +75,7 @@ class WatchState:
         self.reloads: Counter[str] = Counter({"ok": 0, "failed": 0})
         # Whether the last reload (SIGHUP or a changed file) worked; True before any.
         self.last_reload_ok = True
+        self.last_reload_error = ""
         self.events = 0
         self.reconnects = 0
         self.full_syncs = 0
@@ -86,6 +87,8 @@ class WatchState:
         # Told when labels were written or removed, or the policy reloaded: Checker.soon, so
         # the figures behind pinctl_policy_images follow within seconds, not a check interval.
         self.on_change: Callable[[], None] = lambda: None
+        # Told every batch's results: --node-status records Events of what changed.
+        self.on_results: Callable[[Sequence[ItemResult]], None] = lambda _results: None
 
     # -- written by the watch loop ----------------------------------------------------------
 
@@ -129,12 +132,15 @@ class WatchState:
                 self.sync_errors[SYNC_CHANGED_UNDER_US] += 1
             elif result.failed:
                 self.sync_errors[SYNC_WRITE_FAILED] += 1
+        if results:
+            self.on_results(results)
         if changed:
             self.on_change()
 
-    def reloaded(self, ok: bool) -> None:
+    def reloaded(self, ok: bool, error: str = "") -> None:
         self.reloads["ok" if ok else "failed"] += 1
         self.last_reload_ok = ok
+        self.last_reload_error = "" if ok else " ".join(error.split())
         if not ok:
             self.sync_errors[SYNC_CONFIG_RELOAD] += 1
         self.on_change()
@@ -193,6 +199,8 @@ class Checker:
         # Held for a whole round: the watcher's full sync holds the same lock (Watcher.reading).
         self.reading = reading or threading.Lock()
         self.latest = figures.Figures()
+        # Told each round's figures: --node-status writes the Node condition from them.
+        self.on_round: Callable[[figures.Figures], None] = lambda _found: None
         self.errors: Counter[CheckError] = Counter({kind: 0 for kind in CHECK_ERRORS})
         self.rounds = 0
         # The runtime found last round, kept while it answers and the configuration stays: finding
@@ -230,6 +238,7 @@ class Checker:
             try:
                 with self.reading:
                     self.latest = self.round()
+                self.on_round(self.latest)
             except Exception as err:  # noqa: BLE001 - the thread must outlive any one round
                 self.log("error", "periodic check failed", error=f"{type(err).__name__}: {err}")
             self.rounds += 1

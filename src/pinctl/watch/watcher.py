@@ -75,6 +75,8 @@ class WatchSetup:
     config_paths: Sequence[str] = ()
     # import_dirs: their archives imported and pinned at each full sync; None without import_dirs.
     imports: Optional[DirsSync] = None
+    # The policy file's content hash (fleet.condition.revision_of), for --node-status.
+    revision: str = ""
 
 
 class Watcher:
@@ -252,7 +254,7 @@ class Watcher:
         try:
             self.settings = self.load()
         except PinctlError as err:
-            self.state.reloaded(ok=False)
+            self.state.reloaded(ok=False, error=str(err))
             self.log("error", "config reload failed, keeping the previous one", error=str(err))
             return
         self.state.reloaded(ok=True)

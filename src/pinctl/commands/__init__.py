@@ -1,8 +1,8 @@
 """One function per command: a request in, a result out. pinctl.cli parses options, calls one of
 these, prints the result and exits with the code the result carries. Guards (an empty policy
 before a prune), polling (check --wait) and filters live here, not in click. The long-running
-commands (sync --watch, cri-proxy) take a way to read the config again (SIGHUP) and the metrics
-endpoint to run beside them, so that nothing here serves or prints.
+commands (sync --watch, cri-proxy) are in commands.services, and fleet status, which asks the
+Kubernetes API, in commands.fleet.
 
 Each function imports the capability it calls when it runs: one command loads what it uses, not
 every capability (that would add some 60 ms to `pinctl ls`).
@@ -11,7 +11,7 @@ every capability (that would add some 60 ms to `pinctl ls`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
 from pinctl.model import (ACTION_ALREADY_UNPINNED, ACTION_UNPINNED, REASON_DOCKER_LABEL, REASON_PATTERN, STATUS_PARTIAL,
@@ -21,18 +21,15 @@ if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
     from pinctl.check.compare import CheckResult, Clock, RuntimeImages
     from pinctl.config.loader import Config, PatternEntry
-    from pinctl.criproxy.proxy import Proxy
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.model import GcSettings
     from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
     from pinctl.imports.run import ImportItem, ImportReport, ImportRequest
-    from pinctl.imports.watching import DirsSync
     from pinctl.node.sources import Node
     from pinctl.pins.export import Export
     from pinctl.pins.lint import ConfigPins, Problem
     from pinctl.pins.policy import Policy
     from pinctl.pull.run import PullItem, PullReport, PullRequest
-    from pinctl.watch.watcher import Watcher
 
 OpenRuntime = Callable[[], "tuple[CriRuntime, RuntimeVersion]"]
 
@@ -397,109 +394,6 @@ def sync_pull(node: Node, reopen: Callable[[], Node], policy: Policy, open_runti
     if report.interrupted:
         return SyncPullReport(report, None)
     return SyncPullReport(report, sync(reopen(), policy, replace(sync_request, dry_run=False)))
-
-
-# -- the long-running commands ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WatchRequest:
-    """sync --watch: prune as it goes, and the kubelet config the periodic check reads."""
-
-    prune: bool = False
-    allow_empty_policy: bool = False
-    kubelet_config: Optional[str] = None
-    # import_dirs' disk budget (--max-usage); None: the kubelet's high threshold minus 5.
-    max_usage: Optional[float] = None
-
-
-def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn,
-          served: Callable[[Watcher], ContextManager[None]]) -> int:
-    """Keep the policy's pins true until SIGTERM or SIGINT; read_config is called again on
-    SIGHUP and when the config's files change, and served(watcher) runs the metrics endpoint
-    beside it. log says what the watcher does and (warn_once) what opening the node notices."""
-    from pinctl.gc.kubelet import read_gc_settings
-    from pinctl.node import crio as crio_node
-    from pinctl.node.sources import open_node, open_runtime
-    from pinctl.pins.policy import compile_policy
-    from pinctl.service.configfiles import watched_paths
-    from pinctl.watch.watcher import Watcher, WatchSetup, warn_once
-
-    first = read_config()
-    refuse_empty_prune(compile_policy(first.patterns), SyncRequest(request.prune, False, request.allow_empty_policy,
-                                                                   first.files))
-    if request.kubelet_config:
-        read_gc_settings(request.kubelet_config)  # a file named but unreadable is exit 2, now
-    warn = warn_once(log)
-
-    def load() -> WatchSetup:
-        cfg = read_config()
-        policy = compile_policy(cfg.patterns)
-        # Checked again at each reload: a policy file caught empty (truncated, then written) must
-        # not prune every pin; the reload fails and the policy in use stays.
-        refuse_empty_prune(policy, SyncRequest(request.prune, False, request.allow_empty_policy, cfg.files))
-        runtime = lambda: open_runtime(cfg, lambda note: log("info", note))  # noqa: E731
-        return WatchSetup(
-            lambda: open_node(cfg, warn, absent_ok=True), policy, crio_node.address_shown(cfg), runtime,
-            lambda: read_gc_settings(request.kubelet_config), watched_paths(cfg), _dirs_sync(cfg, request, runtime))
-
-    watcher = Watcher(load, log, request.prune)
-    with served(watcher):
-        watcher.install_signal_handlers()
-        return watcher.run()
-
-
-def _dirs_sync(cfg: Config, request: WatchRequest, runtime: OpenRuntime) -> Optional[DirsSync]:
-    """What the watcher imports at each full sync: import_dirs, with pull's disk budget."""
-    if not cfg.settings.import_dirs:
-        return None
-    from pinctl.gc.kubelet import read_gc_settings
-    from pinctl.imports.watching import DirsSync
-    from pinctl.pull.run import default_max_usage
-
-    s = cfg.settings
-    budget = request.max_usage
-    if budget is None:
-        budget = default_max_usage(read_gc_settings(request.kubelet_config).settings.high_threshold_percent)
-    return DirsSync(tuple(s.import_dirs), tuple(s.namespaces), s.containerd_address, s.timeout, s.containerd_config,
-                    request.prune, budget, runtime)
-
-
-@dataclass(frozen=True)
-class ProxyRequest:
-    """cri-proxy: the socket to serve, and what forwards (a relay binary, or None for Python)."""
-
-    listen: str
-    relay: Optional[str]
-
-
-def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: LogFn, warn: Callable[[str], None],
-              served: Callable[[Proxy], ContextManager[None]]) -> int:
-    """Serve the CRI on request.listen until SIGTERM or SIGINT, forwarding to the runtime the
-    config names; read_config is called again on SIGHUP and when the config's files change. A
-    namespace that does not exist yet is read as empty (a fresh node)."""
-    from pinctl.backends.cri import socket_path
-    from pinctl.criproxy.pins import ProxySetup
-    from pinctl.criproxy.proxy import Proxy
-    from pinctl.node.sources import open_node
-    from pinctl.pins.policy import compile_policy
-    from pinctl.service.configfiles import watched_paths
-
-    first = read_config()
-    compile_policy(first.patterns)  # a bad policy is exit 2 now, not a logged failure later
-    endpoint = first.settings.runtime_endpoint
-    if endpoint is None:
-        raise UsageError("cri-proxy needs the runtime to forward to",
-                         "give --runtime-endpoint unix:///run/containerd/containerd.sock (or the runtime's socket)")
-
-    def load() -> ProxySetup:
-        cfg = read_config()
-        return ProxySetup(lambda: open_node(cfg, warn, absent_ok=True), compile_policy(cfg.patterns),
-                          watched_paths(cfg))
-
-    proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
-    with served(proxy):
-        return proxy.run()
 
 
 # -- import ----------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""pinctl on a fleet: the Node condition each agent writes, and fleet status, which reads them."""
