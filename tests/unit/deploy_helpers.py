@@ -5,6 +5,7 @@ manifests. No engine, no cluster, no systemd needed."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import pathlib
 from collections.abc import Callable, Iterator
@@ -148,3 +149,58 @@ def container_of(daemonset: dict[str, Any]) -> dict[str, Any]:
 
 def named_ports(container: dict[str, Any]) -> dict[str, int]:
     return {port["name"]: port["containerPort"] for port in container.get("ports", []) if "name" in port}
+
+
+# -- kustomize components, rendered without kustomize -------------------------------------------
+
+COMPONENTS = KUBE / "components"
+
+
+def kustomization(directory: pathlib.Path) -> dict[str, Any]:
+    found: dict[str, Any] = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    return found
+
+
+def _pointer(path: str) -> list[str]:
+    assert path.startswith("/"), f"JSON pointer {path!r}"
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
+
+
+def json_patch_add(doc: dict[str, Any], path: str, value: Any) -> None:
+    """RFC 6902's add, as kustomize applies it: ``-`` appends to a list, a key is set (or
+    replaced); a missing parent is an error, as it is for kustomize."""
+    *parents, last = _pointer(path)
+    target: Any = doc
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    if isinstance(target, list):
+        target.insert(len(target) if last == "-" else int(last), copy.deepcopy(value))
+    else:
+        target[last] = copy.deepcopy(value)
+
+
+def _selected(doc: dict[str, Any], target: dict[str, Any]) -> bool:
+    keys = {"kind": doc.get("kind"), "name": doc.get("metadata", {}).get("name"),
+            "namespace": doc.get("metadata", {}).get("namespace")}
+    assert set(target) <= set(keys), f"patch target {target}: only kind, name and namespace are rendered here"
+    return all(keys[key] == value for key, value in target.items())
+
+
+def with_component(base: list[dict[str, Any]], directory: pathlib.Path) -> list[dict[str, Any]]:
+    """``base`` with the kustomize Component in ``directory``: its resources added, then each of its
+    JSON patches applied to the objects its target selects. The shapes the repository's components
+    use, no more (tests/integration/test_node_status_rbac.py compares this with kubectl kustomize)."""
+    spec = kustomization(directory)
+    assert spec["kind"] == "Component", f"{directory} is not a kustomize Component"
+    docs = copy.deepcopy(base)
+    for resource in spec.get("resources", []):
+        docs += [doc for doc in yaml.safe_load_all((directory / resource).read_text()) if doc]
+    for patch in spec.get("patches", []):
+        ops = yaml.safe_load((directory / patch["path"]).read_text())
+        assert isinstance(ops, list), f"{patch['path']}: only JSON patches (a list of ops) are rendered here"
+        for doc in docs:
+            if _selected(doc, patch.get("target", {})):
+                for op in ops:
+                    assert op["op"] == "add", f"{patch['path']}: op {op['op']} is not rendered here"
+                    json_patch_add(doc, op["path"], op["value"])
+    return docs
