@@ -25,7 +25,8 @@ PERIODIC_MODULE = "test_kubelet_gc.py"
 # four processes and the fleet's nodes (four kubelets, four runtimes) run, and the fleet's setup
 # loads pinctl's image on every node. They come last among the integration tests, before the
 # periodic module: away from the scenarios' busiest minutes, which come first.
-CLUSTER_MODULES = frozenset(("test_cluster.py", "test_fleet.py", "test_fleet_prometheus.py", "test_node_status_rbac.py",
+CLUSTER_MODULES = frozenset(("test_cluster.py", "test_fleet.py", "test_fleet_prometheus.py", "test_fleet_status.py",
+                             "test_node_status_rbac.py",
                              "test_prometheus3.py"))
 INTEGRATION = Path(__file__).resolve().parent
 
