@@ -145,7 +145,7 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     emitted = keys_of(render_ls()) | keys_of(render_pin()) | keys_of(render_lint()) | keys_of(render_check()) | config_keys
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
     emitted |= keys_of(render_gc_plan()) | keys_of(render_prune()) | keys_of(render_pull())
-    emitted |= keys_of(render_import())
+    emitted |= keys_of(render_import()) | keys_of(render_fleet_status())
     assert emitted == documented
 
 
@@ -253,3 +253,34 @@ def test_streamed_envelope_is_byte_for_byte_what_json_dumps_writes(fields: dict)
         buf = io.StringIO()
         output.write_envelope(buf, **{**fields, "images": images})
         assert buf.getvalue() == expected
+
+
+def render_fleet_status() -> dict:
+    from datetime import datetime, timezone
+
+    from pinctl.commands.fleet import FleetStatusReport
+    from pinctl.fleet.condition import CONDITION_TYPE
+    from pinctl.fleet.status import judge
+    from pinctl.render.fleet import print_fleet_status
+
+    now = datetime(2026, 12, 5, 12, 0, 0, tzinfo=timezone.utc)
+    applied = {"metadata": {"name": "worker-1"}, "status": {
+        "nodeInfo": {"containerRuntimeVersion": "containerd://1.7.24"},
+        "conditions": [{"type": CONDITION_TYPE, "status": "True", "reason": "PolicyApplied",
+                        "message": "revision 4be1c09d2f7a: 3 wanted, 2 pinned, 1 absent, 0 not kept",
+                        "lastHeartbeatTime": "2026-12-05T11:59:20Z"}]}}
+    bare = {"metadata": {"name": "worker-9"}, "status": {"nodeInfo": {"containerRuntimeVersion": "cri-o://1.34.0"}}}
+    buf = io.StringIO()
+    print_fleet_status(FleetStatusReport(judge([bare, applied], "4be1c09d2f7a", now), None, False), "json", out=buf)
+    return json.loads(buf.getvalue())
+
+
+def test_fleet_status_envelope() -> None:
+    found = render_fleet_status()
+    assert sorted(found) == ["all_applied", "nodes", "pinctl_result_version", "revision", "waited_seconds"]
+    assert found["all_applied"] is False and found["revision"] == "4be1c09d2f7a" and found["waited_seconds"] is None
+    assert found["nodes"][0] == {"node": "worker-1", "runtime": "containerd://1.7.24", "state": "applied",
+                                 "applied": True, "revision": "4be1c09d2f7a", "why": None,
+                                 "heartbeat_age_seconds": 40.0,
+                                 "images": {"wanted": 3, "pinned": 2, "absent": 1, "not_kept": 0}}
+    assert found["nodes"][1]["state"] == "no agent" and found["nodes"][1]["images"] is None
