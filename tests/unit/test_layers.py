@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -272,3 +273,17 @@ def test_no_docker_socket_loads_no_docker_library(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_node_local_command_never_loads_the_kubernetes_client(tmp_path: Path) -> None:
+    """lightkube (and httpx2, msgspec below it) load for fleet status and --node-status alone: not
+    for --help, not for ls or config show on a node, not for fleet's own --help."""
+    code = ("import sys\n"
+            "from pinctl.cli import main\n"
+            "for argv in (['--help'], ['fleet', 'status', '--help'], ['config', 'show', '--offline'],"
+            " ['sync', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted(n for n in ('lightkube', 'httpx2', 'msgspec') if n in sys.modules), file=sys.stderr)\n")
+    env = {**os.environ, "PINCTL_CONFIG": str(tmp_path / "none.toml")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr

@@ -66,20 +66,20 @@ def report_of(found: Figures, state: WatchState, revision: str, reload_error: st
     pinned, absent = policy.get("pinned", 0), policy.get("absent", 0)
     counts = PolicyCounts(pinned + not_kept + absent, pinned, absent, not_kept)
     first, first_state = node.first_not_kept
-    return NodeReport(revision, counts, first, _why(first_state, found, state) if first else "",
+    return NodeReport(revision, counts, first, _why(first_state, found) if first else "",
                       ready=ready.ok, not_ready_why=ready.reason, reload_failed="" if state.last_reload_ok else reload_error)
 
 
-def _why(state: str, found: Figures, watch: WatchState) -> str:
+def _why(state: str, found: Figures) -> str:
+    """The runtime's own reason first (a CRI-O drop-in overriding pinctl's makes its items vanish
+    from the rows, so such an image looks merely unpinned); then what the state alone says."""
+    mismatches = found.check.mismatches if found.check else {}
+    for kind, why in WHY_IGNORED:
+        if mismatches.get(kind):
+            return why
     if state == "ignored":
-        mismatches = found.check.mismatches if found.check else {}
-        for kind, why in WHY_IGNORED:
-            if mismatches.get(kind):
-                return why
-        return "the runtime does not keep it (pinctl check says why)"
-    if watch.sync_errors.get("write-failed"):
-        return f"a pin write failed: {watch.last_error or 'see the log'}"
-    return "not pinned yet"
+        return "the runtime does not keep it (pinctl check on the node says why)"
+    return "not pinned yet (the agent's log says why if a write failed)"
 
 
 @dataclass
