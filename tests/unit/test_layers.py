@@ -281,7 +281,7 @@ def test_a_node_local_command_never_loads_the_kubernetes_client(tmp_path: Path) 
     code = ("import sys\n"
             "from pinctl.cli import main\n"
             "for argv in (['--help'], ['fleet', 'status', '--help'], ['config', 'show', '--offline'],"
-            " ['sync', '--help']):\n"
+            " ['sync', '--help'], ['ls', '-a', '/nonexistent/containerd.sock']):\n"
             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
             "print(sorted(n for n in ('lightkube', 'httpx2', 'msgspec') if n in sys.modules), file=sys.stderr)\n")
     env = {**os.environ, "PINCTL_CONFIG": str(tmp_path / "none.toml")}

@@ -281,7 +281,7 @@ class Checker:
             kind: CheckError = CHECK_CRI_UNREACHABLE if isinstance(err, EngineUnreachable) else CHECK_CRI
             return self._failed(found, kind, err)
         found = replace(found, runtime=figures.runtime_of(version))
-        found = self._check(found, rows, runtime, version)
+        found = self._check(found, rows, runtime, version, node)
         return self._gc(found, node, rows, runtime, version, sources)
 
     def _open_runtime(self, sources: CheckSources) -> tuple[CriRuntime, RuntimeVersion]:
@@ -296,10 +296,14 @@ class Checker:
         return runtime, version
 
     def _check(self, found: figures.Figures, rows: Sequence[ImageRow], runtime: CriRuntime,
-               version: RuntimeVersion) -> figures.Figures:
-
+               version: RuntimeVersion, node: Node) -> figures.Figures:
+        """As pinctl check judges: on CRI-O with its files (a drop-in cancelling pinctl's list is
+        'overridden', not an unknown pattern), on containerd 2.x with its own pinned_images."""
         try:
-            return replace(found, check=figures.check_figures(check_runtime(rows, runtime, version)))
+            crio = node.crio()
+            site = crio.check_site(rows) if crio is not None else None
+            result = check_runtime(rows, runtime, version, crio=site, config_pins=node.config_pins())
+            return replace(found, check=figures.check_figures(result))
         except PinctlError as err:
             return self._failed(found, CHECK_CRI, err)
 
