@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 # WHY wraps; then the figures leave, before a node's name is ever cut.
 FLEET_FIT = table.give_way("NODE", last="WHY", drop=["RUNTIME", "PINNED"])
-WIDE_FIT = table.give_way("NODE", last="WHY", drop=["HEARTBEAT", "RUNTIME", "REVISION"])
+WIDE_FIT = table.give_way("NODE", last="WHY", drop=["HEARTBEAT", "RUNTIME", "REVISION", "ABSENT", "WANTED", "NOT KEPT",
+                                                    "PINNED"])
 
 
 def print_fleet_status(report: FleetStatusReport, fmt: OutputFormat, quiet: bool = False,
