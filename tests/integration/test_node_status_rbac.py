@@ -200,6 +200,9 @@ def granted(control_plane: ControlPlane) -> Iterator[Granted]:
         # No kubelet confirms a graceful deletion here: forced, or the namespace waits for PodGC.
         plane.kubectl("-n", NAMESPACE, "delete", "pod", pod, "--ignore-not-found", "--grace-period=0", "--force",
                       check=False)
+        for name in (node_a, node_b):
+            # A finalizer a failing test let through would hold the deletion forever.
+            plane.kubectl("patch", "node", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
         plane.kubectl("delete", "node", node_a, node_b, "--ignore-not-found", check=False)
         for name in (node_a, node_b):
             plane.kubectl("-n", EVENTS_NAMESPACE, "delete", "events", f"--field-selector=involvedObject.name={name}",
@@ -288,7 +291,10 @@ def test_another_nodes_condition_is_refused(granted: Granted) -> None:
     assert CONDITION not in conditions(granted.node(granted.node_b))
 
 
-def _forbidden_status_patches(granted: Granted) -> dict[str, tuple[dict[str, Any], str, Callable[[dict[str, Any]], bool]]]:
+Refusal = tuple[dict[str, Any], str, Callable[[dict[str, Any]], bool]]
+
+
+def _forbidden_status_patches(granted: Granted) -> dict[str, Refusal]:
     """Each status patch on node A the policy refuses: the patch, the words its refusal says, and
     how its effect would show on the Node (the node lifecycle controller may write the Node
     meanwhile, so the test looks for the effect, not for an unchanged resourceVersion)."""

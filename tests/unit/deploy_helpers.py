@@ -1,7 +1,8 @@
 """What the tests of the deployment artifacts share: the repository's paths, pinctl's real click
 tree as the parser of the command lines a deployment runs (the ``parse`` fixture), the checks
-that every deployment's command and image name must pass, and lookups into the Kubernetes
-manifests. No engine, no cluster, no systemd needed."""
+that every deployment's command and image name must pass, lookups into the Kubernetes
+manifests, and the base rendered with one of its kustomize Components (``with_component``). No
+engine, no cluster, no systemd needed."""
 
 from __future__ import annotations
 

@@ -97,7 +97,8 @@ def check_daemonsets(docs: list[dict[str, Any]], base: list[dict[str, Any]]) -> 
         assert container["args"] == [*old_args, *NODE_ARGS], f"{name}: args end {container['args'][len(old_args):]}"
         env = container.get("env", [])
         assert NODE_ENV in env, f"{name}: no NODE_NAME from spec.nodeName"
-        assert [e for e in env if e != NODE_ENV] == container_of(before).get("env", []), f"{name}: the base's env changed"
+        kept = [e for e in env if e != NODE_ENV]
+        assert kept == container_of(before).get("env", []), f"{name}: the base's env changed"
         (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == TOKEN_DIR]
         assert mount.get("readOnly") is True, f"{name}: the token is mounted writable"
         (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
@@ -144,7 +145,8 @@ def test_every_daemonset_gets_the_same_identity() -> None:
 
 def _has_node_status() -> bool:
     sync = cli.commands.get("sync") if isinstance(cli, click.Group) else None
-    return any(isinstance(param, click.Option) and "--node-status" in param.opts for param in getattr(sync, "params", []))
+    params = getattr(sync, "params", [])
+    return any(isinstance(param, click.Option) and "--node-status" in param.opts for param in params)
 
 
 def test_the_patched_daemonsets_pass_the_base_checks(parse: Callable[[list[str]], Parsed]) -> None:
@@ -166,7 +168,8 @@ def check_rbac(docs: list[dict[str, Any]]) -> None:
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}], role["rules"]
     events = _one(docs, "Role")
     assert events["metadata"]["namespace"] == EVENTS_NAMESPACE, "kubectl describe node finds Node Events in default"
-    assert events["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}], events["rules"]
+    wanted = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]
+    assert events["rules"] == wanted, events["rules"]
     subject = {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}
     for kind, granted in (("ClusterRoleBinding", role), ("RoleBinding", events)):
         binding = _one(docs, kind)
