@@ -256,7 +256,7 @@ def pinctl_condition(node: FakeNode, revision: str, now: float) -> Optional[dict
         heartbeat = now - rng.uniform(*STALE_SECONDS)
     elif node.state == "reload-failed":
         status, reason, rev = "False", "ReloadFailed", OLD_REVISION
-        tail = "; config.toml line 7: pinned_images: expected a list of strings"
+        tail = "; the changed policy did not load: config.toml line 7: pinned_images: expected a list of strings"
     elif node.state == "agent-not-ready":
         status, reason = "Unknown", "AgentNotReady"
         tail = "; the runtime does not answer"

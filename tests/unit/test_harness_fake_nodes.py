@@ -13,6 +13,7 @@ import re
 import time
 from collections import Counter
 
+from pinctl.fleet import condition as pinctl_condition
 from tests.harness import fake_nodes
 
 REVISION = "0123456789ab"
@@ -88,5 +89,14 @@ def test_the_status_patch_carries_the_condition_alone() -> None:
     assert json.loads(fake_nodes.status_patch(condition)) == {"status": {"conditions": [condition]}}
 
 
-def test_the_revision_is_the_contracts() -> None:
-    assert fake_nodes.revision_of(b"") == "e3b0c44298fc"
+def test_pinctl_reads_every_condition_as_planned() -> None:
+    assert fake_nodes.CONDITION_TYPE == pinctl_condition.CONDITION_TYPE
+    assert fake_nodes.revision_of(b"policy") == pinctl_condition.revision_of(b"policy")
+    for node in fake_nodes.plan(1000):
+        condition = fake_nodes.pinctl_condition(node, REVISION, NOW)
+        if condition is None:
+            continue
+        parsed = pinctl_condition.parse_message(condition["message"])
+        assert parsed is not None, condition["message"]
+        assert parsed.revision == (REVISION if node.state not in ("old-revision", "reload-failed")
+                                   else fake_nodes.OLD_REVISION)
