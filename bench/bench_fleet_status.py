@@ -51,7 +51,7 @@ from tests.harness.control_plane import ControlPlane, loopback_env
 
 # The command under test, without its --kubeconfig; the main session's `pinctl fleet status`.
 PINCTL_FLEET = ("fleet", "status", "-o", "json")
-HEARTBEAT_S = 300.0  # the contract's default --status-heartbeat, for the arithmetic printed last
+HEARTBEAT_S = 300.0  # sync --watch's default --status-heartbeat, for the arithmetic printed last
 DEPLOY = REPO / "deploy" / "kubernetes"
 PAGE = 500  # kubectl's default --chunk-size
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -5,9 +5,9 @@ kept up to date: labels and annotations, capacity, the four kubelet conditions, 
 ``nodeInfo`` (``containerRuntimeVersion`` mixing containerd 1.7 and 2.1, Docker through cri-dockerd
 and CRI-O, as :data:`RUNTIMES` weighs them) and 20 to 40 ``status.images`` drawn from one pool the
 fleet shares, so an object weighs about what a real node's does (the kubelet reports up to 50).
-Most carry pinctl's condition (``pinctl.io/PolicyApplied``, /tmp/i46/contract.md's format) in one
-of the states :data:`STATES` lists; :func:`plan` says which node got which, so a test knows what a
-command reading them should answer. Heartbeats are as of the write: :func:`refresh` writes the
+Most carry pinctl's condition (``pinctl.io/PolicyApplied``, worded as src/pinctl/fleet/condition.py
+words it) in one of the states :data:`STATES` lists; :func:`plan` says which node got which, so a
+test knows what a command reading them should answer. Heartbeats are as of the write: :func:`refresh` writes the
 conditions again for a fleet older than ``--stale-after``.
 
 :class:`Api` talks to the API server directly with the admin's client certificate, one keep-alive
@@ -84,7 +84,7 @@ class ApiError(RuntimeError):
 
 
 def revision_of(policy: bytes) -> str:
-    """The contract's revision: the first 12 hex digits of sha256 of the policy file's bytes."""
+    """A policy's revision as the agents report it: the first 12 hex digits of sha256 of its bytes."""
     return hashlib.sha256(policy).hexdigest()[:12]
 
 

@@ -2,7 +2,7 @@
 
 bench/bench_fleet_status.py creates them on a real control plane; these pin what a test or a
 benchmark reading them relies on: the plan is the same every time, the shares are roughly
-those declared, and pinctl's condition follows the contract's format for each state.
+those declared, and pinctl's condition is worded as the agent words it, for each state.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.harness import fake_nodes
 
 REVISION = "0123456789ab"
 NOW = 1_800_000_000.0
-# The contract's message: "revision R: W wanted, P pinned, A absent, N not kept[; ...]".
+# The agent's message: "revision R: W wanted, P pinned, A absent, N not kept[; ...]".
 MESSAGE = re.compile(r"revision (?P<rev>[0-9a-f]{12}): (?P<wanted>\d+) wanted, (?P<pinned>\d+) pinned, "
                      r"(?P<absent>\d+) absent, (?P<not_kept>\d+) not kept(; [^\n]+)?")
 
