@@ -221,8 +221,8 @@ complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcom
 complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'The policy ConfigMap\'s namespace'
 complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -l configmap -x -d 'The policy ConfigMap'
 complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -l key -x -d 'The ConfigMap\'s key holding the policy'
-complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -s o -l output -x -a 'table wide json' -d 'Output format; -q prints the nodes not applied'
-complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -s q -l quiet -d 'Print only the names of the nodes not applied'
+complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -s o -l output -x -a 'table wide json' -d 'Output format'
 complete -c pinctl -n '__fish_seen_subcommand_from fleet; and __fish_seen_subcommand_from status' -s h -l help -d 'Show this message and exit'
 
 # pinctl gc

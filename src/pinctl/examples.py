@@ -1,6 +1,6 @@
 """Examples of each command, one source for `pinctl help COMMAND`, the man pages' EXAMPLES and
 docs/cli.md. Each is a command line an operator can paste, with what it does. The names are the
-sandbox's (scripts/sandbox), so each works there as written."""
+sandbox's (scripts/sandbox), so each works there as written; fleet status's need a cluster."""
 
 from __future__ import annotations
 
@@ -24,10 +24,18 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("Pin what the policy names", "pinctl sync"),
         ("Also take back pins no pattern covers", "pinctl sync --prune"),
         ("Keep the pins as images come and go", "pinctl sync --watch"),
+        ("As the node-status component runs it: also write the Node's condition",
+         "pinctl sync --watch --node-status worker-1"),
     ],
     "check": [
         ("What the CRI tells the kubelet, against what pinctl wants", "pinctl check"),
         ("One image", "pinctl check example.test/epsilon:3.1"),
+    ],
+    "fleet status": [
+        ("Has every node applied the policy ConfigMap? A row per node", "pinctl fleet status"),
+        ("In CI after kubectl apply: wait until every node has", "pinctl fleet status --wait 10m"),
+        ("The nodes not applied, by name", "pinctl fleet status -q"),
+        ("Only the CRI-O nodes, with counts and revisions", "pinctl fleet status -l pinctl.io/runtime=cri-o -o wide"),
     ],
     "gc plan": [
         ("What the kubelet's GC deletes next, and in which order", "pinctl gc plan"),

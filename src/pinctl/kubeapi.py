@@ -68,7 +68,12 @@ class KubeApi:
     def for_agent(cls, account_dir: str = IN_CLUSTER_DIR) -> KubeApi:
         """In-cluster (the projected token the node-status component mounts), else as kubectl."""
         if not os.path.exists(os.path.join(account_dir, "token")):
-            return cls.for_operator()
+            try:
+                return cls.for_operator()
+            except UsageError as err:
+                raise UsageError(f"--node-status: no credentials for the Kubernetes API: no token in {account_dir}, "
+                                 f"and {err.message}", "deploy with deploy/kubernetes/components/node-status, "
+                                 "or set KUBECONFIG") from None
         from lightkube import Client
         from lightkube.config.kubeconfig import KubeConfig
 

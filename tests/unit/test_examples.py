@@ -37,5 +37,6 @@ def test_help_shows_a_commands_examples() -> None:
 
 
 def test_every_command_an_operator_runs_has_examples() -> None:
-    wanted = {"ls", "pin", "unpin", "sync", "check", "gc plan", "prune", "pull", "import", "config export", "cri-proxy"}
+    wanted = {"ls", "pin", "unpin", "sync", "check", "gc plan", "prune", "pull", "import", "config export", "cri-proxy",
+              "fleet status"}
     assert wanted <= set(EXAMPLES)

@@ -183,3 +183,21 @@ def test_a_selector_kubectl_would_refuse_is_one_usage_line(text: str) -> None:
 
     with pytest.raises(UsageError, match="label selector"):
         parse_selector(text)
+
+
+def test_an_agent_without_credentials_stops_at_start_with_one_line(tmp_path: Any) -> None:
+    """No pod token and no kubeconfig: exit 2 before watching, the fix named, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
+    env.update(HOME=str(tmp_path), CONTAINERD_ADDRESS=str(tmp_path / "containerd.sock"),
+               PINCTL_CONFIG=str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text('pinned_images = ["example.test/*"]\n')
+    done = subprocess.run([sys.executable, "-m", "pinctl", "sync", "--watch", "--node-status", "worker-1"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("pinctl:")]
+    assert "--node-status: no credentials" in line and "components/node-status" in line
+    assert "Traceback" not in done.stderr

@@ -73,10 +73,12 @@ def fleet_group() -> None:
               help="A condition not rewritten for this long means its agent is gone.")
 @click.option("--kubeconfig", metavar="FILE", help="As kubectl's: default KUBECONFIG, then ~/.kube/config.")
 @click.option("--context", metavar="NAME", help="The kubeconfig context; default: its current one.")
-@click.option("--namespace", default="pinctl", show_default=True, help="The policy ConfigMap's namespace.")
-@click.option("--configmap", default="pinctl-config", show_default=True, help="The policy ConfigMap.")
-@click.option("--key", default="config.toml", show_default=True, help="The ConfigMap's key holding the policy.")
-@output_options(help_text="Output format; -q prints the nodes not applied.")
+@click.option("--namespace", default="pinctl", show_default=True, metavar="NAME",
+              help="The policy ConfigMap's namespace.")
+@click.option("--configmap", default="pinctl-config", show_default=True, metavar="NAME", help="The policy ConfigMap.")
+@click.option("--key", default="config.toml", show_default=True, metavar="KEY", help="The ConfigMap's key holding the policy.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the names of the nodes not applied.")
+@output_options(quiet=False)
 def fleet_status_command(selector: str, wait: timedelta, stale_after: timedelta, kubeconfig: Optional[str],
                          context: Optional[str], namespace: str, configmap: str, key: str, fmt: OutputFormat,
                          quiet: bool) -> int:

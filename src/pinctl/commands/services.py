@@ -113,13 +113,16 @@ def _reporting(watcher: Watcher, checker: Optional[Checker], request: Optional[N
     from pinctl.kubeapi import KubeApi
     from pinctl.watch.report import NodeStatusReporter, report_of
 
-    reporter = NodeStatusReporter(request.node, KubeApi.for_agent, request.heartbeat, log, request.events_namespace)
+    # Credentials are read now: a pod without its token, or a kubeconfig that does not read, is
+    # exit 2 at start (the pod's log says why), not a warning repeated every heartbeat.
+    api = KubeApi.for_agent()
+    reporter = NodeStatusReporter(request.node, lambda: api, request.heartbeat, log, request.events_namespace)
     state = watcher.state
     checker.on_round = lambda found: reporter.update(
         report_of(found, state, watcher.settings.revision, state.last_reload_error))
     state.on_results = reporter.results
     reporter.start()
-    log("info", "writing the node's status", node=request.node, heartbeat=f"{request.heartbeat:g}s")
+    log("info", "writing the node's status", node=request.node, heartbeat=f"{request.heartbeat:g}s", api=api.where)
     try:
         yield
     finally:

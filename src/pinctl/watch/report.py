@@ -136,7 +136,9 @@ class NodeStatusReporter:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(5.0)
+            # A write in flight may take its timeout; the thread is a daemon, and pinctl stops
+            # within 2 s of SIGTERM whatever the API server does.
+            self._thread.join(1.0)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
