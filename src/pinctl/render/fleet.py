@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TextIO
 from pinctl.fleet.status import progress_line
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
 from pinctl.render import table
-from pinctl.render.output import print_table, warn, write_envelope
+from pinctl.render.output import print_table, waiting_line, warn, write_envelope
 
 if TYPE_CHECKING:
     from pinctl.commands.fleet import FleetStatusReport
@@ -63,19 +63,9 @@ def node_dict(row: NodeRow) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def fleet_progress(active: bool, stream: Optional[TextIO] = None) -> Iterator[Callable[[FleetStatus, float], None]]:
-    """A transient status line while --wait polls, on a terminal only (erased when it ends)."""
-    err = stream or sys.stderr
-    if not (active and err.isatty()):
-        yield lambda _status, _left: None
-        return
-    from rich.console import Console
-    from rich.live import Live
-    from rich.spinner import Spinner
-
-    spinner = Spinner("dots", text="fleet status: asking the API server")
-    with Live(spinner, console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
-              refresh_per_second=8):
-        yield lambda status, left: spinner.update(text=f"{progress_line(status)} ({left:.0f} s left)")
+    """fleet status --wait's status line: how many nodes applied, and the first waited for."""
+    with waiting_line("fleet status: asking the API server", active, stream) as say:
+        yield lambda status, left: say(f"{progress_line(status)} ({left:.0f} s left)")
 
 
 def _counts(row: NodeRow) -> list[str]:

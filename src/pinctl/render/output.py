@@ -408,21 +408,29 @@ def _check_dict(item: CheckItem) -> dict[str, Any]:
 def check_progress(
     active: bool = True, stream: Optional[TextIO] = None
 ) -> Iterator[Callable[[CheckResult, float], None]]:
-    """A transient status line while check --wait polls, on a terminal only: it is erased when
-    the wait ends, and nothing of it reaches a pipe or a log."""
+    """check --wait's status line (waiting_line)."""
+    with waiting_line("check: asking the runtime", active, stream) as say:
+        yield lambda result, left: say(_waiting_text(result, left))
+
+
+@contextmanager
+def waiting_line(first: str, active: bool = True, stream: Optional[TextIO] = None) -> Iterator[Callable[[str], None]]:
+    """A transient status line with a spinner while a command polls (check --wait, fleet status
+    --wait), on a terminal only: it is erased when the wait ends, and nothing of it reaches a
+    pipe or a log. Yields the function that changes its text."""
     err = stream or sys.stderr
     if not (active and err.isatty()):
-        yield lambda _result, _left: None
+        yield lambda _text: None
         return
     from rich.console import Console
     from rich.live import Live
     from rich.spinner import Spinner
 
-    spinner = Spinner("dots", text="check: asking the runtime")
+    spinner = Spinner("dots", text=first)
     # stdout stays where it is (it may be a pipe); a warning on stderr meanwhile shows above the line.
     with Live(spinner, console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
               refresh_per_second=8):
-        yield lambda result, left: spinner.update(text=_waiting_text(result, left))
+        yield lambda text: spinner.update(text=text)
 
 
 def _waiting_text(result: CheckResult, seconds_left: float) -> str:
