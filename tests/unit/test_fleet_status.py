@@ -105,4 +105,4 @@ def test_all_applied_needs_every_node_and_at_least_one() -> None:
 
 def test_the_progress_line_names_the_first_node_waited_for() -> None:
     status = judge([node("a", written(NodeReport(REV, PolicyCounts(1, 1)))), node("b"), node("c")], REV, NOW)
-    assert progress_line(status) == f"1/3 nodes applied revision {REV}; waiting for b (no agent) and 1 more"
+    assert progress_line(status, 58.2) == "1/3 nodes applied, 58 s left; waiting for b (no agent) and 1 more"

@@ -105,10 +105,11 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 3600:.0f}h"
 
 
-def progress_line(status: FleetStatus) -> str:
-    """One line for --wait on a terminal: how many are applied, and the first that is not, with why."""
+def progress_line(status: FleetStatus, seconds_left: float) -> str:
+    """One line for --wait on a terminal, most important first (it is cut to the window): how
+    many are applied, the time left, the first node waited for and why."""
     waiting = [row for row in status.rows if not row.applied]
-    line = f"{status.applied}/{len(status.rows)} nodes applied revision {status.revision}"
+    line = f"{status.applied}/{len(status.rows)} nodes applied, {seconds_left:.0f} s left"
     if waiting:
         line += f"; waiting for {waiting[0].node} ({waiting[0].state})"
         if len(waiting) > 1:

@@ -65,7 +65,7 @@ def node_dict(row: NodeRow) -> dict[str, Any]:
 def fleet_progress(active: bool, stream: Optional[TextIO] = None) -> Iterator[Callable[[FleetStatus, float], None]]:
     """fleet status --wait's status line: how many nodes applied, and the first waited for."""
     with waiting_line("fleet status: asking the API server", active, stream) as say:
-        yield lambda status, left: say(f"{progress_line(status)} ({left:.0f} s left)")
+        yield lambda status, left: say(progress_line(status, left))
 
 
 def _counts(row: NodeRow) -> list[str]:

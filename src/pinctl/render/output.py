@@ -426,11 +426,15 @@ def waiting_line(first: str, active: bool = True, stream: Optional[TextIO] = Non
     from rich.live import Live
     from rich.spinner import Spinner
 
-    spinner = Spinner("dots", text=first)
+    def fitted(text: str) -> str:
+        # One line, whatever the window: the spinner and a space take two cells.
+        return shape.cut_end(text, terminal_width(err) - 3, _ellipsis(err))
+
+    spinner = Spinner("dots", text=fitted(first))
     # stdout stays where it is (it may be a pipe); a warning on stderr meanwhile shows above the line.
     with Live(spinner, console=Console(file=err, highlight=False), transient=True, redirect_stdout=False,
               refresh_per_second=8):
-        yield lambda text: spinner.update(text=text)
+        yield lambda text: spinner.update(text=fitted(text))
 
 
 def _waiting_text(result: CheckResult, seconds_left: float) -> str:
