@@ -167,14 +167,18 @@ def _pointer(path: str) -> list[str]:
     return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
 
 
-def json_patch_add(doc: dict[str, Any], path: str, value: Any) -> None:
+def json_patch_add(doc: dict[str, Any], path: str, value: Any, *, replace: bool = False) -> None:
     """RFC 6902's add, as kustomize applies it: ``-`` appends to a list, a key is set (or
-    replaced); a missing parent is an error, as it is for kustomize."""
+    replaced); a missing parent is an error, as it is for kustomize. With replace, RFC 6902's
+    replace: the key must be there already."""
     *parents, last = _pointer(path)
     target: Any = doc
     for part in parents:
         target = target[int(part)] if isinstance(target, list) else target[part]
-    if isinstance(target, list):
+    if replace:
+        assert not isinstance(target, list) and last in target, f"replace {path}: nothing there to replace"
+        target[last] = copy.deepcopy(value)
+    elif isinstance(target, list):
         target.insert(len(target) if last == "-" else int(last), copy.deepcopy(value))
     else:
         target[last] = copy.deepcopy(value)
@@ -202,6 +206,6 @@ def with_component(base: list[dict[str, Any]], directory: pathlib.Path) -> list[
         for doc in docs:
             if _selected(doc, patch.get("target", {})):
                 for op in ops:
-                    assert op["op"] == "add", f"{patch['path']}: op {op['op']} is not rendered here"
-                    json_patch_add(doc, op["path"], op["value"])
+                    assert op["op"] in ("add", "replace"), f"{patch['path']}: op {op['op']} is not rendered here"
+                    json_patch_add(doc, op["path"], op["value"], replace=op["op"] == "replace")
     return docs
