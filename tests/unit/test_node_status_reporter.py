@@ -201,3 +201,17 @@ def test_an_agent_without_credentials_stops_at_start_with_one_line(tmp_path: Any
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("pinctl:")]
     assert "--node-status: no credentials" in line and "components/node-status" in line
     assert "Traceback" not in done.stderr
+
+
+def test_a_status_write_the_api_refuses_is_recorded_as_an_event(parts: Any) -> None:
+    from pinctl.kubeapi import KubeForbidden
+
+    reporter, clock, api, _logged = parts
+
+    def refuse(node: str, patch: dict[str, Any]) -> None:
+        raise KubeForbidden("the API server refused (node worker-1's status): denied by pinctl-node-status")
+
+    api.patch_node_status = refuse
+    settle(reporter, clock, APPLIED)
+    assert [(e["type"], e["reason"]) for e in api.created] == [("Warning", "StatusWriteRefused")]
+    assert "denied by pinctl-node-status" in api.created[0]["message"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 from pinctl.check.compare import (MISMATCH_LABELS_IGNORED, MISMATCH_NOT_CAUGHT_UP, MISMATCH_NOT_RELOADED,
                                   MISMATCH_OVERRIDDEN, MISMATCH_WRONG_NAMESPACE, Mismatch)
 from pinctl.errors import PinctlError
+from pinctl.kubeapi import KubeForbidden
 from pinctl.fleet import events as node_events
 from pinctl.fleet.condition import REASON_APPLIED, Condition, NodeReport, PolicyCounts, condition_of
 
@@ -163,7 +164,8 @@ class NodeStatusReporter:
             if changed and self._change_due is None:
                 self._change_due = now + self.draw() * CHANGE_JITTER_S
             if (changed and now >= (self._change_due or now)) or (not changed and now >= self._beat_due):
-                if not self._send(lambda api: self._write(api, wanted)):
+                if not self._send(lambda api: self._write(api, wanted), status=True):
+                    self._send_events()  # a refused status write is itself an event, when Events are allowed
                     return
         self._send_events()
 
@@ -203,7 +205,7 @@ class NodeStatusReporter:
         else:
             api.patch_event(self.events_namespace, step.name, step.patch)
 
-    def _send(self, call: Callable[[StatusApi], None]) -> bool:
+    def _send(self, call: Callable[[StatusApi], None], status: bool = False) -> bool:
         try:
             if self._api is None:
                 self._api = self.connect()
@@ -213,6 +215,9 @@ class NodeStatusReporter:
             message = " ".join(said.split())
             if message != self._last_error:
                 self.log("warning", "node status: cannot write", node=self.node, error=message)
+                if status and isinstance(err, KubeForbidden):
+                    with self._guard:
+                        self._pending.append(node_events.NodeEvent(node_events.WARNING, "StatusWriteRefused", message))
             self._last_error = message
             self._retry_at = self.clock() + self._retry_s
             self._retry_s = min(self._retry_s * 2, max(RETRY_FIRST_S, self.heartbeat))
