@@ -7,7 +7,7 @@ DaemonSets by ``kubectl apply -k`` of an overlay over deploy/kubernetes *with* t
 component deploy/kubernetes/components/node-status (the base has no credentials, test_fleet.py
 shows that). The overlay changes what test_fleet.py's does (host network, metrics address),
 and three things more: the API server's loopback address for the agents (nothing routes the
-``kubernetes`` service here), a 15 s heartbeat and a 10 s check interval, so that staleness
+``kubernetes`` service here), a 10 s heartbeat and a 10 s check interval, so that staleness
 and a change show within a test's patience. What fleet status says is checked against each
 node's CRI through that node's socket (what the kubelet's GC reads), not against pinctl.
 
@@ -48,8 +48,8 @@ KEPT_EXACT = "example.test/status/api:2.14"
 ADDED = "example.test/status/added:1"
 SAMPLES = (KEPT_GLOB, KEPT_EXACT, ADDED)
 PATTERNS = ["example.test/status/platform/*", KEPT_EXACT]
-HEARTBEAT = "15s"
-STALE_AFTER = "45s"
+HEARTBEAT = "10s"
+STALE_AFTER = "30s"
 BARE_NODE = "pinctl-status-no-agent"
 BARE_LABEL = "pinctl.test/no-kubelet"
 # Generous: a busy machine. A ConfigMap edit reaches a node within 1.5 x the kubelet's 10s
@@ -227,6 +227,6 @@ def test_a_stopped_agent_turns_stale(fleet: Fleet, deployed: StatusOverlay) -> N
 
     row = wait_until("the stopped agent's node stale", stale, 180)
     print(f"stale {time.monotonic() - stopped:.0f}s after the agent was stopped")  # noqa: T201
-    assert "is it running?" in row["why"] and row["heartbeat_age_seconds"] > 45
+    assert "is it running?" in row["why"] and row["heartbeat_age_seconds"] > 30
     code, _document = fleet_status(plane, *agents_only(), "--stale-after", STALE_AFTER)
     assert code == 1
