@@ -14,8 +14,9 @@ Then: every agent is discovered and scraped, labelled by node; docs/monitoring.m
 "which nodes lack image X, and why" names the 2.1 node alone, with state absent;
 PinctlPolicyImageNotKept fires there and nowhere else; once the image is imported on that node the agent pins it, the query
 comes back empty and the alert clears. A broken ConfigMap applied with kubectl fires the shipped
-PinctlConfigReloadFailed on every node (the Docker and CRI-O nodes' agents too), the old policy's pins kept;
-the good one again clears it.
+PinctlConfigReloadFailed on every node (the Docker and CRI-O nodes' agents too), the old policy's pins kept,
+each agent's log saying why and no pod restarted; the good one again clears it (test_fleet.py has
+no broken ConfigMap of its own: this is the one).
 """
 
 from __future__ import annotations
@@ -187,8 +188,14 @@ def test_a_broken_configmap_fires_the_reload_alert_on_every_node_until_mended(
         alerts = server.wait_for(f"{RELOAD_ALERT} firing on every node", on_every_node, CHANGE_S)
         assert {alert["annotations"]["summary"] for alert in alerts} == {
             f"pinctl on {name} could not read its changed config" for name in nodes}
-        # The policy in force stays the old one: its image is still pinned everywhere.
+        # The policy in force stays the old one: its image is still pinned everywhere, each agent
+        # says why in its log, and none was restarted or made unready for it.
         assert all(fleet_deploy.cri_pinned(node).get(EVERYWHERE) for node in nodes.values())
+        for node in nodes.values():
+            pod = fleet_deploy.pod_on(deployed.plane, node)
+            said = [str(line.get("msg")) for line in fleet_deploy.pod_messages(deployed.plane, pod["metadata"]["name"])]
+            assert "config reload failed, keeping the previous one" in said, (node.name, said)
+            assert fleet_deploy.pod_ready(pod) and pod["status"]["containerStatuses"][0]["restartCount"] == 0
     finally:
         apply_configmap(deployed, good)
     server.wait_for(f"{RELOAD_ALERT} cleared everywhere", lambda: firing(server, RELOAD_ALERT) == [], CHANGE_S)
