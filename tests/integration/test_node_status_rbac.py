@@ -30,16 +30,14 @@ import pytest
 import yaml
 
 from tests.harness.control_plane import SERVICE_ACCOUNT_ISSUER, ControlPlane, ControlPlaneError
-from tests.unit.deploy_helpers import COMPONENTS, KUBE, objects, with_component
+from pinctl.fleet.condition import CONDITION_TYPE
+from tests.unit.deploy_helpers import (KUBE, NODE_EVENTS_NAMESPACE, NODE_STATUS, NODE_STATUS_ACCOUNT, NODE_STATUS_NAMESPACE,
+                                      NODE_STATUS_USER, objects, with_component)
 
 pytestmark = pytest.mark.integration
 
-COMPONENT = COMPONENTS / "node-status"
-NAMESPACE = "pinctl"
-ACCOUNT = "pinctl-node-status"
-USERNAME = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
-EVENTS_NAMESPACE = "default"
-CONDITION = "pinctl.io/PolicyApplied"
+COMPONENT, NAMESPACE, ACCOUNT, USERNAME = NODE_STATUS, NODE_STATUS_NAMESPACE, NODE_STATUS_ACCOUNT, NODE_STATUS_USER
+EVENTS_NAMESPACE, CONDITION = NODE_EVENTS_NAMESPACE, CONDITION_TYPE
 SEEDED = "pinctl.test/Seeded"
 NODE_POLICY, EVENTS_POLICY = "pinctl-node-status", "pinctl-node-status-events"
 # The API server loads new RBAC objects and policies from its informers: wait for them to apply.

@@ -155,6 +155,13 @@ def named_ports(container: dict[str, Any]) -> dict[str, int]:
 # -- kustomize components, rendered without kustomize -------------------------------------------
 
 COMPONENTS = KUBE / "components"
+# The node-status component (deploy/kubernetes/components/node-status): its identity, and where
+# kubectl describe node finds a Node's Events (the component's README says why).
+NODE_STATUS = COMPONENTS / "node-status"
+NODE_STATUS_NAMESPACE = "pinctl"
+NODE_STATUS_ACCOUNT = "pinctl-node-status"
+NODE_STATUS_USER = f"system:serviceaccount:{NODE_STATUS_NAMESPACE}:{NODE_STATUS_ACCOUNT}"
+NODE_EVENTS_NAMESPACE = "default"
 
 
 def kustomization(directory: pathlib.Path) -> dict[str, Any]:

@@ -14,11 +14,16 @@ from typing import Any
 import pytest
 import yaml
 
+from pinctl.fleet.condition import CONDITION_TYPE
 from tests.harness.control_plane import SERVICE_ACCOUNT_ISSUER
 
 from .deploy_helpers import (
-    COMPONENTS,
     KUBE,
+    NODE_EVENTS_NAMESPACE,
+    NODE_STATUS,
+    NODE_STATUS_ACCOUNT,
+    NODE_STATUS_NAMESPACE,
+    NODE_STATUS_USER,
     Parsed,
     container_of,
     daemonsets,
@@ -30,13 +35,8 @@ from .deploy_helpers import (
 )
 from .test_deploy_kubernetes import check_no_api_access, check_pod
 
-COMPONENT = COMPONENTS / "node-status"
-NAMESPACE = "pinctl"
-ACCOUNT = "pinctl-node-status"
-USERNAME = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
-# Where kubectl describe node finds a Node's Events (the component's README says why).
-EVENTS_NAMESPACE = "default"
-CONDITION = "pinctl.io/PolicyApplied"
+COMPONENT, NAMESPACE, ACCOUNT, USERNAME = NODE_STATUS, NODE_STATUS_NAMESPACE, NODE_STATUS_ACCOUNT, NODE_STATUS_USER
+EVENTS_NAMESPACE, CONDITION = NODE_EVENTS_NAMESPACE, CONDITION_TYPE
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 NODE_ARGS = ["--node-status", "$(NODE_NAME)"]
