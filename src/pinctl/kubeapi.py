@@ -52,7 +52,6 @@ class KubeApi:
         """As kubectl: --kubeconfig, else KUBECONFIG's files merged (the first to set a key wins),
         else ~/.kube/config, else the pod's in-cluster account."""
         from lightkube import Client
-        from lightkube.config.kubeconfig import KubeConfig
 
         config = _operator_config(kubeconfig)
         try:
@@ -126,14 +125,9 @@ class KubeApi:
     # -- errors --------------------------------------------------------------------------------
 
     def _iterate(self, listing: Any) -> Iterator[Any]:
+        """The items of a paged list, each page's request under _call's error mapping."""
         iterator = self._call(lambda: iter(listing()), "nodes")
-        while True:
-            try:
-                item = self._call(lambda: next(iterator, StopIteration), "nodes")
-            except StopIteration:
-                return
-            if item is StopIteration:
-                return
+        while (item := self._call(lambda: next(iterator, None), "nodes")) is not None:
             yield item
 
     def _call(self, request: Any, what: str) -> Any:
@@ -217,7 +211,7 @@ _FILE_KEYS = ("certificate-authority", "client-certificate", "client-key", "toke
 
 
 def _absolute(entry: dict[str, Any], base: str) -> dict[str, Any]:
-    inner = {key: value for key, value in entry.items()}
+    inner = dict(entry)
     for part in ("cluster", "user"):
         if isinstance(inner.get(part), dict):
             inner[part] = {key: (os.path.join(base, value) if key in _FILE_KEYS and isinstance(value, str)

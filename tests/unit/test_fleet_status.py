@@ -106,3 +106,58 @@ def test_all_applied_needs_every_node_and_at_least_one() -> None:
 def test_the_progress_line_names_the_first_node_waited_for() -> None:
     status = judge([node("a", written(NodeReport(REV, PolicyCounts(1, 1)))), node("b"), node("c")], REV, NOW)
     assert progress_line(status, 58.2) == "1/3 nodes applied, 58 s left; waiting for b (no agent) and 1 more"
+
+
+class FakeApi:
+    """What fleet status asks of the API server (kubeapi.KubeApi), answered from memory."""
+
+    where = "https://127.0.0.1:6443"
+
+    def __init__(self, data: Optional[dict[str, str]], nodes: list[dict[str, Any]]) -> None:
+        self.data, self.listed, self.closed = data, nodes, False
+
+    def configmap_data(self, namespace: str, name: str) -> dict[str, str]:
+        from pinctl.kubeapi import KubeNotFound
+
+        if self.data is None:
+            raise KubeNotFound(f"not found (configmap {namespace}/{name})")
+        return self.data
+
+    def nodes(self, selector: str = "") -> list[dict[str, Any]]:
+        return self.listed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def run_status(api: FakeApi, **request: Any) -> Any:
+    from pinctl.commands.fleet import FleetStatusRequest, fleet_status
+
+    return fleet_status(FleetStatusRequest(**request), lambda _status, _left: None, connect=lambda: api)  # type: ignore[arg-type,return-value]
+
+
+@pytest.mark.parametrize(("api", "request_args", "error", "said"), [
+    (FakeApi(None, []), {}, "PinctlError", "no configmap pinctl/pinctl-config at https://127.0.0.1:6443"),
+    (FakeApi({"other.toml": ""}, []), {}, "UsageError", "has no key 'config.toml' (it has other.toml)"),
+    (FakeApi({"config.toml": ""}, []), {"selector": "zone=a"}, "PinctlError", "no node matches -l zone=a"),
+])
+def test_what_fleet_status_cannot_judge_is_one_error(api: FakeApi, request_args: dict[str, Any], error: str,
+                                                     said: str) -> None:
+    """Each ends as one line (errors.py maps the class to its exit code: 1, or 2 for usage)."""
+    from pinctl import errors
+
+    with pytest.raises(getattr(errors, error)) as raised:
+        run_status(api, **request_args)
+    assert said in str(raised.value) and "\n" not in str(raised.value)
+    assert type(raised.value).__name__ == error and api.closed
+
+
+def test_fleet_status_exit_code_follows_the_nodes() -> None:
+    config = 'pinned_images = ["example.test/*"]\n'
+    revision = revision_of(config.encode())
+    # fleet status judges against the clock of the moment: a heartbeat written just now.
+    fresh = {**written(NodeReport(revision, PolicyCounts(1, 1))), "lastHeartbeatTime": rfc3339(datetime.now(timezone.utc))}
+    applied = node("a", fresh)
+    assert run_status(FakeApi({"config.toml": config}, [applied])).exit_code == 0
+    report = run_status(FakeApi({"config.toml": config}, [applied, node("b")]))
+    assert report.exit_code == 1 and report.waited is None and not report.timed_out

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, PinctlError, UsageError
 from pinctl.model import (ACTION_ALREADY_UNPINNED, ACTION_UNPINNED, REASON_DOCKER_LABEL, REASON_PATTERN, STATUS_PARTIAL,
-                          STATUS_SUCCESS, ImageRow, ItemResult, LogFn, Reason, Status)
+                          STATUS_SUCCESS, ImageRow, ItemResult, Reason, Status)
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion

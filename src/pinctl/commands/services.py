@@ -66,8 +66,11 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn,
         read_gc_settings(request.kubelet_config)  # a file named but unreadable is exit 2, now
     warn = warn_once(log)
 
+    latest = [first]
+
     def load() -> WatchSetup:
-        cfg, revision = _read_with_revision(read_config)
+        cfg, revision = _read_with_revision(read_config, latest[0])
+        latest[0] = cfg
         policy = compile_policy(cfg.patterns)
         # Checked again at each reload: a policy file caught empty (truncated, then written) must
         # not prune every pin; the reload fails and the policy in use stays.
@@ -129,16 +132,17 @@ def _reporting(watcher: Watcher, checker: Optional[Checker], request: Optional[N
         reporter.stop()
 
 
-def _read_with_revision(read_config: Callable[[], Config]) -> tuple[Config, str]:
-    """The config and its main file's revision (what fleet status compares with the ConfigMap's),
-    hashed before and after the read: a file replaced in between is read again, so the revision
-    reported is that of the policy applied."""
-    cfg = read_config()
+def _read_with_revision(read_config: Callable[[], Config], previous: Config) -> tuple[Config, str]:
+    """The config and its main file's revision (what fleet status compares with the ConfigMap's).
+    The file (at the path the previous read found) is hashed before the read and again after it:
+    a file replaced in between is read again, so the revision reported is that of the policy
+    applied. One read of the config each time, as before node status."""
     for _attempt in range(3):
-        before = _revision(cfg)
+        before = _revision(previous)
         cfg = read_config()
         if _revision(cfg) == before:
             return cfg, before
+        previous = cfg
     return cfg, ""
 
 
