@@ -25,6 +25,8 @@ NAMESPACE_NODE = 2
 ContainerState = Literal["created", "running", "exited", "unknown"]
 CONTAINER_STATES: dict[int, ContainerState] = {0: "created", 1: "running", 2: "exited", 3: "unknown"}
 STATE_TIMEOUT_S = 30.0
+# The ``stats_collect_period = 1`` that pods.PodsDaemon writes into every containerd config.
+STATS_PERIOD_S = 1.0
 
 
 # --- CRI calls ----------------------------------------------------------------------------------
@@ -201,10 +203,16 @@ def fresh_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S) -> CriFs
 
 
 def settled_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S) -> CriFsUsage:
-    """Fresh usage once two consecutive syncs agree (deleted snapshots are removed in the background)."""
+    """Fresh usage once two syncs over a stats period apart agree.
+
+    Deleted snapshots are removed in the background, and new ones reach the CRI's cache only
+    at its next walk of the snapshotter. Until then an empty cache answers 0 bytes stamped
+    "now", which looks fresh, so two readings must have at least one full walk between them.
+    """
     deadline = time.monotonic() + timeout
     previous = fresh_image_fs_info(address, timeout)
     while True:
+        time.sleep(STATS_PERIOD_S * 1.5)
         current = fresh_image_fs_info(address, timeout)
         if (current.used_bytes, current.inodes_used) == (previous.used_bytes, previous.inodes_used):
             return current
