@@ -444,3 +444,41 @@ def test_policy_images_count_each_patterns_images_by_state_and_say_absent() -> N
     exposed = samples(metrics.text_of(metrics.node_families(found, None)))
     key = ("pinctl_policy_images", (("kind", "exact"), ("pattern", missing.text), ("state", "absent")))
     assert exposed[key] == 1.0
+
+
+def covered_row(*reasons: Reason, namespace: str | None = "k8s.io") -> Any:
+    """The test image as pinctl's rows see it: a policy pattern covers it and pinctl's model calls it pinned."""
+    found = row(namespace, *reasons, PATTERN)
+    found.pinned = True
+    return found
+
+
+def cri_says(rows: list[Any], pinned: bool, name: str, version: str) -> check.CheckResult:
+    return check.check(rows, [CriImage(ID, (REF,), (), 10, pinned)], RuntimeVersion(name, version, "v1"), "unix:///x")
+
+
+def test_the_policys_counts_take_the_cris_word_on_what_is_kept() -> None:
+    """CRI-O's files (pinctl's drop-in) pin the image, its CRI does not: not kept, whatever the rows say."""
+    rows = [covered_row(Reason("crio-pin", REF), namespace=None)]
+    found = figures.node_figures(rows, [], [])
+    assert (found.policy["pinned"], found.first_not_kept) == (1, ("", ""))
+
+    judged = figures.with_cri_verdict(found, rows, cri_says(rows, False, "cri-o", "1.34.0"))
+    assert (judged.policy["pinned"], judged.policy["ignored"], judged.first_not_kept) == (0, 1, (REF, "ignored"))
+    # The CRI agreeing changes nothing.
+    assert figures.with_cri_verdict(found, rows, cri_says(rows, True, "cri-o", "1.34.0")) == found
+
+
+def test_an_image_the_cri_has_not_caught_up_with_is_not_kept_only_from_its_second_round() -> None:
+    rows = [covered_row(Reason("label", REF))]
+    found = figures.node_figures(rows, ["k8s.io"], [])
+    lagging = cri_says(rows, False, "containerd", "1.7.24")
+    assert lagging.items[0].mismatch == check.MISMATCH_NOT_CAUGHT_UP
+
+    first = figures.with_cri_verdict(found, rows, lagging, None)
+    assert first.policy["pinned"] == 1
+    second = figures.with_cri_verdict(found, rows, lagging, figures.check_figures(lagging))
+    assert (second.policy["pinned"], second.first_not_kept) == (0, (REF, "ignored"))
+    # Caught up by the next round: kept again, though the round before had lagged.
+    caught_up = cri_says(rows, True, "containerd", "1.7.24")
+    assert figures.with_cri_verdict(found, rows, caught_up, figures.check_figures(lagging)).policy["pinned"] == 1

@@ -8,10 +8,10 @@ and churn with every pull on every node, while a policy's patterns change only w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from pinctl.check.compare import MISMATCHES
+from pinctl.check.compare import MISMATCH_NOT_CAUGHT_UP, MISMATCHES
 from pinctl.model import (DRIFT_UNCOVERED, DRIFT_UNLABELLED, REASON_CRIO_PIN, REASON_LABEL, REASON_PATTERN, Drift,
                           ImageRow)
 from pinctl.service.monitoring import Runtime
@@ -61,6 +61,7 @@ class CheckFigures:
 
     mismatches: dict[Mismatch, int]
     images: int
+    not_caught_up: frozenset[str] = frozenset()  # image IDs, for the next round's with_cri_verdict
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,11 @@ def pattern_figures(rows: Sequence[ImageRow], patterns: Sequence[Pattern]) -> di
     return found
 
 
-def policy_figures(rows: Sequence[ImageRow], by_pattern: dict[tuple[str, str, str], int]
-                   ) -> tuple[dict[str, int], tuple[str, str]]:
+def policy_figures(rows: Sequence[ImageRow], by_pattern: dict[tuple[str, str, str], int],
+                   cri_unpinned: frozenset[str] = frozenset()) -> tuple[dict[str, int], tuple[str, str]]:
     """Distinct images any pattern covers, by state (pinned wins, as in pattern_figures), and the
-    first reference by name of an image not kept. absent: the exact patterns that cover nothing."""
+    first reference by name of an image not kept. absent: the exact patterns that cover nothing.
+    cri_unpinned: image IDs and names the runtime's CRI lists unpinned (with_cri_verdict)."""
     states: dict[tuple[str, str], str] = {}
     names: dict[tuple[str, str], str] = {}
     for row in rows:
@@ -149,6 +151,8 @@ def policy_figures(rows: Sequence[ImageRow], by_pattern: dict[tuple[str, str, st
             continue
         image = (_namespace(row), row.group_key)
         state = _state(row)
+        if state == "pinned" and {row.image_id or "", row.digest, row.ref} & cri_unpinned:
+            state = "ignored"
         if states.get(image) != "pinned":
             states[image] = state
         names[image] = min(names.get(image, row.ref), row.ref)
@@ -157,6 +161,24 @@ def policy_figures(rows: Sequence[ImageRow], by_pattern: dict[tuple[str, str, st
     found["absent"] = sum(n for (_text, kind, state), n in by_pattern.items() if state == "absent" and kind == "exact")
     not_kept = sorted((names[image], state) for image, state in states.items() if state != "pinned")
     return found, (not_kept[0] if not_kept else ("", ""))
+
+
+def with_cri_verdict(found: NodeFigures, rows: Sequence[ImageRow], result: CheckResult,
+                     before: Optional[CheckFigures] = None) -> NodeFigures:
+    """The policy's images as the kubelet's GC will find them: one pinctl's rows call pinned that
+    the CRI lists unpinned is not kept, whatever pinctl's model of the runtime says. An image the
+    CRI has not caught up with (labelled where it reads) counts only if it had not in the round
+    before too: a round meeting a pin within its first second would otherwise report it not kept
+    for a whole check interval."""
+    lagged = before.not_caught_up if before is not None else frozenset()
+    unpinned = frozenset(key for item in result.items
+                         if item.image_id and not item.cri_pinned
+                         and (item.mismatch != MISMATCH_NOT_CAUGHT_UP or item.image_id in lagged)
+                         for key in (item.image_id, *item.refs))
+    if not unpinned:
+        return found
+    policy, first = policy_figures(rows, found.patterns, unpinned)
+    return replace(found, policy=policy, first_not_kept=first)
 
 
 def _state(row: ImageRow) -> str:
@@ -170,7 +192,8 @@ def check_figures(result: CheckResult) -> CheckFigures:
     for item in result.items:
         if item.mismatch is not None:
             mismatches[item.mismatch] += 1
-    return CheckFigures(mismatches, len(result.items))
+    lagging = frozenset(item.image_id for item in result.items if item.mismatch == MISMATCH_NOT_CAUGHT_UP)
+    return CheckFigures(mismatches, len(result.items), lagging)
 
 
 def gc_figures(report: GcReport) -> GcFigures:

@@ -298,14 +298,17 @@ class Checker:
     def _check(self, found: figures.Figures, rows: Sequence[ImageRow], runtime: CriRuntime,
                version: RuntimeVersion, node: Node) -> figures.Figures:
         """As pinctl check judges: on CRI-O with its files (a drop-in cancelling pinctl's list is
-        'overridden', not an unknown pattern), on containerd 2.x with its own pinned_images."""
+        'overridden', not an unknown pattern), on containerd 2.x with its own pinned_images. The
+        policy's counts then take the CRI's word on what is kept (figures.with_cri_verdict)."""
         try:
             crio = node.crio()
             site = crio.check_site(rows) if crio is not None else None
             result = check_runtime(rows, runtime, version, crio=site, config_pins=node.config_pins())
-            return replace(found, check=figures.check_figures(result))
         except PinctlError as err:
             return self._failed(found, CHECK_CRI, err)
+        node_found = (figures.with_cri_verdict(found.node, rows, result, self.latest.check)
+                      if found.node is not None else None)
+        return replace(found, node=node_found, check=figures.check_figures(result))
 
     def _gc(self, found: figures.Figures, node: Node, rows: Sequence[ImageRow], runtime: CriRuntime,
             version: RuntimeVersion, sources: CheckSources) -> figures.Figures:
