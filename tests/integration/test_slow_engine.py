@@ -25,10 +25,12 @@ from tests.integration.pinctl_runner import assert_one_line_error, pinctl
 
 IMAGES = 1000
 TIMEOUT = "2"
-# Stopped for 0.25 s of every 0.255 s: each answer comes within a quarter of a second, but
-# listing 1,000 images takes 4 to 6 s (before per-answer deadlines it failed at --timeout 2).
+# Stopped for 0.25 s of every 0.26 s: listing 1,000 images takes 4.5 to 6 s (before per-answer
+# deadlines it failed at --timeout 2), yet each answer comes within 2 s. pinctl keeps 64 reads in
+# flight, so the last one started waits for the other 63: at 5 ms of running per cycle that took
+# up to 8 cycles (about 2 s) and once failed; 10 ms gives it twice the room.
 STOPPED_S = 0.25
-RUNNING_S = 0.005
+RUNNING_S = 0.01
 
 
 @contextlib.contextmanager
