@@ -179,8 +179,7 @@ class CrioFleetNode:
     def _push_pause(self) -> None:
         """The pause image, runnable (if crio keeps an infra container it runs it)."""
         assert self.registry is not None
-        recipe = runnable.RunnableRecipe((f"{self.registry.host}/{registry_path(PAUSE_IMAGE)}",), runnable.SANDBOX_SEED,
-                                         64, {}, ("/bin/busybox", "sleep", "86400"))
+        recipe = runnable.sandbox_recipe(f"{self.registry.host}/{registry_path(PAUSE_IMAGE)}")
         self.registry.push_runnable(self.base_dir / "push", recipe)
 
     def _mounts(self, made: kubelet.Kubelet) -> tuple[list[tuple[pathlib.Path, str]], list[str],

@@ -200,8 +200,7 @@ class DockerFleetNode:
         docker.start()
         # cri-dockerd starts every pod with its sandbox image: one that runs.
         archive = self.base_dir / "sandbox-image.tar"
-        runnable.build_runnable_archive(archive, [runnable.RunnableRecipe(
-            (cri_dockerd.DEFAULT_SANDBOX_IMAGE,), runnable.SANDBOX_SEED, 64, {}, ("/bin/busybox", "sleep", "86400"))])
+        runnable.build_runnable_archive(archive, [runnable.sandbox_recipe(cri_dockerd.DEFAULT_SANDBOX_IMAGE)])
         docker.load(archive)
         cdd = NodeCriDockerd(engines.CRI_DOCKERD_OLD, docker, self.base_dir / "cri-dockerd")
         cdd.namespace = namespace

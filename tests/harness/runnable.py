@@ -204,14 +204,23 @@ def load_runnable(
 
 
 SANDBOX_SEED = "pinctl-runnable-sandbox-image"
+# What a pause process does: wait, and exit at once on SIGTERM or SIGINT. A bare ``sleep`` as PID 1
+# ignores SIGTERM, so cri-dockerd, which stops a sandbox with SIGTERM and a 10 s grace, waited the
+# whole grace for every pod (containerd and CRI-O kill a sandbox outright).
+PAUSE_ENTRYPOINT = ("/bin/busybox", "sh", "-c", "trap 'exit 0' TERM INT; sleep 86400 & wait")
+
+
+def sandbox_recipe(ref: str) -> RunnableRecipe:
+    """The runnable sandbox (pause) image under ``ref``: one content everywhere, by SANDBOX_SEED."""
+    return RunnableRecipe((ref,), SANDBOX_SEED, 64, {}, PAUSE_ENTRYPOINT)
 
 
 def ensure_runnable_sandbox_image(daemon: ContainerdDaemon) -> images.ImageInfo:
     """Import the configured sandbox (pause) image, built to run: every pod starts it first.
 
     ``images.ensure_sandbox_image`` builds one without a binary, which the CRI refuses to run
-    ("invalid empty entrypoint and cmd"); this one sleeps, which is all a pause process does.
+    ("invalid empty entrypoint and cmd"); this one waits, as a pause process does.
     """
-    recipe = RunnableRecipe((daemon.sandbox_image,), SANDBOX_SEED, 64, {}, ("/bin/busybox", "sleep", "86400"))
+    recipe = sandbox_recipe(daemon.sandbox_image)
     (info,) = load_runnable(daemon, daemon.base_dir / "sandbox-image", [recipe])
     return info

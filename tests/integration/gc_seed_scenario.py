@@ -14,7 +14,7 @@ from tests.harness.cri_dockerd import CriDockerd
 from tests.harness.docker_pods import HostRuncDocker
 from tests.harness.kubelet import GcPolicy, StaticPod
 from tests.harness.kubelet_periodic import MIB, PeriodicNode, Scenario, SecondRun
-from tests.harness.runnable import SANDBOX_SEED, RunnableRecipe, build_runnable_archive, runnable_recipe
+from tests.harness.runnable import RunnableRecipe, build_runnable_archive, runnable_recipe, sandbox_recipe
 from tests.integration.pinctl_runner import pinctl
 from tests.harness.criproxy_process import ProxyProcess
 
@@ -41,7 +41,7 @@ def seed_setup(relay: str) -> Scenario:
         runnable_archive = node.base_dir / "runnable.tar"
         sleeper, _sandbox = build_runnable_archive(runnable_archive, [
             runnable("example.test/seed-sleeper:1.0"),
-            RunnableRecipe((ctd.DEFAULT_SANDBOX_IMAGE,), SANDBOX_SEED, 64, {}, ("/bin/busybox", "sleep", "86400")),
+            sandbox_recipe(ctd.DEFAULT_SANDBOX_IMAGE),
         ])
         docker.load(runnable_archive)
         docker_harness.load_images_docker(docker, node.base_dir / "work", [
