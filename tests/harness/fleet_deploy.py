@@ -42,6 +42,7 @@ CONTAINER = "pinctl"
 CONFIGMAP = "pinctl-config"
 CONFIG_KEY = "config.toml"
 METRICS_PORT = 9736
+READY_PROBE_S = 2
 # No proxy from the environment: every agent listens on a node address on lo.
 _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -99,7 +100,10 @@ class Overlay:
           agent shares this machine's network, and on 0.0.0.0 the second would find the port
           taken (and listen on every interface of the machine). The probes name the port
           ``metrics`` and the kubelet probes the pod IP, so they follow unchanged. ``args`` is a
-          list, which a strategic merge replaces whole: it is the base's with that one value changed.
+          list, which a strategic merge replaces whole: it is the base's with that one value changed;
+        * the readiness probe every 2 s, not the shipped 10 s: a rollout replaces a DaemonSet's
+          pods one at a time, each waiting for its first Ready probe, so the shipped period cost
+          the fleet tests up to 10 s per pod, node after node. The probe is otherwise the base's.
         """
         (container,) = base_daemonset(name)["spec"]["template"]["spec"]["containers"]
         args = list(container["args"])
@@ -108,7 +112,8 @@ class Overlay:
         return {
             "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {"template": {"spec": {"hostNetwork": True,
-                                           "containers": [{"name": CONTAINER, "env": env, "args": args}]}}},
+                                           "containers": [{"name": CONTAINER, "env": env, "args": args,
+                                                           "readinessProbe": {"periodSeconds": READY_PROBE_S}}]}}},
         }
 
     def configmap(self, config: str | None = None) -> dict[str, Any]:

@@ -66,7 +66,7 @@ AGENT_V2 = f"{AGENT}:fleet-2"
 # The kubelet rewrites a ConfigMap volume at the pod's next sync: within syncFrequency x 1.5
 # (FLEET_SYNC_FREQUENCY, 10s), then pinctl within 3 s; generous on a busy machine.
 POLICY_S = 180.0
-# Generous: a busy machine; the first readiness probe can come a periodSeconds (10) after the start.
+# Generous: a busy machine, each pod of a rollout in turn (the overlay probes readiness every 2 s).
 ROLLOUT_S = 300.0
 PIN_S = 60.0
 
