@@ -10,7 +10,7 @@ from pinctl.backends import _grpc, oci, sigint_deferred
 from pinctl.backends import guard as writes
 from pinctl.backends.cri import CriRuntime
 from pinctl.backends.targets import TargetCache, default_cache_path, read_targets
-from pinctl.config.containerd import read_config_pins, read_sandbox_image, rules_for
+from pinctl.config.containerd import ContainerdConfig, read_containerd_config, rules_for
 from pinctl.errors import EngineError, UnknownNamespace
 from pinctl.model import (
     VERDICT_FAILED,
@@ -56,6 +56,10 @@ class ContainerdStore:
         # Record listings started ahead (prefetch_images), by namespace, for list_images to take.
         self._started: dict[str, Any] = {}
         self._rules: Optional[str] = None  # its config's merge rules, once its version is known
+        # Its config as merged by those rules, read once while connected: ls asks for the sandbox
+        # image and for 2.x's own pinned_images, which come from the same files (containerd
+        # itself reads them at start only, and a restart ends this connection).
+        self._config: Optional[tuple[str, Optional[ContainerdConfig]]] = None
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -96,6 +100,7 @@ class ContainerdStore:
         self._channels.clear()
         self._stubs.clear()
         self._rules = None  # a containerd started again may be another release
+        self._config = None
 
     # -- ImageStore ----------------------------------------------------------------------
 
@@ -373,11 +378,19 @@ class ContainerdStore:
             return writes.failed(_update_error(err, self))
 
     def sandbox_image(self) -> Optional[str]:
-        return read_sandbox_image(self.config_path, self._merge_rules())
+        read = self._merged_config()
+        return None if read is None or read.sandbox is None else read.sandbox[0]
 
     def config_pins(self) -> list[ConfigPin]:
         """The entries of containerd 2.x's own pinned_images, from the same config."""
-        return read_config_pins(self.config_path, self._merge_rules())
+        read = self._merged_config()
+        return [] if read is None else read.pins
+
+    def _merged_config(self) -> Optional[ContainerdConfig]:
+        rules = self._merge_rules()
+        if self._config is None or self._config[0] != rules:
+            self._config = (rules, read_containerd_config(self.config_path, rules))
+        return self._config[1]
 
     def _merge_rules(self) -> str:
         """How this containerd merges its config's imports, by its version (2.3 changed it)."""
