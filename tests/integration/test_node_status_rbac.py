@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
 import pytest
@@ -40,6 +40,8 @@ COMPONENT, NAMESPACE, ACCOUNT, USERNAME = NODE_STATUS, NODE_STATUS_NAMESPACE, NO
 EVENTS_NAMESPACE, CONDITION = NODE_EVENTS_NAMESPACE, CONDITION_TYPE
 SEEDED = "pinctl.test/Seeded"
 NODE_POLICY, EVENTS_POLICY = "pinctl-node-status", "pinctl-node-status-events"
+FLOW = "pinctl-node-status"  # the FlowSchema and its PriorityLevelConfiguration
+FLOW_SCHEMA_HEADER, PRIORITY_LEVEL_HEADER = "x-kubernetes-pf-flowschema-uid", "x-kubernetes-pf-prioritylevel-uid"
 # The API server loads new RBAC objects and policies from its informers: wait for them to apply.
 LOADED_WAIT_S = 120.0
 STRATEGIC, MERGE, JSON = ("application/strategic-merge-patch+json", "application/merge-patch+json",
@@ -50,6 +52,7 @@ STRATEGIC, MERGE, JSON = ("application/strategic-merge-patch+json", "application
 class Answer:
     code: int
     body: dict[str, Any]
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)  # names in lower case
 
     @property
     def message(self) -> str:
@@ -78,14 +81,15 @@ class Granted:
             headers={"Authorization": f"Bearer {token or self.token}", "Content-Type": content_type})
         try:
             with opener.open(request, timeout=30) as reply:
-                return Answer(int(reply.status), json.loads(reply.read() or b"{}"))
+                return Answer(int(reply.status), json.loads(reply.read() or b"{}"), _lower(reply.headers.items()))
         except urllib.error.HTTPError as exc:
             text = exc.read()
             try:
                 said = json.loads(text)
             except ValueError:
                 said = {"message": text.decode(errors="replace")}
-            return Answer(int(exc.code), said if isinstance(said, dict) else {"message": str(said)})
+            return Answer(int(exc.code), said if isinstance(said, dict) else {"message": str(said)},
+                          _lower(exc.headers.items()))
 
     def patch_status(self, node: str, patch: dict[str, Any], *, dry_run: bool = False,
                      token: Optional[str] = None) -> Answer:
@@ -113,6 +117,10 @@ class Granted:
             "source": {"component": "pinctl", "host": about},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
+
+
+def _lower(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers}
 
 
 def condition(status: str = "True", kind: str = CONDITION, reason: str = "PolicyApplied",
@@ -276,6 +284,30 @@ def test_describe_node_does_not_show_node_events_from_another_namespace(granted:
         assert f"in pinctl, named {granted.suffix}" not in described
     finally:
         granted.plane.kubectl("-n", NAMESPACE, "delete", "event", named["metadata"]["name"], check=False)
+
+
+def test_its_writes_queue_at_the_components_own_priority_level(granted: Granted) -> None:
+    """API Priority and Fairness (the component's flowcontrol.yaml): the API server names, in each
+    answer's headers, the FlowSchema and priority level it classified the request by. The agent's
+    two kinds of write land in the component's own; anything else the account asks does not."""
+    plane = granted.plane
+    schema = plane.kubectl("get", "flowschema", FLOW, "-o", "jsonpath={.metadata.uid}").stdout.strip()
+    level = plane.kubectl("get", "prioritylevelconfiguration", FLOW, "-o", "jsonpath={.metadata.uid}").stdout.strip()
+    assert schema and level
+
+    def classified(answer: Answer) -> tuple[str, str]:
+        return answer.headers.get(FLOW_SCHEMA_HEADER, ""), answer.headers.get(PRIORITY_LEVEL_HEADER, "")
+
+    # The API server's flow-control configuration follows its informers: wait for ours to load.
+    _wait_until("the status write classified by the component's FlowSchema", lambda: (
+        classified(answer := granted.patch_status(granted.node_a, condition(), dry_run=True)) == (schema, level),
+        f"{answer.code} {classified(answer)}"))
+    event = granted.create_event(granted.event(granted.node_a), dry_run=True)
+    assert event.code == 201 and classified(event) == (schema, level), (event.code, classified(event))
+    review = granted.call("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                          {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    other_schema, other_level = classified(review)
+    assert other_schema and other_schema != schema and other_level != level, classified(review)
 
 
 # -- what it may not ---------------------------------------------------------------------------------

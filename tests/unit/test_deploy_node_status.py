@@ -306,6 +306,67 @@ def test_policy_check_fails(name: str) -> None:
         check_policies(docs)
 
 
+# -- API Priority and Fairness ------------------------------------------------------------------------
+
+
+def _granted(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """(verb, resource, where) the RBAC objects grant: where is "*" cluster-wide, else a namespace."""
+    found: set[tuple[str, str, str]] = set()
+    for kind, where in (("ClusterRole", "*"), ("Role", None)):
+        role = _one(docs, kind)
+        for rule in role["rules"]:
+            found |= {(verb, resource, where or role["metadata"]["namespace"])
+                      for verb in rule["verbs"] for resource in rule["resources"]}
+    return found
+
+
+def check_flowcontrol(docs: list[dict[str, Any]]) -> None:
+    """One FlowSchema for this account's writes alone, exactly what RBAC grants it, into a
+    Limited priority level of the component's own, placed before service-accounts (9000) and
+    after the system's schemas."""
+    level = _one(docs, "PriorityLevelConfiguration")
+    schema = _one(docs, "FlowSchema")
+    assert level["apiVersion"] == schema["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+    assert level["spec"]["type"] == "Limited" and level["spec"]["limited"]["limitResponse"]["type"] == "Queue"
+    spec = schema["spec"]
+    assert spec["priorityLevelConfiguration"] == {"name": level["metadata"]["name"]}
+    assert 1000 < spec["matchingPrecedence"] < 9000, spec["matchingPrecedence"]
+    (rule,) = spec["rules"]
+    assert rule["subjects"] == [{"kind": "ServiceAccount", "serviceAccount": {"name": ACCOUNT, "namespace": NAMESPACE}}]
+    assert not rule.get("nonResourceRules"), "the agent makes no non-resource requests"
+    matched: set[tuple[str, str, str]] = set()
+    for each in rule["resourceRules"]:
+        assert each["apiGroups"] == [""]
+        places = ["*"] if each.get("clusterScope") else each["namespaces"]
+        matched |= {(verb, resource, where) for verb in each["verbs"] for resource in each["resources"]
+                    for where in places}
+    assert matched == _granted(docs), f"the FlowSchema matches {sorted(matched)}"
+
+
+def test_the_agents_writes_have_a_priority_level_of_their_own() -> None:
+    check_flowcontrol(rendered())
+
+
+FLOW_EDITS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
+    "every-account": lambda docs: _one(docs, "FlowSchema")["spec"]["rules"][0]["subjects"].__setitem__(
+        0, {"kind": "Group", "group": {"name": "system:serviceaccounts"}}),
+    "more-than-granted": lambda docs: _one(docs, "FlowSchema")["spec"]["rules"][0]["resourceRules"][0][
+        "verbs"].append("update"),
+    "after-service-accounts": lambda docs: _one(docs, "FlowSchema")["spec"].__setitem__("matchingPrecedence", 9500),
+    "shared-level": lambda docs: _one(docs, "FlowSchema")["spec"].__setitem__(
+        "priorityLevelConfiguration", {"name": "workload-low"}),
+    "exempt": lambda docs: _one(docs, "PriorityLevelConfiguration")["spec"].__setitem__("type", "Exempt"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOW_EDITS))
+def test_flowcontrol_check_fails(name: str) -> None:
+    docs = rendered()
+    FLOW_EDITS[name](docs)
+    with pytest.raises((AssertionError, KeyError)):
+        check_flowcontrol(docs)
+
+
 @pytest.mark.parametrize("edit", ["components", "resource", "credentials"])
 def test_base_check_fails(edit: str) -> None:
     base = copy.deepcopy(kustomization(KUBE))
