@@ -482,3 +482,16 @@ def test_an_image_the_cri_has_not_caught_up_with_is_not_kept_only_from_its_secon
     # Caught up by the next round: kept again, though the round before had lagged.
     caught_up = cri_says(rows, True, "containerd", "1.7.24")
     assert figures.with_cri_verdict(found, rows, caught_up, figures.check_figures(lagging)).policy["pinned"] == 1
+
+
+def test_the_node_condition_counts_an_image_the_cri_still_calls_unpinned_as_not_kept() -> None:
+    """What the agent writes on its Node (watch.report.report_of), from the second lagging round."""
+    from pinctl.watch.report import report_of
+
+    rows = [covered_row(Reason("label", REF))]
+    lagging = cri_says(rows, False, "containerd", "1.7.24")
+    before = figures.check_figures(lagging)
+    node = figures.with_cri_verdict(figures.node_figures(rows, ["k8s.io"], []), rows, lagging, before)
+    report = report_of(figures.Figures(node=node, check=before), monitor.WatchState("/x"), "0123456789ab", "")
+    assert (report.counts.pinned, report.counts.not_kept, report.first_not_kept) == (0, 1, REF)
+    assert report.why_not_kept == "labelled, but the runtime's CRI does not report it pinned"

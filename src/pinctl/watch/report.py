@@ -41,7 +41,7 @@ WHY_IGNORED: tuple[tuple[Mismatch, str], ...] = (
     (MISMATCH_NOT_RELOADED, "CRI-O has not re-read its files"),
     (MISMATCH_LABELS_IGNORED, "the runtime ignores the pin label"),
     (MISMATCH_WRONG_NAMESPACE, "labelled in a namespace the runtime's CRI does not read"),
-    (MISMATCH_NOT_CAUGHT_UP, "the runtime has not reported the pin yet"),
+    (MISMATCH_NOT_CAUGHT_UP, "labelled, but the runtime's CRI does not report it pinned"),
 )
 
 
