@@ -137,7 +137,9 @@ FLAGGED = [spec for spec in KEYS.values() if spec.flag]
 
 
 def common_option(command: click.Command, flag: str) -> click.Option:
-    ctx = click.Context(command, info_name=command.name)
+    # With pinctl's settings, as under its root: click keeps the first help option it builds for
+    # a command, and a bare context's (--help alone) would then show in every later help.
+    ctx = click.Context(command, info_name=command.name, help_option_names=cli.context_settings["help_option_names"])
     found = [p for p in command.get_params(ctx) if isinstance(p, click.Option) and flag in p.opts]
     assert len(found) == 1, (command.name, flag)
     return found[0]
