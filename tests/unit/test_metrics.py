@@ -465,8 +465,12 @@ def test_the_policys_counts_take_the_cris_word_on_what_is_kept() -> None:
 
     judged = figures.with_cri_verdict(found, rows, cri_says(rows, False, "cri-o", "1.34.0"))
     assert (judged.policy["pinned"], judged.policy["ignored"], judged.first_not_kept) == (0, 1, (REF, "ignored"))
-    # The CRI agreeing changes nothing.
+    # The CRI agreeing changes nothing, and an image pinctl does not want pinned is not looked at.
     assert figures.with_cri_verdict(found, rows, cri_says(rows, True, "cri-o", "1.34.0")) == found
+    other = CriImage("sha256:" + "e" * 64, ("example.test/other:1",), (), 10, False)
+    listed = check.check(rows, [CriImage(ID, (REF,), (), 10, True), other], RuntimeVersion("cri-o", "1.34.0", "v1"),
+                         "unix:///x")
+    assert figures.with_cri_verdict(found, rows, listed) is found
 
 
 def test_an_image_the_cri_has_not_caught_up_with_is_not_kept_only_from_its_second_round() -> None:

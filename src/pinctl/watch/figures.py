@@ -169,10 +169,11 @@ def with_cri_verdict(found: NodeFigures, rows: Sequence[ImageRow], result: Check
     the CRI lists unpinned is not kept, whatever pinctl's model of the runtime says. An image the
     CRI has not caught up with (labelled where it reads) counts only if it had not in the round
     before too: a round meeting a pin within its first second would otherwise report it not kept
-    for a whole check interval."""
+    for a whole check interval. Only the images pinctl expects pinned are looked at (check's
+    desired): on a node of 10,000 unpinned images nothing is gathered and nothing recounted."""
     lagged = before.not_caught_up if before is not None else frozenset()
     unpinned = frozenset(key for item in result.items
-                         if item.image_id and not item.cri_pinned
+                         if item.desired and item.image_id and not item.cri_pinned
                          and (item.mismatch != MISMATCH_NOT_CAUGHT_UP or item.image_id in lagged)
                          for key in (item.image_id, *item.refs))
     if not unpinned:
