@@ -202,18 +202,27 @@ def fresh_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S) -> CriFs
         time.sleep(0.1)
 
 
-def settled_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S) -> CriFsUsage:
-    """Fresh usage once two syncs over a stats period apart agree.
+def settled_image_fs_info(address: str, timeout: float = STATE_TIMEOUT_S,
+                          changed_from: Optional[CriFsUsage] = None) -> CriFsUsage:
+    """Fresh usage once two syncs over a stats period apart agree; with ``changed_from``, once
+    it differs from that reading too.
 
-    Deleted snapshots are removed in the background, and new ones reach the CRI's cache only
-    at its next walk of the snapshotter. Until then an empty cache answers 0 bytes stamped
-    "now", which looks fresh, so two readings must have at least one full walk between them.
+    Deleted snapshots are removed in the background, and new ones reach the CRI's cache only at
+    its next walk of the snapshotter. Until then an empty cache answers 0 bytes stamped "now",
+    which looks fresh: the spacing gives a walk the time to come between two readings, and a
+    caller that knows usage must change (it just unpacked an image) says so, which is the order
+    it waits for.
     """
     deadline = time.monotonic() + timeout
     previous = fresh_image_fs_info(address, timeout)
     while True:
         time.sleep(STATS_PERIOD_S * 1.5)
         current = fresh_image_fs_info(address, timeout)
+        if changed_from is not None and current.used_bytes == changed_from.used_bytes:
+            if time.monotonic() > deadline:
+                raise cri.CriError(f"ImageFsInfo still says {current.used_bytes} bytes after {timeout}s")
+            previous = current
+            continue
         if (current.used_bytes, current.inodes_used) == (previous.used_bytes, previous.inodes_used):
             return current
         if time.monotonic() > deadline:

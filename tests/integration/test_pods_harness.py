@@ -99,7 +99,7 @@ def test_image_fs_info_reports_the_dedicated_filesystem(pod_node: PodNode) -> No
     payload = 24 * MIB
     pod_node.load_runnable([runnable.runnable_recipe("example.test/bulky:1", payload_bytes=payload)])
 
-    after = cri_pods.settled_image_fs_info(pod_node.address)
+    after = cri_pods.settled_image_fs_info(pod_node.address, changed_from=before)
     # ImageFsInfo counts snapshots (the unpacked layer) only; statfs also sees the stored content.
     assert payload <= after.used_bytes - before.used_bytes < 2 * payload
     assert available_before - pod_node.fs.available >= 2 * payload
