@@ -46,6 +46,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
         "runtime_endpoint": Value(None, "default"),
         "docker_pinned_image_labels": Value((), "default"),
         "import_dirs": Value((), "default"),
+        "history_dir": Value("/var/lib/pinctl/history", "default"),
         "metrics_address": Value(None, "default"),
     }
     assert cfg.patterns == [] and cfg.files == []
@@ -73,6 +74,7 @@ docker_containerd_address = "/run/example-docker/containerd.sock"
 runtime_endpoint = "unix:///run/example-cri.sock"
 docker_pinned_image_labels = ["team.example/keep=true", "keep"]
 import_dirs = ["/var/lib/pinctl/images"]
+history_dir = "/srv/example/history"
 metrics_address = "127.0.0.1:9736"
 """)
     cfg = load(main)
@@ -88,6 +90,7 @@ metrics_address = "127.0.0.1:9736"
         "runtime_endpoint": "unix:///run/example-cri.sock",
         "docker_pinned_image_labels": ("team.example/keep=true", "keep"),
         "import_dirs": ("/var/lib/pinctl/images",),
+        "history_dir": "/srv/example/history",
         "metrics_address": "127.0.0.1:9736",
     }
     assert isinstance(cfg.settings.timeout, float)

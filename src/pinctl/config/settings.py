@@ -114,6 +114,11 @@ class Settings:
         example=("/var/lib/pinctl/images",), env="PINCTL_IMPORT_DIRS", env_split=True, flag="--import-dir",
         metavar="DIR", flag_help="A directory of image archives for sync to import and pin (repeatable).",
         default_text="none")
+    history_dir: str = setting(
+        "/var/lib/pinctl/history", help="Directory of the deletion journal: sync --watch and cri-proxy write it, "
+                                        "history reads it.",
+        example="/var/lib/pinctl/history", env="PINCTL_HISTORY_DIR", flag="--history-dir", metavar="DIR",
+        flag_help="Directory of the deletion journal (sync --watch, cri-proxy, history).")
     metrics_address: Optional[str] = setting(
         None, help="HOST:PORT where sync --watch or cri-proxy serves /metrics, /healthz and /readyz; unset: not "
                    "served.",
