@@ -11,6 +11,7 @@ import pytest
 
 from pinctl.journal import (JOURNAL_VERSION, Deletion, Entry, NewerEntry, RemoveRequest, Restore, decode, encode,
                             parse_stamp, stamp)
+from pinctl.journal import presence
 from pinctl.journal.store import CURRENT, Journal, JournalError, rotated
 
 T0 = 1_765_000_000.25
@@ -149,3 +150,25 @@ def test_concurrent_writers_never_interleave_lines(tmp_path: object) -> None:
     read = Journal(str(tmp_path), keep=50).read()
     assert read.problems == []
     assert sorted(e.ref[0] for e in read.entries if isinstance(e, RemoveRequest)) == sorted("abc" * 150)
+
+
+def test_a_proxy_is_serving_only_while_its_process_lives(tmp_path: object) -> None:
+    directory = str(tmp_path)
+    assert presence.serving(directory) is None
+    presence.mark_serving(directory, "/run/pinctl/cri.sock", "/run/containerd/containerd.sock")
+    found = presence.serving(directory)
+    assert found is not None and found.pid == os.getpid() and found.listen == "/run/pinctl/cri.sock"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    presence.mark_serving(directory, "/a", "/b", pid=int(gone.stdout))
+    assert presence.serving(directory) is None  # a killed proxy's mark
+    presence.clear(directory)  # not this process's mark: left alone
+    assert presence.serving(directory, alive_only=False) is not None
+    presence.mark_serving(directory, "/a", "/b")
+    presence.clear(directory)
+    assert presence.serving(directory, alive_only=False) is None
+
+
+def test_a_mark_that_does_not_parse_counts_as_no_proxy(tmp_path: object) -> None:
+    with open(os.path.join(str(tmp_path), presence.PRESENCE), "w") as stream:
+        stream.write('{"pid": "x"')
+    assert presence.serving(str(tmp_path)) is None
