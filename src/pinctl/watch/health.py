@@ -89,6 +89,8 @@ class WatchState:
         self.on_change: Callable[[], None] = lambda: None
         # Told every batch's results: --node-status records Events of what changed.
         self.on_results: Callable[[Sequence[ItemResult]], None] = lambda _results: None
+        # Image deletions recorded, by (wanted, pinned, deleter): pinctl_image_deletions_total.
+        self.deletions: Counter[tuple[str, str, str]] = Counter()
 
     # -- written by the watch loop ----------------------------------------------------------
 
@@ -136,6 +138,9 @@ class WatchState:
             self.on_results(results)
         if changed:
             self.on_change()
+
+    def deleted(self, wanted: Sequence[str], pinned: Sequence[str], deleter: str) -> None:
+        self.deletions[("true" if wanted else "false", "true" if pinned else "false", deleter)] += 1
 
     def reloaded(self, ok: bool, error: str = "") -> None:
         self.reloads["ok" if ok else "failed"] += 1

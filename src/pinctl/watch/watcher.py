@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.backends import ImageEvent
+from pinctl.journal import DEFAULT_DIR as HISTORY_DIR
+from pinctl.journal import Deletion
 from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.imports.watching import DirsSync, is_failure, item_fields
 from pinctl.model import (
@@ -35,7 +37,10 @@ from pinctl.node import crio as crio_node
 from pinctl.pins import labels as pin_labels
 from pinctl.pins import plans as pinning
 from pinctl.service.configfiles import ConfigPoll
+from pinctl.watch import tracking
+from pinctl.watch.deletions import DeletionRecorder
 from pinctl.watch.health import SYNC_ENGINE, SYNC_STREAM_ENDED, SYNC_UNREACHABLE, SyncError, WatchState
+from pinctl.watch.index import ImageIndex
 from pinctl.service.memory import serve_for_long
 
 if TYPE_CHECKING:
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
     from pinctl.pins.policy import Policy
 
 CHANGING_TOPICS = ("/images/create", "/images/update")
+DELETE_TOPIC = "/images/delete"
 # The actions the watcher itself makes, counted and logged as changes.
 CHANGES: tuple[Action, ...] = (ACTION_PINNED, ACTION_PRUNED)
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
@@ -77,6 +83,8 @@ class WatchSetup:
     imports: Optional[DirsSync] = None
     # The policy file's content hash (fleet.condition.revision_of), for --node-status.
     revision: str = ""
+    # Where every image deletion is recorded (pinctl.journal): the setting history_dir.
+    history_dir: str = HISTORY_DIR
 
 
 class Watcher:
@@ -87,6 +95,12 @@ class Watcher:
         self.settings = load()
         # Counted inline whether or not anything serves them: a dict increment per result.
         self.state = WatchState(self.settings.address)
+        # What each reference is, so that a deletion event (which names the reference alone) can
+        # be recorded with its image, size and pins; and the recorder that writes the journal.
+        self.index = ImageIndex()
+        self.recorder = DeletionRecorder(self.settings.history_dir, log, self._deleted)
+        # Told every deletion recorded, after the metric counted it (restore, the Node's Events).
+        self.on_deleted: Callable[[Deletion], None] = lambda _deletion: None
         self._stop = threading.Event()
         self._reload = threading.Event()
         # An import directory changed: the session ends and the next one syncs in full, imports first.
@@ -205,16 +219,19 @@ class Watcher:
                 self._full_sync(node)
             self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
             while not (self._stop.is_set() or self._reload.is_set() or self._resync.is_set()):
-                batch = _next_batch(events)
+                due = self.recorder.seconds_to_due()
+                batch = _next_batch(events, POLL_SECONDS if due is None else min(POLL_SECONDS, due + 0.05))
                 self.state.turned()
                 self.state.events += len(batch)
-                self._sync_batch(followed, [e for e in batch if e[1][1] in CHANGING_TOPICS
-                                            and followed[e[0]].watches(e[1][0])])
+                mine = [e for e in batch if followed[e[0]].watches(e[1][0])]
+                self._sync_batch(followed, [e for e in mine if e[1][1] in CHANGING_TOPICS])
+                self._record_deletions([e for e in mine if e[1][1] == DELETE_TOPIC])
         finally:
             for stream in self._streams:
                 stream.cancel()
             self._streams = []
             node.close()
+            self._flush_deletions(force=True)  # nothing seen is left unwritten at a stop or a loss
 
     def _crio_session(self, crio: CrioNode) -> None:
         """CRI-O sends no image events and keeps its pins in files: pinctl's drop-in is synced at
@@ -267,6 +284,7 @@ class Watcher:
         plan = pinning.make_sync_plan(views, self.settings.policy, self.prune)
         results = pinning.apply_plan(plan, dry_run=False)
         self._report(results)
+        self._index_views(views)
         self.state.synced([view.namespace for view in views])
         changed = sum(r.action in CHANGES for r in results)
         namespaces = ",".join(dict.fromkeys(view.namespace for view in views)) or "-"
@@ -292,11 +310,50 @@ class Watcher:
             latest.setdefault((index, namespace), {})[name] = labels  # the latest event of a name wins
         for (index, namespace), by_name in latest.items():
             store = followed[index].store
-            names = [n for n, labels in by_name.items() if self._may_need_change(n, labels)]
-            if names:
-                records = store.get_images(namespace, names)
+            # Every record is read, to keep the index's target and pins current (a name imported
+            # again with other content comes as an update); only those that may need a change are planned.
+            read = store.get_images(namespace, list(by_name))
+            tracking.index_records(self.index, store, namespace, read)
+            names = {n for n, labels in by_name.items() if self._may_need_change(n, labels)}
+            records = [record for record in read if record.name in names]
+            if records:
                 plan = pinning.make_batch_sync_plan(store, namespace, records, self.settings.policy, self.prune)
                 self._report(pinning.apply_plan(plan, dry_run=False))
+
+    # -- deletions ----------------------------------------------------------------------------
+
+    def _index_views(self, views: Sequence[pinning.NamespaceView]) -> None:
+        """Know every reference as the full sync found it; one the index held and the listing
+        lacks went while the watcher was not following (before a reconnect): recorded too."""
+        since = self.state.last_full_sync
+        for view in views:
+            try:
+                missing = tracking.index_view(self.index, view)
+            except PinctlError as err:
+                self.log("warning", "cannot index images for the deletion journal", namespace=view.namespace,
+                         error=str(err))
+                continue
+            for item in missing:
+                self.recorder.gone(tracking.runtime_of(view.namespace), item, live=False, since=since)
+        self._flush_deletions(force=True)
+
+    def _record_deletions(self, batch: list[SourcedEvent]) -> None:
+        for _index, (namespace, _topic, name, _labels) in batch:
+            item = self.index.take(namespace, name)
+            if item is None:
+                self.log("info", "image deleted before the watcher knew it", namespace=namespace, ref=name)
+                continue
+            self.recorder.gone(tracking.runtime_of(namespace), item)
+        self._flush_deletions()
+
+    def _flush_deletions(self, force: bool = False) -> None:
+        if self.recorder.pending():
+            self.recorder.retarget(self.settings.history_dir)
+            self.recorder.flush(self.settings.policy, self.index.holds_image, force=force)
+
+    def _deleted(self, deletion: Deletion) -> None:
+        self.state.deleted(deletion.wanted, deletion.pinned, deletion.deleter)
+        self.on_deleted(deletion)
 
     def _may_need_change(self, name: str, labels: dict[str, str]) -> bool:
         """Decide from the event alone when possible: most events, the watcher's own writes among
@@ -351,11 +408,12 @@ def _read_into(index: int, stream: ImageEventStream, events: queue.Queue[Optiona
         events.put(err)
 
 
-def _next_batch(events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> list[SourcedEvent]:
+def _next_batch(events: queue.Queue[Optional[SourcedEvent] | PinctlError],
+                timeout: float = POLL_SECONDS) -> list[SourcedEvent]:
     """Wait briefly for one event, then take whatever else is already queued."""
     batch: list[SourcedEvent] = []
     try:
-        item = events.get(timeout=POLL_SECONDS)
+        item = events.get(timeout=timeout)
         while True:
             if isinstance(item, PinctlError):
                 raise item

@@ -1,0 +1,259 @@
+"""The deletion recording's pure parts: the index, coalescing, wanted and pinned, and the deleter
+verdict joined to cri-proxy's RemoveRequest entries (written here by hand, with a presence mark).
+The watcher against real runtimes: tests/integration/test_watch_history.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pinctl.config.loader import PatternEntry
+from pinctl.journal import (DELETER_CRI_CLIENT, DELETER_KUBELET, DELETER_OUTSIDE_CRI, DELETER_UNKNOWN,
+                            REQUEST_FAILED, REQUEST_FORWARDED, REQUEST_REFUSED, Deletion, RemoveRequest, presence)
+from pinctl.journal.attribution import JOIN_BEFORE_S, attribute, names_image
+from pinctl.journal.store import Journal
+from pinctl.model import MANAGED_LABEL, PIN_LABEL
+from pinctl.pins.policy import compile_policy
+from pinctl.watch import deletions
+from pinctl.watch.deletions import DeletionRecorder, pinned_reasons, wanted_reasons
+from pinctl.watch.index import FLAG_LABEL, FLAG_SYNC, ImageIndex
+
+ID_A = "sha256:" + "a" * 64
+ID_B = "sha256:" + "b" * 64
+DIGEST_A = "sha256:" + "1" * 64
+DIGEST_A2 = "sha256:" + "2" * 64
+DIGEST_B = "sha256:" + "3" * 64
+
+
+def policy(*texts: str) -> Any:
+    return compile_policy([PatternEntry(text, "test", "pinctl") for text in texts])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Logged(list):  # type: ignore[type-arg]
+    def __call__(self, level: str, msg: str, **fields: Any) -> None:
+        self.append((level, msg, fields))
+
+
+# -- the index ----------------------------------------------------------------------------------
+
+
+def filled() -> ImageIndex:
+    index = ImageIndex()
+    index.replace("k8s.io", [
+        ("example.test/a:1", DIGEST_A, {PIN_LABEL: "pinned", MANAGED_LABEL: "true"}),
+        ("example.test/a:latest", DIGEST_A2, {}),  # the same image through an index manifest
+        ("example.test/b:1", DIGEST_B, {PIN_LABEL: "pinned", "io.pinctl.archive": "/var/lib/images/b.tar"}),
+    ], {"example.test/b:1": "/etc/containerd/config.toml:12"})
+    index.resolved(DIGEST_A, ID_A, 1000)
+    index.resolved(DIGEST_A2, ID_A, 1200)
+    index.resolved(DIGEST_B, ID_B, 500)
+    return index
+
+
+def test_the_index_gives_what_a_reference_was_and_forgets_it() -> None:
+    index = filled()
+    gone = index.take("k8s.io", "example.test/a:1")
+    assert gone is not None
+    assert (gone.image_id, gone.size, gone.digest, gone.flags) == (ID_A, 1000, DIGEST_A, FLAG_LABEL | FLAG_SYNC)
+    assert index.take("k8s.io", "example.test/a:1") is None
+    assert index.take("moby", "example.test/b:1") is None
+    # Another reference of the image (another target, the same ID) is still there: an untag.
+    assert index.holds_image("k8s.io", ID_A, DIGEST_A)
+    assert index.take("k8s.io", "example.test/a:latest") is not None
+    assert not index.holds_image("k8s.io", ID_A, DIGEST_A)
+    b = index.take("k8s.io", "example.test/b:1")
+    assert b is not None and (b.archive, b.config) == ("/var/lib/images/b.tar", "/etc/containerd/config.toml:12")
+
+
+def test_a_full_listing_names_what_went_unseen_and_an_event_keeps_the_target_current() -> None:
+    index = filled()
+    missing = index.replace("k8s.io", [("example.test/a:1", DIGEST_A, {})])
+    assert sorted(g.ref for g in missing) == ["example.test/a:latest", "example.test/b:1"]
+    assert {g.ref: g.image_id for g in missing}["example.test/b:1"] == ID_B
+    assert index.unresolved([DIGEST_A, DIGEST_B]) == [DIGEST_B]  # dropped with its last reference
+    index.put("k8s.io", "example.test/a:1", DIGEST_B, {})  # imported again with other content
+    index.resolved(DIGEST_B, ID_B, 7)
+    gone = index.take("k8s.io", "example.test/a:1")
+    assert gone is not None and (gone.image_id, gone.size, gone.flags) == (ID_B, 7, 0)
+
+
+def test_the_index_of_10000_references_stays_small() -> None:
+    records = [(f"registry.example.test/team{i % 50}/app{i}:v{i % 7}.{i}", f"sha256:{i:064x}", {}) for i in range(10_000)]
+    tracemalloc.start()
+    index = ImageIndex()
+    index.replace("k8s.io", records)
+    for i in range(10_000):
+        index.resolved(f"sha256:{i:064x}", f"sha256:{i + 1:064x}", i * 1000)
+    del records
+    held, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(index) == 10_000
+    assert held < 8 * 1024 * 1024, f"{held / 2**20:.1f} MiB"
+
+
+# -- wanted and pinned ----------------------------------------------------------------------------
+
+
+def test_wanted_names_the_pattern_the_archive_directory_and_a_hand_pin() -> None:
+    p = policy("example.test/a:*", f"{ID_B[:20]}*")
+    assert wanted_reasons(p, ["example.test/a:1"], ID_A, FLAG_LABEL | FLAG_SYNC, []) == ("pattern example.test/a:*",)
+    assert wanted_reasons(p, ["example.test/c:1"], ID_B, 0, []) == (f"pattern {ID_B[:20]}*",)
+    assert wanted_reasons(p, ["example.test/c:1"], ID_A, 0, ["/srv/images/c.tar"]) == ("import_dirs /srv/images",)
+    assert wanted_reasons(p, ["example.test/c:1"], ID_A, FLAG_LABEL, []) == ("pin",)
+    assert wanted_reasons(policy(), ["example.test/c:1"], ID_A, 0, []) == ()
+    # The crio dialect never matches an image ID, as CRI-O does not.
+    crio = compile_policy([PatternEntry(f"{ID_B}", "test", "crio")])
+    assert wanted_reasons(crio, ["example.test/c:1"], ID_B, 0, []) == ()
+
+
+def test_pinned_says_how() -> None:
+    assert pinned_reasons(FLAG_LABEL, ["/etc/containerd/config.toml:3"], False) == (
+        "label", "runtime config /etc/containerd/config.toml:3")
+    assert pinned_reasons(0, [], True) == ("cri",)
+    assert pinned_reasons(FLAG_SYNC, [], False) == ()
+
+
+# -- attribution --------------------------------------------------------------------------------
+
+
+def request(at: float, ref: str = "", image_id: str = "", client: str = "kubelet", pid: int = 42,
+            outcome: str = REQUEST_FORWARDED) -> RemoveRequest:
+    return RemoveRequest(at, ref, outcome, image_id=image_id, client=client, pid=pid)
+
+
+@pytest.mark.parametrize("said, refs, hit", [
+    (ID_A, [], True), (ID_A.split(":")[1], [], True), (ID_A.split(":")[1][:12], [], True),
+    (ID_A.split(":")[1][:8], [], False), (ID_B, [], False),
+    ("example.test/a:1", ["example.test/a:1"], True), ("docker.io/library/busybox:latest", ["busybox"], True),
+    ("example.test/a:2", ["example.test/a:1"], False),
+])
+def test_a_request_names_the_image_by_id_prefix_or_reference(said: str, refs: list[str], hit: bool) -> None:
+    assert names_image(request(0, ref=said), ID_A, refs) is hit
+
+
+def test_the_kubelet_and_other_clients_are_told_apart_within_the_window() -> None:
+    t = 1000.0
+    kubelet = attribute(ID_A, ["example.test/a:1"], t, t, [request(t - 0.3, image_id=ID_A)], proxy_pid=7)
+    assert (kubelet.deleter, kubelet.client) == (DELETER_KUBELET, "kubelet")
+    assert "pid 42" in kubelet.evidence and ID_A in kubelet.evidence
+    crictl = attribute(ID_A, ["example.test/a:1"], t, t, [request(t - 1, ref="example.test/a:1", client="crictl")], 7)
+    assert (crictl.deleter, crictl.client) == (DELETER_CRI_CLIENT, "crictl") and "crictl" in crictl.evidence
+    # Too old, refused or failed, or for another image: it went outside the CRI, the proxy serving.
+    for other in ([request(t - JOIN_BEFORE_S - 1, image_id=ID_A)], [request(t, image_id=ID_A, outcome=REQUEST_REFUSED)],
+                  [request(t, image_id=ID_A, outcome=REQUEST_FAILED)], [request(t, image_id=ID_B)]):
+        verdict = attribute(ID_A, ["example.test/a:1"], t, t, other, proxy_pid=7)
+        assert verdict.deleter == DELETER_OUTSIDE_CRI and "runtime's own socket" in verdict.evidence
+    # No proxy serving: unknown, and the evidence says what would tell.
+    assert attribute(ID_A, ["example.test/a:1"], t, t, [], proxy_pid=None).deleter == DELETER_UNKNOWN
+
+
+# -- the recorder ------------------------------------------------------------------------------
+
+
+def recorder(tmp_path: Path) -> tuple[DeletionRecorder, Clock, Logged, list[Deletion]]:
+    clock, log, seen = Clock(), Logged(), []
+    return DeletionRecorder(str(tmp_path / "history"), log, seen.append, clock), clock, log, seen
+
+
+def test_the_refs_of_one_image_are_coalesced_into_one_deletion(tmp_path: Path) -> None:
+    rec, clock, _log, seen = recorder(tmp_path)
+    index = filled()
+    for ref in ("example.test/a:1", "example.test/a:latest"):
+        item = index.take("k8s.io", ref)
+        assert item is not None
+        rec.gone("containerd", item)
+        clock.now += 0.2
+    assert rec.flush(policy("example.test/a:*"), index.holds_image) == []  # not settled yet
+    clock.now += deletions.SETTLE_S
+    (written,) = rec.flush(policy("example.test/a:*"), index.holds_image)
+    assert written.refs == ("example.test/a:1", "example.test/a:latest")
+    assert (written.image_id, written.size, written.image_gone) == (ID_A, 1000, True)
+    assert written.wanted == ("pattern example.test/a:*",) and written.pinned == ("label",)
+    assert written.deleter == DELETER_UNKNOWN
+    assert seen == [written]
+    assert Journal(str(tmp_path / "history")).read().entries == [written]
+
+
+def test_an_untag_keeps_image_gone_false(tmp_path: Path) -> None:
+    rec, clock, _log, _seen = recorder(tmp_path)
+    index = filled()
+    item = index.take("k8s.io", "example.test/a:latest")
+    assert item is not None
+    rec.gone("containerd", item)
+    clock.now += deletions.SETTLE_S
+    (written,) = rec.flush(policy(), index.holds_image)
+    assert written.image_gone is False and written.wanted == () and written.pinned == ()
+
+
+def test_a_proxy_serving_and_its_request_name_the_deleter(tmp_path: Path) -> None:
+    rec, clock, _log, _seen = recorder(tmp_path)
+    history = str(tmp_path / "history")
+    presence.mark_serving(history, "/run/pinctl/cri.sock", "/run/containerd/containerd.sock", pid=os.getpid())
+    index = filled()
+    # cri-proxy's entry lands after the event (it writes once the runtime answered OK).
+    item = index.take("k8s.io", "example.test/b:1")
+    assert item is not None
+    rec.gone("containerd", item)
+    clock.now += 0.5
+    Journal(history).append(request(clock.now - 1.0, ref="example.test/b:1", client="crictl", pid=99))
+    item = index.take("k8s.io", "example.test/a:1")
+    assert item is not None
+    rec.gone("containerd", item)
+    clock.now += deletions.SETTLE_S
+    by_ref = {d.refs[0]: d for d in rec.flush(policy(), index.holds_image)}
+    b = by_ref["example.test/b:1"]
+    assert (b.deleter, b.client) == (DELETER_CRI_CLIENT, "crictl") and "pid 99" in b.evidence
+    assert b.wanted == ("import_dirs /var/lib/images",)
+    assert b.pinned == ("label", "runtime config /etc/containerd/config.toml:12")
+    a = by_ref["example.test/a:1"]
+    assert a.deleter == DELETER_OUTSIDE_CRI and a.image_gone is False
+    presence.clear(history, pid=os.getpid())
+
+
+def test_a_reference_found_missing_by_a_listing_is_never_called_outside_the_cri(tmp_path: Path) -> None:
+    rec, clock, _log, _seen = recorder(tmp_path)
+    history = str(tmp_path / "history")
+    presence.mark_serving(history, "/run/pinctl/cri.sock", "/run/containerd/containerd.sock", pid=os.getpid())
+    index = filled()
+    for item in index.replace("k8s.io", []):
+        rec.gone("containerd", item, live=False, since=clock.now - 100)
+    (a, b) = sorted(rec.flush(policy(), index.holds_image, force=True), key=lambda d: d.refs)
+    assert a.deleter == DELETER_UNKNOWN and "not following" in a.evidence
+
+
+def test_a_journal_that_cannot_be_written_warns_once_and_the_deletion_still_counts(tmp_path: Path) -> None:
+    blocked = tmp_path / "history"
+    blocked.write_text("a file where the directory should be")
+    clock, log, seen = Clock(), Logged(), []
+    rec = DeletionRecorder(str(blocked), log, seen.append, clock)
+    index = filled()
+    for ref in ("example.test/a:1", "example.test/b:1"):
+        item = index.take("k8s.io", ref)
+        assert item is not None
+        rec.gone("containerd", item)
+        clock.now += deletions.SETTLE_S
+        rec.flush(policy(), index.holds_image)
+    assert len(seen) == 2
+    assert [msg for _level, msg, _f in log].count("cannot write the deletion journal") == 1
+
+
+def test_interned_digests_are_shared() -> None:
+    index = ImageIndex()
+    digest = "".join(["sha256:", "9" * 64])
+    index.put("k8s.io", "example.test/x:1", digest, {})
+    index.put("k8s.io", "example.test/x:2", "".join(["sha256:", "9" * 64]), {})
+    refs = index.refs("k8s.io")
+    assert refs["example.test/x:1"][0] is refs["example.test/x:2"][0] is sys.intern(digest)
