@@ -1,0 +1,143 @@
+"""sync --watch records every image deletion in the journal, on real runtimes: containerd 1.7 and
+2.4.2 (ctr images rm, crictl rmi), Docker (docker rmi, both stores) and CRI-O (crictl rmi).
+The deleter verdict's rules are unit-tested (tests/unit/test_watch_journal.py); here cri-proxy's
+presence is a mark the test writes, as the proxy would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pinctl.journal import DELETER_OUTSIDE_CRI, DELETER_UNKNOWN, Deletion, presence
+from pinctl.journal.store import Journal
+from tests.harness import images
+from tests.harness.containerd import ContainerdDaemon
+from tests.harness.crictl import Crictl
+from tests.integration.test_watch import WatchProcess, labelled_within, load
+
+# One containerd of each line: 1.7 and the current 2.4.2.
+both_containerds = pytest.mark.parametrize("daemon", ["containerd-1.7", "containerd-2.4"], ids=["ctd17", "ctd24"],
+                                           indirect=True)
+KEEP = "example.test/keep/app:1"
+KEEP_ALSO = "example.test/keep/app:latest"
+OTHER = "example.test/other:1"
+TAGGED = "example.test/tagged:1"
+TAGGED_ALSO = "example.test/tagged:2"
+# The recorder waits 2 s after an image's last reference went (watch.deletions.SETTLE_S): generous beyond it.
+RECORDED_S = 30.0
+
+
+def deletions(history: Path) -> list[Deletion]:
+    return [e for e in Journal(str(history)).read().entries if isinstance(e, Deletion)]
+
+
+def wait_deletions(history: Path, count: int, timeout: float = RECORDED_S) -> list[Deletion]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = deletions(history)
+        if len(found) >= count:
+            return found
+        assert time.monotonic() < deadline, f"{len(found)} deletions, not {count}: {found}"
+        time.sleep(0.1)
+
+
+def naming(found: list[Deletion], ref: str) -> Deletion:
+    """The one entry naming ref (the CRI's own record named by the image ID may be among its refs)."""
+    (hit,) = [d for d in found if ref in d.refs]
+    return hit
+
+
+@pytest.fixture
+def history_watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
+    started: list[WatchProcess] = []
+
+    def start(policy: str, *extra: str) -> WatchProcess:
+        config = tmp_path / "config.toml"
+        config.write_text(policy)
+        process = WatchProcess(daemon, config, *extra, env={"PINCTL_HISTORY_DIR": str(tmp_path / "history")},
+                               log_path=tmp_path / f"watch-{len(started)}.log")
+        started.append(process)
+        process.wait_log("full sync")
+        return process
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait()
+
+
+@both_containerds
+def test_each_deletion_is_one_entry_with_its_image_pins_and_deleter(
+        daemon: ContainerdDaemon, history_watch: Callable[..., WatchProcess], crictl: Path, tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    proc = history_watch('pinned_images = ["example.test/keep/*"]\n')
+    built = images.load_images(daemon, tmp_path / "archives", [
+        images.recipe(KEEP, KEEP_ALSO, seed="h-keep"), images.recipe(OTHER, seed="h-other"),
+        images.recipe(TAGGED, TAGGED_ALSO, seed="h-tagged")])
+    keep, other, tagged = built
+    labelled_within(daemon, KEEP)
+    labelled_within(daemon, KEEP_ALSO)
+
+    # An untag with ctr: the image stays, under its other name.
+    daemon.ctr("images", "rm", TAGGED_ALSO)
+    (untag,) = wait_deletions(history, 1)
+    assert untag.refs == (TAGGED_ALSO,) and untag.image_gone is False
+    assert (untag.image_id, untag.size, untag.runtime, untag.namespace) == (tagged.image_id, tagged.size,
+                                                                          "containerd", "k8s.io")
+    assert untag.wanted == () and untag.pinned == () and untag.deleter == DELETER_UNKNOWN
+    assert "no cri-proxy" in untag.evidence
+
+    # crictl rmi by image ID, as the kubelet removes: both references, one entry.
+    Crictl(crictl, daemon.address, tmp_path / "crictl").run("rmi", keep.image_id)
+    found = wait_deletions(history, 2)
+    wanted = naming(found, KEEP)
+    # The CRI keeps a record named by the image ID too: it goes with the rest, in the same entry.
+    assert set(wanted.refs) - {KEEP, KEEP_ALSO} <= {keep.image_id}, wanted.refs
+    assert (wanted.image_id, wanted.size, wanted.image_gone) == (keep.image_id, keep.size, True)
+    assert wanted.wanted == ("pattern example.test/keep/*",) and wanted.pinned == ("label",)
+    assert wanted.deleter == DELETER_UNKNOWN
+
+    # A cri-proxy serving (its mark, written here) and no RemoveImage through it: outside the CRI.
+    presence.mark_serving(str(history), "/run/pinctl/cri.sock", daemon.address, pid=os.getpid())
+    try:
+        daemon.ctr("images", "rm", OTHER)
+        found = wait_deletions(history, 3)
+    finally:
+        presence.clear(str(history), pid=os.getpid())
+    outside = naming(found, OTHER)
+    assert outside.refs == (OTHER,)
+    # The CRI keeps a record named by the ID of each image it knows: a ctr rm of the tag leaves the image.
+    assert outside.image_gone is False
+    assert outside.deleter == DELETER_OUTSIDE_CRI and f"pid {os.getpid()}" in outside.evidence
+    assert (outside.image_id, outside.wanted, outside.pinned) == (other.image_id, (), ())
+    logged = [line for line in proc.lines() if line["msg"] == "image deleted"]
+    assert [line["level"] for line in logged] == ["info", "warning", "info"], logged
+
+
+@pytest.mark.parametrize("daemon", ["containerd-1.7"], ids=["ctd17"], indirect=True)
+def test_a_kill_loses_no_entry_and_what_went_meanwhile_is_recorded_at_restart(
+        daemon: ContainerdDaemon, history_watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    proc = history_watch('pinned_images = ["example.test/keep/*"]\n')
+    load(daemon, tmp_path, images.recipe(KEEP, seed="k-keep"), images.recipe(OTHER, seed="k-other"),
+         images.recipe(TAGGED, seed="k-tagged"))
+    labelled_within(daemon, KEEP)
+    # Known to the watcher: its create events were handled (the pin proves the batch was read).
+    daemon.ctr("images", "rm", OTHER)
+    (first,) = wait_deletions(history, 1)
+    proc.proc.send_signal(signal.SIGKILL)
+    proc.proc.wait()
+    assert deletions(history) == [first]
+    # A new watcher appends after what the killed one wrote.
+    history_watch('pinned_images = ["example.test/keep/*"]\n')
+    daemon.ctr("images", "rm", KEEP)
+    found = wait_deletions(history, 2)
+    assert found[0] == first
+    assert found[1].refs == (KEEP,) and found[1].wanted == ("pattern example.test/keep/*",)
+    assert Journal(str(history)).read().problems == []
