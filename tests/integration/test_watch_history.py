@@ -11,13 +11,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pinctl.journal import DELETER_OUTSIDE_CRI, DELETER_UNKNOWN, Deletion, presence
 from pinctl.journal.store import Journal
 from tests.harness import images
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.crictl import Crictl
+from tests.harness.ports import free_port
 from tests.integration.test_watch import WatchProcess, labelled_within, load
 
 # One containerd of each line: 1.7 and the current 2.4.2.
@@ -44,6 +48,19 @@ def wait_deletions(history: Path, count: int, timeout: float = RECORDED_S) -> li
             return found
         assert time.monotonic() < deadline, f"{len(found)} deletions, not {count}: {found}"
         time.sleep(0.1)
+
+
+def deletion_counts(port: int) -> dict[tuple[str, str, str], float]:
+    """pinctl_image_deletions_total from the watcher's /metrics, by (wanted, pinned, deleter)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "pinctl_image_deletions_total":
+                labels = sample.labels
+                found[(labels["wanted"], labels["pinned"], labels["deleter"])] = sample.value
+    return found
 
 
 def naming(found: list[Deletion], ref: str) -> Deletion:
@@ -76,7 +93,8 @@ def history_watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable
 def test_each_deletion_is_one_entry_with_its_image_pins_and_deleter(
         daemon: ContainerdDaemon, history_watch: Callable[..., WatchProcess], crictl: Path, tmp_path: Path) -> None:
     history = tmp_path / "history"
-    proc = history_watch('pinned_images = ["example.test/keep/*"]\n')
+    port = free_port()
+    proc = history_watch('pinned_images = ["example.test/keep/*"]\n', "--metrics-address", f"127.0.0.1:{port}")
     built = images.load_images(daemon, tmp_path / "archives", [
         images.recipe(KEEP, KEEP_ALSO, seed="h-keep"), images.recipe(OTHER, seed="h-other"),
         images.recipe(TAGGED, TAGGED_ALSO, seed="h-tagged")])
@@ -118,6 +136,9 @@ def test_each_deletion_is_one_entry_with_its_image_pins_and_deleter(
     assert (outside.image_id, outside.wanted, outside.pinned) == (other.image_id, (), ())
     logged = [line for line in proc.lines() if line["msg"] == "image deleted"]
     assert [line["level"] for line in logged] == ["info", "warning", "info"], logged
+    counted = deletion_counts(port)
+    assert counted == {("false", "false", "unknown"): 1, ("true", "true", "unknown"): 1,
+                       ("false", "false", "outside-cri"): 1}, counted
 
 
 @pytest.mark.parametrize("daemon", ["containerd-1.7"], ids=["ctd17"], indirect=True)

@@ -410,6 +410,22 @@ def test_the_doc_lists_the_label_values_the_code_has() -> None:
         assert listed == list(wanted), name
 
 
+def test_deletions_are_counted_by_wanted_pinned_and_deleter_and_the_doc_lists_the_deleters() -> None:
+    from pinctl.journal import DELETERS
+
+    state = monitor.WatchState("/x")
+    state.deleted(("pattern example.test/*",), ("label",), "kubelet")
+    state.deleted(("pattern example.test/*",), ("label",), "kubelet")
+    state.deleted((), (), "outside-cri")
+    got = samples(metrics.text_of(metrics.watch_families(state)))
+    name = "pinctl_image_deletions_total"
+    assert got[(name, (("deleter", "kubelet"), ("pinned", "true"), ("wanted", "true")))] == 2
+    assert got[(name, (("deleter", "outside-cri"), ("pinned", "false"), ("wanted", "false")))] == 1
+    assert len([key for key in got if key[0] == name]) == 2
+    listed = doc_table("metric")[name][1]
+    assert re.findall(r"`([a-z-]+)`", listed.split("`deleter`:", 1)[1]) == list(DELETERS)
+
+
 def test_the_doc_lists_the_alerts_as_the_rules_have_them() -> None:
     import yaml
 

@@ -215,3 +215,28 @@ def test_a_status_write_the_api_refuses_is_recorded_as_an_event(parts: Any) -> N
     settle(reporter, clock, APPLIED)
     assert [(e["type"], e["reason"]) for e in api.created] == [("Warning", "StatusWriteRefused")]
     assert "denied by pinctl-node-status" in api.created[0]["message"]
+
+
+def test_a_wanted_image_deleted_is_one_warning_naming_it_and_the_deleter_and_repeats_are_counted(parts: Any) -> None:
+    reporter, _clock, api, _logged = parts
+    image_id = "sha256:" + "c" * 64
+    event = events.deletion_event(("example.test/a:1", "example.test/a:latest", image_id), image_id, "cri-client",
+                                  "crictl")
+    reporter.event(event)
+    reporter.turn()
+    (created,) = api.created
+    assert (created["type"], created["reason"]) == ("Warning", "WantedImageDeleted")
+    assert created["message"] == ("wanted image example.test/a:1, example.test/a:latest (cccccccccccc) was deleted "
+                                  "by cri-client (crictl); pinctl history example.test/a:1 on the node says why")
+    reporter.event(events.deletion_event(("example.test/a:1",), image_id, "kubelet", "kubelet"))
+    reporter.event(event)
+    reporter.turn()
+    assert [e["message"].split(" was deleted by ")[1].split(";")[0] for e in api.created] == [
+        "cri-client (crictl)", "kubelet"]
+    assert api.counted[-1][0] == created["metadata"]["name"] and api.counted[-1][1]["count"] == 2
+    restored = events.restore_event(("example.test/a:1",), True, "import /srv/images/a.tar")
+    failed = events.restore_event(("example.test/a:1",), False, "pull", "over the disk\nbudget")
+    assert (restored.type, restored.reason, restored.message) == (
+        "Normal", "WantedImageRestored", "restored example.test/a:1 (import /srv/images/a.tar)")
+    assert (failed.type, failed.reason, failed.message) == (
+        "Warning", "WantedImageNotRestored", "could not restore example.test/a:1: over the disk budget")

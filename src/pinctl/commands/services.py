@@ -124,6 +124,7 @@ def _reporting(watcher: Watcher, checker: Optional[Checker], request: Optional[N
     checker.on_round = lambda found: reporter.update(
         report_of(found, state, watcher.settings.revision, state.last_reload_error))
     state.on_results = reporter.results
+    watcher.on_node_event = reporter.event
     reporter.start()
     log("info", "writing the node's status", node=request.node, heartbeat=f"{request.heartbeat:g}s", api=api.where)
     try:

@@ -109,6 +109,30 @@ def events_of_results(results: Sequence[ItemResult]) -> list[NodeEvent]:
     return found
 
 
+WANTED_IMAGE_DELETED: Final = "WantedImageDeleted"
+WANTED_IMAGE_RESTORED: Final = "WantedImageRestored"
+WANTED_IMAGE_NOT_RESTORED: Final = "WantedImageNotRestored"
+
+
+def deletion_event(refs: Sequence[str], image_id: str, deleter: str, client: str = "") -> NodeEvent:
+    """A wanted image was deleted: which, and by whom as far as the node can tell. The same image
+    deleted again by the same deleter is the same message, so it is counted, not repeated."""
+    named = [ref for ref in refs if not ref.startswith("sha256:")] or list(refs)
+    who = f"{deleter} ({client})" if client and client != deleter else deleter
+    short = image_id.split(":", 1)[-1][:12] if image_id else "unknown ID"
+    return NodeEvent(WARNING, WANTED_IMAGE_DELETED,
+                     f"wanted image {_names(sorted(named))} ({short}) was deleted by {who}; "
+                     f"pinctl history {named[0] if named else short} on the node says why")
+
+
+def restore_event(refs: Sequence[str], outcome_done: bool, how: str, detail: str = "") -> NodeEvent:
+    """A wanted image deleted anyway was brought back (Normal), or could not be (Warning, with why)."""
+    named = _names(sorted(ref for ref in refs if not ref.startswith("sha256:")) or list(refs))
+    if outcome_done:
+        return NodeEvent(NORMAL, WANTED_IMAGE_RESTORED, f"restored {named} ({how})")
+    return NodeEvent(WARNING, WANTED_IMAGE_NOT_RESTORED, f"could not restore {named}: {' '.join(detail.split())}")
+
+
 def _names(refs: Sequence[str]) -> str:
     shown = ", ".join(refs[:NAMES_SHOWN])
     return shown if len(refs) <= NAMES_SHOWN else f"{shown} and {len(refs) - NAMES_SHOWN} more"

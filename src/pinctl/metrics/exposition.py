@@ -66,6 +66,9 @@ METRICS: tuple[MetricSpec, ...] = (
                ("namespace",)),
     MetricSpec("pinctl_sync_errors_total", "counter", "watch", "What kept the watcher from its job, by kind.",
                ("kind",)),
+    MetricSpec("pinctl_image_deletions_total", "counter", "watch", "Image deletions the watcher recorded in the "
+               "journal (pinctl history): whether pinctl wanted the image kept, whether it was pinned the moment "
+               "before, and who deleted it as far as the node can tell.", ("wanted", "pinned", "deleter")),
     MetricSpec("pinctl_config_reloads_total", "counter", "config", "Config reloads (on SIGHUP or a changed config "
                "file), by result; a failed one keeps the config in use.", ("result",)),
     MetricSpec("pinctl_config_last_reload_successful", "gauge", "config", "0 when the last config reload failed "
@@ -208,6 +211,7 @@ def watch_families(state: WatchState) -> list[Metric]:
         _family("pinctl_labels_written_total", [((ns,), n) for ns, n in sorted(dict(state.labels_written).items())]),
         _family("pinctl_labels_removed_total", [((ns,), n) for ns, n in sorted(dict(state.labels_removed).items())]),
         _family("pinctl_sync_errors_total", [((kind,), n) for kind, n in dict(state.sync_errors).items()]),
+        _family("pinctl_image_deletions_total", [(key, n) for key, n in sorted(dict(state.deletions).items())]),
         *config_families(dict(state.reloads), state.last_reload_ok),
     ]
     if state.last_full_sync is not None:

@@ -120,6 +120,13 @@ class NodeStatusReporter:
             self._latest = report
         self._wake.set()
 
+    def event(self, event: node_events.NodeEvent) -> None:
+        """One event of the watcher's own (a wanted image deleted, restored): queued, then
+        deduplicated and rate-limited with the rest."""
+        with self._guard:
+            self._pending.append(event)
+        self._wake.set()
+
     def results(self, results: Sequence[ItemResult]) -> None:
         found = node_events.events_of_results(results)
         if found:

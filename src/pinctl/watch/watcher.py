@@ -22,6 +22,7 @@ from pinctl.backends import ImageEvent
 from pinctl.journal import DEFAULT_DIR as HISTORY_DIR
 from pinctl.journal import Deletion
 from pinctl.errors import EngineUnreachable, PinctlError
+from pinctl.fleet import events as node_events
 from pinctl.imports.watching import DirsSync, is_failure, item_fields
 from pinctl.model import (
     ACTION_CHANGED_UNDER_US,
@@ -101,6 +102,8 @@ class Watcher:
         self.recorder = DeletionRecorder(self.settings.history_dir, log, self._deleted)
         # Told every deletion recorded, after the metric counted it (restore, the Node's Events).
         self.on_deleted: Callable[[Deletion], None] = lambda _deletion: None
+        # --node-status: an Event (a wanted image deleted, restored) for the Node; dropped without.
+        self.on_node_event: Callable[[node_events.NodeEvent], None] = lambda _event: None
         self._stop = threading.Event()
         self._reload = threading.Event()
         # An import directory changed: the session ends and the next one syncs in full, imports first.
@@ -353,6 +356,9 @@ class Watcher:
 
     def _deleted(self, deletion: Deletion) -> None:
         self.state.deleted(deletion.wanted, deletion.pinned, deletion.deleter)
+        if deletion.wanted:
+            self.on_node_event(node_events.deletion_event(deletion.refs, deletion.image_id, deletion.deleter,
+                                                          deletion.client))
         self.on_deleted(deletion)
 
     def _may_need_change(self, name: str, labels: dict[str, str]) -> bool:
