@@ -21,6 +21,7 @@ from pinctl.journal.store import Journal
 from tests.harness import images
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.crictl import Crictl
+from tests.harness.docker import DockerDaemon, load_images_docker
 from tests.harness.ports import free_port
 from tests.integration.test_watch import WatchProcess, labelled_within, load
 
@@ -162,3 +163,39 @@ def test_a_kill_loses_no_entry_and_what_went_meanwhile_is_recorded_at_restart(
     assert found[0] == first
     assert found[1].refs == (KEEP,) and found[1].wanted == ("pattern example.test/keep/*",)
     assert Journal(str(history)).read().problems == []
+
+
+def test_docker_rmi_is_recorded_on_either_image_store(containerd16: ContainerdDaemon, dockerd: DockerDaemon,
+                                                      tmp_path: Path) -> None:
+    """Docker's containerd store: containerd's events in namespace moby. The classic store: Docker's
+    own events, which name the image alone (the watcher asks Docker which names it has left)."""
+    history = tmp_path / "history"
+    config = tmp_path / "config.toml"
+    moby = dockerd.containerd
+    config.write_text('pinned_images = ["example.test/dk/*"]\n'
+                      + (f'docker_containerd_address = "{moby.address}"\n' if moby is not None else ""))
+    app, other = load_images_docker(dockerd, tmp_path / "archives", [
+        images.recipe("example.test/dk/app:1", "example.test/dk/app:2", seed="dk-app"),
+        images.recipe("example.test/dko:1", seed="dk-other")])
+    process = WatchProcess(containerd16, config, env={"DOCKER_HOST": dockerd.host, "PINCTL_HISTORY_DIR": str(history)})
+    try:
+        process.wait_log("full sync")
+        if moby is not None:
+            labelled_within(moby, "example.test/dk/app:1", namespace="moby")
+        dockerd.docker("rmi", "example.test/dk/app:2")
+        (untag,) = wait_deletions(history, 1)
+        assert untag.refs == ("example.test/dk/app:2",) and untag.image_gone is False
+        assert (untag.runtime, untag.namespace) == ("docker", "moby" if moby is not None else "")
+        dockerd.docker("rmi", "example.test/dk/app:1")
+        dockerd.docker("rmi", "example.test/dko:1")
+        found = wait_deletions(history, 3)
+    finally:
+        process.proc.kill()
+        process.proc.wait()
+    wanted = naming(found, "example.test/dk/app:1")
+    assert wanted.image_gone is True and wanted.image_id == app.image_id and (wanted.size or 0) > 0
+    assert wanted.wanted == ("pattern example.test/dk/*",) and wanted.deleter == DELETER_UNKNOWN
+    # The containerd store's records carry the pin label the watcher wrote; Docker's own store has no pins.
+    assert wanted.pinned == (("label",) if moby is not None else ())
+    plain = naming(found, "example.test/dko:1")
+    assert (plain.image_id, plain.wanted, plain.pinned, plain.image_gone) == (other.image_id, (), (), True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from pinctl.backends import procfs
 from pinctl.backends._grpc import check_socket
@@ -176,10 +176,68 @@ class DockerEngine:
             client.close()
         return names
 
+    def image(self, ref: str) -> Optional[DockerImage]:
+        """One image as Docker has it now (by ID or name); None when Docker has no such image."""
+        import docker
+
+        try:
+            raw = self._api().inspect_image(ref)
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.DockerException as err:
+            raise self._fail(err) from None
+        config = raw.get("Config") or {}
+        return _docker_image({**raw, "Labels": config.get("Labels"), "Created": None})
+
+    def subscribe_images(self) -> DockerImageEvents:
+        """Docker's image events (its own store's: untag, delete, tag, pull, load) until cancelled.
+        Its untag and delete events name the image ID alone (moby's image_delete.go logs the ID as
+        the name), so a reader asks the image afterwards which names it still has."""
+        api = self._api()
+        import docker
+        import requests
+
+        try:
+            # The SDK reads the event stream with no timeout of its own: it stays open while dockerd runs.
+            stream = api.events(decode=True, filters={"type": ["image"]})
+        except (docker.errors.DockerException, requests.RequestException) as err:
+            raise self._fail(err) from None
+        return DockerImageEvents(stream, self)
+
     def remove_image(self, image_id: str) -> None:
         """Delete an image with all its tags (`docker rmi -f ID`). Docker still refuses one a running
         container uses; callers check for containers in any state just before."""
         self._call("remove_image", image_id, force=True)
+
+
+class DockerImageEvents:
+    """Iterates (action, image ID) of Docker's image events until cancelled; a lost dockerd raises EngineError."""
+
+    def __init__(self, stream: Any, engine: DockerEngine) -> None:
+        self._stream = stream
+        self._engine = engine
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        try:
+            self._stream.close()
+        except Exception:  # noqa: BLE001 - closing a stream that already broke
+            pass
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        import docker
+        import requests
+
+        try:
+            for event in self._stream:
+                if not isinstance(event, dict) or event.get("Type") != "image":
+                    continue
+                actor = event.get("Actor") or {}
+                yield str(event.get("Action", "")), str(actor.get("ID", ""))
+        except (docker.errors.DockerException, requests.RequestException, OSError, ValueError) as err:
+            if not self._cancelled:
+                raise self._engine._fail(err) from None
 
 
 def _split_for_pull(ref: str) -> tuple[str, Optional[str]]:

@@ -33,7 +33,8 @@ WANTED_PIN = "pin"
 @dataclass
 class _Pending:
     runtime: str
-    namespace: str
+    namespace: str  # the index's (watch.index) namespace
+    shown: str  # the journal's: containerd's namespace, "" for a runtime without namespaces
     image_id: str
     digest: str
     size: Optional[int]
@@ -98,14 +99,16 @@ class DeletionRecorder:
     # -- collecting ------------------------------------------------------------------------
 
     def gone(self, runtime: str, item: Gone, live: bool = True, cri_pinned: bool = False,
-             since: Optional[float] = None) -> None:
+             since: Optional[float] = None, namespace: Optional[str] = None) -> None:
         """One reference went. live: seen going now; else found missing by a full listing
-        (since: when the one before it was made, the earliest it can have gone)."""
+        (since: when the one before it was made, the earliest it can have gone). namespace: the
+        one the journal names, when not the index's (Docker's own store and CRI-O have none)."""
         now = self.clock()
         key = (runtime, item.namespace, item.image_id or item.digest)
         pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[key] = _Pending(runtime, item.namespace, item.image_id, item.digest, item.size,
+            shown = item.namespace if namespace is None else namespace
+            pending = self._pending[key] = _Pending(runtime, item.namespace, shown, item.image_id, item.digest, item.size,
                                                     now if since is None else since, now, live)
         pending.last = now
         if item.ref not in pending.refs:
@@ -151,7 +154,7 @@ class DeletionRecorder:
                 evidence = ("it went while the watcher was not following the runtime (found missing by its next "
                             "full listing), and cri-proxy saw no RemoveImage for it meanwhile.")
             deletion = Deletion(
-                time=p.first, runtime=p.runtime, namespace=p.namespace, refs=tuple(sorted(p.refs)),
+                time=p.first, runtime=p.runtime, namespace=p.shown, refs=tuple(sorted(p.refs)),
                 image_id=p.image_id, size=p.size,
                 image_gone=not still_there(p.namespace, p.image_id, p.digest),
                 wanted=wanted_reasons(policy, p.refs, p.image_id, p.flags, p.archives),

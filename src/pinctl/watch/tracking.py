@@ -3,13 +3,15 @@ event batch read, and which runtime a containerd namespace stands for in the jou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from pinctl.model import DOCKER_NAMESPACE, StoredImage
+from pinctl.model import DOCKER_NAMESPACE, PIN_LABEL, PIN_VALUE, StoredImage
 from pinctl.watch.index import Gone, ImageIndex
 
 if TYPE_CHECKING:
     from pinctl.backends import ImageStore
+    from pinctl.backends.docker import DockerImage
+    from pinctl.node.sources import DockerSource, Node
     from pinctl.pins.plans import NamespaceView
 
 RUNTIME_CONTAINERD = "containerd"
@@ -44,3 +46,64 @@ def index_records(index: ImageIndex, store: ImageStore, namespace: str, records:
     for digest, target in store.resolve_targets(namespace, unresolved).items():
         if target.error is None:
             index.resolved(digest, target.image_id, sizes[digest] + target.size)
+
+
+# -- Docker's classic store: no containerd records, its own events -------------------------------
+
+DOCKER_CLASSIC = "docker"  # the index's namespace for Docker's own store (no containerd namespace holds it)
+DOCKER_TOPIC = "/docker/"  # the topic of Docker's events in the watcher's queue: /docker/untag, /docker/delete
+
+
+def docker_classic(node: Node) -> Optional[DockerSource]:
+    """Docker on its classic store (a graph driver): the one source whose deletions no containerd sees."""
+    from pinctl.node.sources import DockerSource
+
+    for source in node.sources:
+        if isinstance(source, DockerSource) and not source.view.store.containerd:
+            return source
+    return None
+
+
+def _docker_records(source: DockerSource, image: DockerImage) -> list[tuple[str, str, dict[str, str]]]:
+    from pinctl.node import docker as docker_service
+
+    rules = docker_service.parse_label_rules(source.label_rules)
+    pinned = bool(rules and docker_service.label_reasons(image.labels, rules))
+    labels = {PIN_LABEL: PIN_VALUE} if pinned else {}
+    return [(name, image.image_id, labels) for name in source.view.names_of(image)]
+
+
+def index_docker(index: ImageIndex, source: DockerSource) -> list[Gone]:
+    """Docker's images as its list gives them; returns the references the index held that are gone."""
+    images = source.view.engine.list_images()
+    config = _sandbox_names(source, images)
+    missing = index.replace(DOCKER_CLASSIC, (r for image in images for r in _docker_records(source, image)), config)
+    for image in images:
+        index.resolved(image.image_id, image.image_id, image.size)
+    return missing
+
+
+def docker_changed(index: ImageIndex, source: DockerSource, image_id: str) -> list[Gone]:
+    """An image event of Docker's (it names the image alone): the references of that image the
+    index held and Docker no longer has; the ones it has now are known from here on."""
+    image = source.view.engine.image(image_id) if image_id else None
+    current = _docker_records(source, image) if image is not None else []
+    names = {name for name, _, _ in current}
+    held = [ref for ref, (digest, _) in index.refs(DOCKER_CLASSIC).items() if digest == image_id and ref not in names]
+    gone = [item for ref in held if (item := index.take(DOCKER_CLASSIC, ref)) is not None]
+    for name, digest, labels in current:
+        index.put(DOCKER_CLASSIC, name, digest, labels)
+    if image is not None:
+        index.resolved(image.image_id, image.image_id, image.size)
+    return gone
+
+
+def _sandbox_names(source: DockerSource, images: Sequence[DockerImage]) -> dict[str, str]:
+    """cri-dockerd pins its sandbox image itself: its names, and where that is set."""
+    if not source.sandbox_image:
+        return {}
+    from pinctl import refs as refnames
+
+    where = "cri-dockerd --pod-infra-container-image"
+    return {name: where for image in images for name in source.view.names_of(image)
+            if refnames.familiar(name) == source.sandbox_image}

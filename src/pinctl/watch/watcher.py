@@ -16,7 +16,7 @@ import queue
 import signal
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
 
 from pinctl.backends import ImageEvent
 from pinctl.journal import DEFAULT_DIR as HISTORY_DIR
@@ -47,9 +47,10 @@ from pinctl.service.memory import serve_for_long
 if TYPE_CHECKING:
     from pinctl.backends import ImageEventStream
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.backends.docker import DockerImageEvents
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.node.crio import CrioNode
-    from pinctl.node.sources import Followed, Node
+    from pinctl.node.sources import DockerSource, Followed, Node
     from pinctl.pins.policy import Policy
 
 CHANGING_TOPICS = ("/images/create", "/images/update")
@@ -217,18 +218,29 @@ class Watcher:
             self._streams = [item.store.subscribe_images() for item in followed]
             for index, stream in enumerate(self._streams):
                 threading.Thread(target=_read_into, args=(index, stream, events), daemon=True).start()
+            # Docker's classic store: its own events, after the containerd streams in the queue's numbering.
+            docker = tracking.docker_classic(node)
+            if docker is not None:
+                docker_events = docker.view.engine.subscribe_images()
+                self._streams.append(docker_events)
+                threading.Thread(target=_read_into, args=(len(followed), _docker_topics(docker_events), events),
+                                 daemon=True).start()
             self._resync.clear()  # a change from here on ends this session and is synced by the next
             with self.reading:
                 self._full_sync(node)
+                if docker is not None:
+                    self._index_docker(docker)
             self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
             while not (self._stop.is_set() or self._reload.is_set() or self._resync.is_set()):
                 due = self.recorder.seconds_to_due()
                 batch = _next_batch(events, POLL_SECONDS if due is None else min(POLL_SECONDS, due + 0.05))
                 self.state.turned()
                 self.state.events += len(batch)
-                mine = [e for e in batch if followed[e[0]].watches(e[1][0])]
+                mine = [e for e in batch if e[0] < len(followed) and followed[e[0]].watches(e[1][0])]
                 self._sync_batch(followed, [e for e in mine if e[1][1] in CHANGING_TOPICS])
                 self._record_deletions([e for e in mine if e[1][1] == DELETE_TOPIC])
+                if docker is not None:
+                    self._record_docker(docker, [e[1][2] for e in batch if e[0] == len(followed)])
         finally:
             for stream in self._streams:
                 stream.cancel()
@@ -340,6 +352,23 @@ class Watcher:
                 self.recorder.gone(tracking.runtime_of(view.namespace), item, live=False, since=since)
         self._flush_deletions(force=True)
 
+    def _index_docker(self, docker: DockerSource) -> None:
+        try:
+            missing = tracking.index_docker(self.index, docker)
+        except PinctlError as err:
+            self.log("warning", "cannot index Docker's images for the deletion journal", error=str(err))
+            return
+        for item in missing:
+            self.recorder.gone(tracking.RUNTIME_DOCKER, item, live=False, since=self.state.last_full_sync,
+                               namespace="")
+        self._flush_deletions(force=True)
+
+    def _record_docker(self, docker: DockerSource, image_ids: list[str]) -> None:
+        for image_id in dict.fromkeys(image_ids):
+            for item in tracking.docker_changed(self.index, docker, image_id):
+                self.recorder.gone(tracking.RUNTIME_DOCKER, item, namespace="")
+        self._flush_deletions()
+
     def _record_deletions(self, batch: list[SourcedEvent]) -> None:
         for _index, (namespace, _topic, name, _labels) in batch:
             item = self.index.take(namespace, name)
@@ -404,7 +433,7 @@ def _error_kind(err: PinctlError) -> SyncError:
     return SYNC_UNREACHABLE if isinstance(err, EngineUnreachable) else SYNC_ENGINE
 
 
-def _read_into(index: int, stream: ImageEventStream, events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> None:
+def _read_into(index: int, stream: Iterable[ImageEvent], events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> None:
     """Runs in a thread: every event, then None when the stream ends, or the error that ended it."""
     try:
         for event in stream:
@@ -412,6 +441,12 @@ def _read_into(index: int, stream: ImageEventStream, events: queue.Queue[Optiona
         events.put(None)
     except PinctlError as err:
         events.put(err)
+
+
+def _docker_topics(stream: DockerImageEvents) -> Iterator[ImageEvent]:
+    """Docker's image events as the queue carries containerd's: the image ID in the name's place."""
+    for action, image_id in stream:
+        yield tracking.DOCKER_CLASSIC, tracking.DOCKER_TOPIC + action, image_id, {}
 
 
 def _next_batch(events: queue.Queue[Optional[SourcedEvent] | PinctlError],
