@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,9 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pinctl.journal import DELETER_OUTSIDE_CRI, DELETER_UNKNOWN, Deletion, presence
 from pinctl.journal.store import Journal
+from pinctl.refs import DEFAULT_DOMAIN
 from tests.harness import images
+from tests.harness import registry as reg
 from tests.harness.containerd import ContainerdDaemon
 from tests.harness.crictl import Crictl
+from tests.harness.crio import CrioDaemon
+from tests.harness.crio_fixtures import pull, registry_path
 from tests.harness.docker import DockerDaemon, load_images_docker
 from tests.harness.ports import free_port
 from tests.integration.test_watch import WatchProcess, labelled_within, load
@@ -199,3 +205,42 @@ def test_docker_rmi_is_recorded_on_either_image_store(containerd16: ContainerdDa
     assert wanted.pinned == (("label",) if moby is not None else ())
     plain = naming(found, "example.test/dko:1")
     assert (plain.image_id, plain.wanted, plain.pinned, plain.image_gone) == (other.image_id, (), (), True)
+
+
+def test_crictl_rmi_on_crio_is_recorded_from_its_list(crio: CrioDaemon, crio_crictl: Crictl,
+                                                        crio_registry: reg.Registry, tmp_path: Path) -> None:
+    """CRI-O has no image events: the watcher compares its CRI's list with the last one."""
+    keep, other = f"{DEFAULT_DOMAIN}/pinctl-test/hist-keep:1", f"{DEFAULT_DOMAIN}/pinctl-test/hist-other:1"
+    for name in (keep, other):
+        crio_registry.push(tmp_path / "push", images.recipe(f"{crio_registry.host}/{registry_path(name)}", seed=name))
+    pull(crio_crictl, [keep, other])
+    ids = {name: crio_crictl.image_status(name)["status"]["id"] for name in (keep, other)}
+    history = tmp_path / "history"
+    policy = tmp_path / "pinctl.toml"
+    policy.write_text(f'pinned_images = ["{keep}"]\n')
+    env = {key: value for key, value in os.environ.items() if key not in ("CONTAINERD_ADDRESS", "DOCKER_HOST")}
+    env.update({"CONTAINER_RUNTIME_ENDPOINT": crio.endpoint, "PINCTL_CONFIG": str(policy),
+                "PINCTL_HISTORY_DIR": str(history)})
+    log_path = tmp_path / "watch.log"
+    watcher = subprocess.Popen([sys.executable, "-m", "pinctl", "sync", "--watch"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
+    try:
+        deadline = time.monotonic() + 90
+        while not any(image.pinned and keep in image.repo_tags for image in crio_crictl.images()):
+            assert time.monotonic() < deadline and watcher.poll() is None, log_path.read_text()
+            time.sleep(0.2)
+        time.sleep(1)  # the watcher's first list after its sync (it lists at once; this is margin)
+        crio_crictl.run("rmi", keep)
+        crio_crictl.run("rmi", other)
+        found = wait_deletions(history, 2, timeout=90)
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=60)
+        crio.remove_dropins()
+        crio.reload()
+    wanted, plain = naming(found, keep), naming(found, other)
+    assert (wanted.runtime, wanted.namespace, wanted.image_gone) == ("cri-o", "", True)
+    assert wanted.image_id == f"sha256:{ids[keep]}".replace("sha256:sha256:", "sha256:")
+    assert wanted.wanted == (f"pattern {keep}",) and wanted.pinned == ("cri",) and (wanted.size or 0) > 0
+    assert wanted.deleter == DELETER_UNKNOWN
+    assert (plain.wanted, plain.pinned) == ((), ())

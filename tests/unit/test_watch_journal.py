@@ -257,3 +257,20 @@ def test_interned_digests_are_shared() -> None:
     index.put("k8s.io", "example.test/x:2", "".join(["sha256:", "9" * 64]), {})
     refs = index.refs("k8s.io")
     assert refs["example.test/x:1"][0] is refs["example.test/x:2"][0] is sys.intern(digest)
+
+
+def test_crio_lists_are_compared_and_the_cri_pin_kept() -> None:
+    from pinctl.backends.cri import CriImage
+    from pinctl.watch import tracking
+    from pinctl.watch.index import FLAG_CRI
+
+    index = ImageIndex()
+    first = [CriImage("a" * 64, ("example.test/a:1", "example.test/a:2"), (), 100, True),
+             CriImage("b" * 64, (), ("example.test/b@sha256:" + "e" * 64,), 50, False)]
+    assert tracking.index_crio(index, first) == []
+    missing = tracking.index_crio(index, first[1:])
+    assert sorted(g.ref for g in missing) == ["example.test/a:1", "example.test/a:2"]
+    assert {(g.image_id, g.size, g.flags) for g in missing} == {(ID_A, 100, FLAG_CRI)}
+    assert pinned_reasons(FLAG_CRI, [], False) == ("cri",)
+    (b,) = tracking.index_crio(index, [])
+    assert (b.ref, b.image_id) == ("example.test/b@sha256:" + "e" * 64, ID_B)

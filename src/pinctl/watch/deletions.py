@@ -20,7 +20,7 @@ from pinctl.journal.attribution import JOIN_BEFORE_S, attribute
 from pinctl.journal.store import Journal
 from pinctl.model import LogFn
 from pinctl.pins.policy import Policy, matches_ids
-from pinctl.watch.index import FLAG_LABEL, FLAG_SYNC, Gone
+from pinctl.watch.index import FLAG_CRI, FLAG_LABEL, FLAG_SYNC, Gone
 
 # After the last reference of an image went, wait this long for more of its references and for
 # cri-proxy's entry of the RemoveImage (written once the runtime answered) before writing.
@@ -72,7 +72,7 @@ def pinned_reasons(flags: int, config: Sequence[str], cri_pinned: bool) -> tuple
     if flags & FLAG_LABEL:
         found.append("label")
     found += [f"runtime config {where}" for where in dict.fromkeys(config)]
-    if cri_pinned:
+    if cri_pinned or flags & FLAG_CRI:
         found.append("cri")
     return tuple(found)
 

@@ -23,6 +23,9 @@ from pinctl.pins import labels as pin_labels
 # flags: how a reference was pinned the moment before it went
 FLAG_LABEL = 1  # it carried the CRI's pin label
 FLAG_SYNC = 2  # ... written by pinctl sync (the policy's), not by hand
+FLAG_CRI = 4  # the runtime's CRI reported it pinned (CRI-O, whose pins are its files)
+# Not a label anyone writes: how a runtime without labels (CRI-O) hands its CRI's pinned to flags_of.
+CRI_PINNED = "io.pinctl.watch.cri-pinned"
 ARCHIVE_LABEL = "io.pinctl.archive"  # imports.dirs.ARCHIVE_LABEL: the import_dirs archive that gave it
 
 
@@ -46,6 +49,8 @@ def flags_of(labels: Mapping[str, str]) -> int:
     flags = FLAG_LABEL if pin_labels.carries_pin(dict(labels)) else 0
     if labels.get(MANAGED_LABEL) == MANAGED_VALUE:
         flags |= FLAG_SYNC
+    if CRI_PINNED in labels:
+        flags |= FLAG_CRI
     return flags
 
 

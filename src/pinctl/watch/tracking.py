@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl.model import DOCKER_NAMESPACE, PIN_LABEL, PIN_VALUE, StoredImage
-from pinctl.watch.index import Gone, ImageIndex
+from pinctl.watch.index import CRI_PINNED, Gone, ImageIndex
 
 if TYPE_CHECKING:
     from pinctl.backends import ImageStore
+    from pinctl.backends.cri import CriImage
     from pinctl.backends.docker import DockerImage
     from pinctl.node.sources import DockerSource, Node
     from pinctl.pins.plans import NamespaceView
@@ -107,3 +108,25 @@ def _sandbox_names(source: DockerSource, images: Sequence[DockerImage]) -> dict[
     where = "cri-dockerd --pod-infra-container-image"
     return {name: where for image in images for name in source.view.names_of(image)
             if refnames.familiar(name) == source.sandbox_image}
+
+
+# -- CRI-O: no events, its CRI's list read again ------------------------------------------------
+
+CRIO = "cri-o"  # the index's namespace for CRI-O's images
+
+
+def index_crio(index: ImageIndex, images: Sequence[CriImage]) -> list[Gone]:
+    """CRI-O's images as its CRI lists them (IDs come bare: given their sha256: prefix); returns
+    the references the index held that the list lacks. The first list of a session finds none."""
+    from pinctl.pins import crio as crio_pins
+
+    records = []
+    for image in images:
+        image_id = image.id if image.id.startswith("sha256:") else f"sha256:{image.id}"
+        flags = {CRI_PINNED: "true"} if image.pinned else {}
+        records += [(name, image_id, flags) for name in crio_pins.names_of(image) or [image_id]]
+    missing = index.replace(CRIO, records)
+    for image in images:
+        image_id = image.id if image.id.startswith("sha256:") else f"sha256:{image.id}"
+        index.resolved(image_id, image_id, image.size)
+    return missing
