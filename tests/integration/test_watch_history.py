@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pinctl.journal import DELETER_OUTSIDE_CRI, DELETER_UNKNOWN, Deletion, presence
+from pinctl.journal import DELETER_OUTSIDE_CRI, DELETER_UNKNOWN, Deletion, Restore, presence
 from pinctl.journal.store import Journal
 from pinctl.refs import DEFAULT_DOMAIN
 from tests.harness import images
@@ -244,3 +244,44 @@ def test_crictl_rmi_on_crio_is_recorded_from_its_list(crio: CrioDaemon, crio_cri
     assert wanted.wanted == (f"pattern {keep}",) and wanted.pinned == ("cri",) and (wanted.size or 0) > 0
     assert wanted.deleter == DELETER_UNKNOWN
     assert (plain.wanted, plain.pinned) == ((), ())
+
+
+def restores(history: Path) -> list[Restore]:
+    return [e for e in Journal(str(history)).read().entries if isinstance(e, Restore)]
+
+
+def wait_restores(history: Path, count: int, timeout: float = 60.0) -> list[Restore]:
+    deadline = time.monotonic() + timeout
+    while len(restores(history)) < count:
+        assert time.monotonic() < deadline, f"{restores(history)}, not {count}"
+        time.sleep(0.1)
+    return restores(history)
+
+
+@both_containerds
+def test_a_wanted_image_deleted_outside_the_cri_comes_back_from_import_dirs_once(
+        daemon: ContainerdDaemon, history_watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
+    from tests.integration.test_import_dirs import write_archive
+
+    history = tmp_path / "history"
+    directory = tmp_path / "images"
+    directory.mkdir()
+    write_archive(directory, "app.tar", "restore-app", "example.test/dir/app:1")
+    proc = history_watch(f'import_dirs = ["{directory}"]\n', "-n", "k8s.io", "--max-usage", "99")
+    labelled_within(daemon, "example.test/dir/app:1")
+    daemon.ctr("images", "rm", "example.test/dir/app:1")
+    (gone,) = wait_deletions(history, 1)
+    assert gone.wanted == (f"import_dirs {directory}",) and gone.pinned == ("label",)
+    (restored,) = wait_restores(history, 1)
+    assert (restored.outcome, restored.how, restored.refs) == (
+        "restored", f"import from {directory}", ("example.test/dir/app:1",))
+    assert restored.image_id == gone.image_id
+    labelled_within(daemon, "example.test/dir/app:1", timeout=30)  # back, and pinned again
+    # Deleted again at once: not restored again (the back-off), and the journal says so.
+    daemon.ctr("images", "rm", "example.test/dir/app:1")
+    wait_deletions(history, 2)
+    second = wait_restores(history, 2)[1]
+    assert second.outcome == "skipped" and "deleted again" in second.detail
+    assert "example.test/dir/app:1" not in {row.ref for row in daemon.images()}
+    assert [line["msg"] for line in proc.lines() if line["msg"].startswith("restore ")] == [
+        "restore restored", "restore skipped"]

@@ -274,3 +274,62 @@ def test_crio_lists_are_compared_and_the_cri_pin_kept() -> None:
     assert pinned_reasons(FLAG_CRI, [], False) == ("cri",)
     (b,) = tracking.index_crio(index, [])
     assert (b.ref, b.image_id) == ("example.test/b@sha256:" + "e" * 64, ID_B)
+
+
+# -- restore ------------------------------------------------------------------------------------
+
+
+def deleted(wanted: tuple[str, ...], deleter: str = DELETER_OUTSIDE_CRI, refs: tuple[str, ...] = ("example.test/a:1",)
+            ) -> Deletion:
+    return Deletion(1.0, "containerd", "k8s.io", refs + (ID_A,), ID_A, 10, True, wanted, ("label",), deleter)
+
+
+def test_restore_imports_pulls_or_says_why_not() -> None:
+    from pinctl.journal import RESTORE_SKIPPED
+    from pinctl.watch import restore
+
+    clock = Clock()
+    restorer = restore.Restorer(clock)
+    p = policy("example.test/a:1", "example.test/b:*")
+    job, entry = restorer.decide(deleted(("import_dirs /srv/images",)), p)
+    assert entry is None and job is not None
+    assert (job.how, job.refs, job.archives) == ("import", ("example.test/a:1",), ("/srv/images",))
+    job, entry = restorer.decide(deleted(("pattern example.test/a:1",)), p)
+    assert job is not None and (job.how, job.refs) == ("pull", ("example.test/a:1",))
+    job, entry = restorer.decide(deleted(("pattern example.test/b:*",), refs=("example.test/b:1",)), p)
+    assert job is None and entry is not None and entry.outcome == RESTORE_SKIPPED and "glob" in entry.detail
+    job, entry = restorer.decide(deleted(("pattern example.test/a:1",), DELETER_KUBELET), p)
+    assert job is None and entry is not None and "kubelet" in entry.detail
+    assert restorer.decide(deleted(()), p) == (None, None)
+
+
+def test_an_image_deleted_again_soon_after_its_restore_is_not_restored_again_and_the_back_off_doubles() -> None:
+    from pinctl.watch import restore
+
+    clock = Clock()
+    restorer = restore.Restorer(clock)
+    p = policy("example.test/a:1")
+    job, _ = restorer.decide(deleted(("pattern example.test/a:1",)), p)
+    assert job is not None
+    restorer.attempted(job)
+    clock.now += 60
+    job, entry = restorer.decide(deleted(("pattern example.test/a:1",)), p)
+    assert job is None and entry is not None and "deleted again 60 s after" in entry.detail
+    assert f"for {restore.BACKOFF_FIRST_S:.0f} s" in entry.detail
+    clock.now += restore.BACKOFF_FIRST_S  # within the doubled back-off still
+    job, entry = restorer.decide(deleted(("pattern example.test/a:1",)), p)
+    assert job is None and entry is not None and f"for {2 * restore.BACKOFF_FIRST_S:.0f} s" in entry.detail
+    clock.now += 4 * restore.BACKOFF_FIRST_S
+    job, entry = restorer.decide(deleted(("pattern example.test/a:1",)), p)
+    assert job is not None and entry is None
+
+
+def test_an_import_restore_is_done_when_every_reference_is_back() -> None:
+    from pinctl.journal import RESTORE_DONE, RESTORE_FAILED
+    from pinctl.watch import restore
+
+    job = restore.Job(deleted(("import_dirs /srv/images",)), "import", ("example.test/a:1",), ("/srv/images",))
+    done = restore.import_outcome(job, {"example.test/a:1"}.__contains__, {})
+    assert (done.outcome, done.how, done.image_id) == (RESTORE_DONE, "import from /srv/images", ID_A)
+    failed = restore.import_outcome(job, set().__contains__, {"/srv/images/a.tar": "no room"})
+    assert (failed.outcome, failed.detail) == (RESTORE_FAILED, "/srv/images/a.tar: no room")

@@ -79,7 +79,7 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn,
         return WatchSetup(
             lambda: open_node(cfg, warn, absent_ok=True), policy, crio_node.address_shown(cfg), runtime,
             lambda: read_gc_settings(request.kubelet_config), watched_paths(cfg), _dirs_sync(cfg, request, runtime),
-            revision, cfg.settings.history_dir)
+            revision, cfg.settings.history_dir, _budget(request))
 
     from pinctl.watch.health import Checker
 
@@ -159,20 +159,26 @@ def _revision(cfg: Config) -> str:
         return ""
 
 
+def _budget(request: WatchRequest) -> float:
+    """The disk budget of what the watcher brings onto the node (import_dirs, a wanted image pulled
+    back): --max-usage, else the kubelet's image GC high threshold minus 5."""
+    if request.max_usage is not None:
+        return request.max_usage
+    from pinctl.gc.kubelet import read_gc_settings
+    from pinctl.pull.run import default_max_usage
+
+    return default_max_usage(read_gc_settings(request.kubelet_config).settings.high_threshold_percent)
+
+
 def _dirs_sync(cfg: Config, request: WatchRequest, runtime: OpenRuntime) -> Optional[DirsSync]:
     """What the watcher imports at each full sync: import_dirs, with pull's disk budget."""
     if not cfg.settings.import_dirs:
         return None
-    from pinctl.gc.kubelet import read_gc_settings
     from pinctl.imports.watching import DirsSync
-    from pinctl.pull.run import default_max_usage
 
     s = cfg.settings
-    budget = request.max_usage
-    if budget is None:
-        budget = default_max_usage(read_gc_settings(request.kubelet_config).settings.high_threshold_percent)
     return DirsSync(tuple(s.import_dirs), tuple(s.namespaces), s.containerd_address, s.timeout, s.containerd_config,
-                    request.prune, budget, runtime)
+                    request.prune, _budget(request), runtime)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ event batch read, and which runtime a containerd namespace stands for in the jou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+
+from pinctl.backends import ImageEvent
 
 from pinctl.model import DOCKER_NAMESPACE, PIN_LABEL, PIN_VALUE, StoredImage
 from pinctl.watch.index import CRI_PINNED, Gone, ImageIndex
@@ -11,7 +13,7 @@ from pinctl.watch.index import CRI_PINNED, Gone, ImageIndex
 if TYPE_CHECKING:
     from pinctl.backends import ImageStore
     from pinctl.backends.cri import CriImage
-    from pinctl.backends.docker import DockerImage
+    from pinctl.backends.docker import DockerImage, DockerImageEvents
     from pinctl.node.sources import DockerSource, Node
     from pinctl.pins.plans import NamespaceView
 
@@ -53,6 +55,20 @@ def index_records(index: ImageIndex, store: ImageStore, namespace: str, records:
 
 DOCKER_CLASSIC = "docker"  # the index's namespace for Docker's own store (no containerd namespace holds it)
 DOCKER_TOPIC = "/docker/"  # the topic of Docker's events in the watcher's queue: /docker/untag, /docker/delete
+
+
+class DockerTopics:
+    """Docker's image events as the watcher's queue carries containerd's: the image ID in the name's place."""
+
+    def __init__(self, stream: DockerImageEvents) -> None:
+        self.stream = stream
+
+    def cancel(self) -> None:
+        self.stream.cancel()
+
+    def __iter__(self) -> Iterator[ImageEvent]:
+        for action, image_id in self.stream:
+            yield DOCKER_CLASSIC, DOCKER_TOPIC + action, image_id, {}
 
 
 def docker_classic(node: Node) -> Optional[DockerSource]:

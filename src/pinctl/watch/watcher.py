@@ -17,11 +17,11 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from pinctl.backends import ImageEvent
 from pinctl.journal import DEFAULT_DIR as HISTORY_DIR
-from pinctl.journal import Deletion
+from pinctl.journal import RESTORE_DONE, RESTORE_FAILED, RESTORE_SKIPPED, Deletion, Restore
 from pinctl.errors import EngineUnreachable, PinctlError
 from pinctl.fleet import events as node_events
 from pinctl.imports.watching import DirsSync, is_failure, item_fields
@@ -39,16 +39,17 @@ from pinctl.node import crio as crio_node
 from pinctl.pins import labels as pin_labels
 from pinctl.pins import plans as pinning
 from pinctl.service.configfiles import ConfigPoll
+from pinctl.watch import restore as restoring
 from pinctl.watch import tracking
 from pinctl.watch.deletions import DeletionRecorder
 from pinctl.watch.health import SYNC_ENGINE, SYNC_STREAM_ENDED, SYNC_UNREACHABLE, SyncError, WatchState
 from pinctl.watch.index import ImageIndex
+from pinctl.watch.restore import Restorer
 from pinctl.service.memory import serve_for_long
 
 if TYPE_CHECKING:
     from pinctl.backends import ImageEventStream
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
-    from pinctl.backends.docker import DockerImageEvents
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.node.crio import CrioNode
     from pinctl.node.sources import DockerSource, Followed, Node
@@ -92,6 +93,8 @@ class WatchSetup:
     revision: str = ""
     # Where every image deletion is recorded (pinctl.journal): the setting history_dir.
     history_dir: str = HISTORY_DIR
+    # The disk budget (percent of the image filesystem) a wanted image pulled back must fit in.
+    max_usage: float = 80.0
 
 
 class Watcher:
@@ -109,6 +112,13 @@ class Watcher:
         # Told every deletion recorded, after the metric counted it (restore, the Node's Events).
         self.on_deleted: Callable[[Deletion], None] = lambda _deletion: None
         self._crio_listed_at: Optional[float] = None  # when CRI-O's image list was last read
+        # Wanted images deleted anyway: restored (watch.restore), imports at the next full sync,
+        # pulls one at a time by a thread of their own.
+        self.restorer = Restorer()
+        self._import_restores: list[restoring.Job] = []
+        self._import_failures: dict[str, str] = {}
+        self._pulls: queue.Queue[restoring.Job] = queue.Queue()
+        self._puller: Optional[threading.Thread] = None
         # --node-status: an Event (a wanted image deleted, restored) for the Node; dropped without.
         self.on_node_event: Callable[[node_events.NodeEvent], None] = lambda _event: None
         self._stop = threading.Event()
@@ -227,15 +237,15 @@ class Watcher:
             # Docker's classic store: its own events, after the containerd streams in the queue's numbering.
             docker = tracking.docker_classic(node)
             if docker is not None:
-                docker_events = docker.view.engine.subscribe_images()
+                docker_events = tracking.DockerTopics(docker.view.engine.subscribe_images())
                 self._streams.append(docker_events)
-                threading.Thread(target=_read_into, args=(len(followed), _docker_topics(docker_events), events),
-                                 daemon=True).start()
+                threading.Thread(target=_read_into, args=(len(followed), docker_events, events), daemon=True).start()
             self._resync.clear()  # a change from here on ends this session and is synced by the next
             with self.reading:
                 self._full_sync(node)
                 if docker is not None:
                     self._index_docker(docker)
+            self._finish_import_restores()
             self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
             while not (self._stop.is_set() or self._reload.is_set() or self._resync.is_set()):
                 due = self.recorder.seconds_to_due()
@@ -334,6 +344,7 @@ class Watcher:
     def _import(self, node: Node, imports: DirsSync) -> None:
         """The directories' archives first, as sync does: the policy's sync then sees their images."""
         report = imports(node)
+        self._import_failures = {item.archive: item.why or "failed" for item in report.imports if is_failure(item)}
         for item in report.imports:
             if is_failure(item):
                 self.log("error", "import failed", **item_fields(item))
@@ -413,6 +424,59 @@ class Watcher:
             self.on_node_event(node_events.deletion_event(deletion.refs, deletion.image_id, deletion.deleter,
                                                           deletion.client))
         self.on_deleted(deletion)
+        self._restore(deletion)
+
+    # -- restore ------------------------------------------------------------------------------
+
+    def _restore(self, deletion: Deletion) -> None:
+        job, entry = self.restorer.decide(deletion, self.settings.policy)
+        if entry is not None:
+            self._restore_done(entry)
+        if job is None:
+            return
+        self.restorer.attempted(job)
+        if job.how == restoring.HOW_PULL:
+            self._pulls.put(job)
+            if self._puller is None or not self._puller.is_alive():
+                self._puller = threading.Thread(target=self._pull_loop, name="pinctl-restore", daemon=True)
+                self._puller.start()
+        elif self.settings.imports is None:
+            self._restore_done(Restore(time.time(), job.refs, RESTORE_FAILED, "import", deletion.image_id,
+                                       "import_dirs is no longer set", deletion.namespace, deletion.runtime))
+        else:
+            self.log("info", "restoring: a full sync imports import_dirs again", refs=",".join(job.refs))
+            self._import_restores.append(job)
+            self._resync.set()
+            self._wake.set()
+            self._interrupt()
+
+    def _finish_import_restores(self) -> None:
+        jobs, self._import_restores = self._import_restores, []
+        for job in jobs:
+            deletion = job.deletion
+            namespace = deletion.namespace or (tracking.DOCKER_CLASSIC if deletion.runtime == tracking.RUNTIME_DOCKER
+                                               else tracking.CRIO)
+            held = self.index.refs(namespace)
+            self._restore_done(restoring.import_outcome(job, held.__contains__, self._import_failures))
+
+    def _pull_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._pulls.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                return
+            s = self.settings
+            self.log("info", "restoring: pulling again", refs=",".join(job.refs))
+            self._restore_done(restoring.pull_back(job, s.open_node, s.open_runtime, s.max_usage, self._stop))
+
+    def _restore_done(self, entry: Restore) -> None:
+        self.recorder.write(entry)
+        level = "info" if entry.outcome == RESTORE_DONE else "warning"
+        self.log(level, f"restore {entry.outcome}", refs=",".join(entry.refs), how=entry.how or "-",
+                 detail=entry.detail or "-")
+        if entry.outcome != RESTORE_SKIPPED or entry.detail.startswith("deleted again"):
+            self.on_node_event(node_events.restore_event(entry.refs, entry.outcome == RESTORE_DONE,
+                                                         entry.how, entry.detail))
 
     def _may_need_change(self, name: str, labels: dict[str, str]) -> bool:
         """Decide from the event alone when possible: most events, the watcher's own writes among
@@ -465,12 +529,6 @@ def _read_into(index: int, stream: Iterable[ImageEvent], events: queue.Queue[Opt
         events.put(None)
     except PinctlError as err:
         events.put(err)
-
-
-def _docker_topics(stream: DockerImageEvents) -> Iterator[ImageEvent]:
-    """Docker's image events as the queue carries containerd's: the image ID in the name's place."""
-    for action, image_id in stream:
-        yield tracking.DOCKER_CLASSIC, tracking.DOCKER_TOPIC + action, image_id, {}
 
 
 def _next_batch(events: queue.Queue[Optional[SourcedEvent] | PinctlError],
