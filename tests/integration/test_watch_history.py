@@ -29,6 +29,8 @@ from tests.harness.crio import CrioDaemon
 from tests.harness.crio_fixtures import pull, registry_path
 from tests.harness.docker import DockerDaemon, load_images_docker
 from tests.harness.ports import free_port
+from tests.conftest import engine_unavailable
+from tests.integration.test_pull import registry  # noqa: F401 - the module's registry fixture
 from tests.integration.test_watch import WatchProcess, labelled_within, load
 
 # One containerd of each line: 1.7 and the current 2.4.2.
@@ -285,3 +287,43 @@ def test_a_wanted_image_deleted_outside_the_cri_comes_back_from_import_dirs_once
     assert "example.test/dir/app:1" not in {row.ref for row in daemon.images()}
     assert [line["msg"] for line in proc.lines() if line["msg"].startswith("restore ")] == [
         "restore restored", "restore skipped"]
+
+
+@pytest.mark.parametrize("engine", ["containerd-1.7", "containerd-2.4"], ids=["ctd17", "ctd24"])
+def test_a_wanted_image_an_exact_policy_reference_names_is_pulled_back(engine: str, registry: reg.Registry,
+                                                                       tmp_path: Path) -> None:
+    from tests.integration.test_pull import push
+
+    daemon = reg.RegistryContainerd(engine, tmp_path / "daemon")
+    daemon.add_host(registry.host)
+    try:
+        daemon.start()
+        images.ensure_sandbox_image(daemon)
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot start skips (fails in CI)
+        daemon.stop()
+        engine_unavailable(f"{engine} unavailable: {exc}")
+    history = tmp_path / "history"
+    try:
+        ref = push(registry, tmp_path, "back:1", f"restore-pull-{engine}")
+        config = tmp_path / "config.toml"
+        config.write_text(f'pinned_images = ["{ref}"]\n')
+        watcher = WatchProcess(daemon, config, "-r", daemon.address, "--max-usage", "99",
+                               env={"PINCTL_HISTORY_DIR": str(history)})
+        try:
+            watcher.wait_log("full sync")
+            pulled = subprocess.run([sys.executable, "-m", "pinctl", "pull", "-r", daemon.address, ref],
+                                         capture_output=True, text=True, timeout=120,
+                                         env={**os.environ, "CONTAINERD_ADDRESS": daemon.address})
+            assert pulled.returncode == 0, pulled.stderr
+            labelled_within(daemon, ref, timeout=30)
+            daemon.ctr("images", "rm", ref)
+            (gone,) = wait_deletions(history, 1)
+            assert gone.wanted == (f"pattern {ref}",)
+            (restored,) = wait_restores(history, 1, timeout=120)
+            assert (restored.outcome, restored.how, restored.refs) == ("restored", "pull", (ref,)), restored
+            labelled_within(daemon, ref, timeout=30)
+        finally:
+            watcher.proc.kill()
+            watcher.proc.wait()
+    finally:
+        daemon.stop()
