@@ -42,7 +42,7 @@ class Clock:
         return self.now
 
 
-class Logged(list):  # type: ignore[type-arg]
+class Logged(list[tuple[str, str, dict[str, Any]]]):
     def __call__(self, level: str, msg: str, **fields: Any) -> None:
         self.append((level, msg, fields))
 
@@ -91,7 +91,7 @@ def test_a_full_listing_names_what_went_unseen_and_an_event_keeps_the_target_cur
 
 
 def test_the_index_of_10000_references_stays_small() -> None:
-    records = [(f"registry.example.test/team{i % 50}/app{i}:v{i % 7}.{i}", f"sha256:{i:064x}", {}) for i in range(10_000)]
+    records: list[tuple[str, str, dict[str, str]]] = [(f"registry.example.test/team{i % 50}/app{i}:v{i % 7}.{i}", f"sha256:{i:064x}", {}) for i in range(10_000)]
     tracemalloc.start()
     index = ImageIndex()
     index.replace("k8s.io", records)
@@ -164,7 +164,8 @@ def test_the_kubelet_and_other_clients_are_told_apart_within_the_window() -> Non
 
 
 def recorder(tmp_path: Path) -> tuple[DeletionRecorder, Clock, Logged, list[Deletion]]:
-    clock, log, seen = Clock(), Logged(), []
+    clock, log = Clock(), Logged()
+    seen: list[Deletion] = []
     return DeletionRecorder(str(tmp_path / "history"), log, seen.append, clock), clock, log, seen
 
 
@@ -237,7 +238,8 @@ def test_a_reference_found_missing_by_a_listing_is_never_called_outside_the_cri(
 def test_a_journal_that_cannot_be_written_warns_once_and_the_deletion_still_counts(tmp_path: Path) -> None:
     blocked = tmp_path / "history"
     blocked.write_text("a file where the directory should be")
-    clock, log, seen = Clock(), Logged(), []
+    clock, log = Clock(), Logged()
+    seen: list[Deletion] = []
     rec = DeletionRecorder(str(blocked), log, seen.append, clock)
     index = filled()
     for ref in ("example.test/a:1", "example.test/b:1"):

@@ -24,7 +24,10 @@ from pinctl.errors import PinctlError, UsageError
 from pinctl.journal import (DELETER_KUBELET, DELETER_KUBELET_LOG, RESTORE_DONE, RESTORE_FAILED, RESTORE_SKIPPED,
                             Deletion, Restore)
 from pinctl.model import CRI_NAMESPACE, DOCKER_NAMESPACE
+from pinctl.backends import registry
 from pinctl.pins.policy import Policy
+from pinctl.pull import run as pulling
+from pinctl.pull.targets import NodeLabels, choose_target
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
@@ -140,10 +143,6 @@ def import_outcome(job: Job, present: Callable[[str], bool], failures: dict[str,
 def pull_back(job: Job, open_node: Callable[[], Node], open_runtime: Callable[[], tuple[CriRuntime, RuntimeVersion]],
               max_usage: float, cancelled: threading.Event) -> Restore:
     """Pull the references again through the runtime that lost them, within the disk budget."""
-    from pinctl.backends import registry
-    from pinctl.pull import run as pulling
-    from pinctl.pull.targets import NodeLabels, choose_target
-
     deletion = job.deletion
     namespaces = (DOCKER_NAMESPACE,) if deletion.runtime == "docker" else (
         (CRI_NAMESPACE,) if deletion.runtime == "containerd" else ())

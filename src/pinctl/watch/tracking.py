@@ -5,16 +5,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
+from pinctl import refs as refnames
 from pinctl.backends import ImageEvent
 
 from pinctl.model import DOCKER_NAMESPACE, PIN_LABEL, PIN_VALUE, StoredImage
+from pinctl.node import docker as docker_service
+from pinctl.node.sources import DockerSource
+from pinctl.pins import crio as crio_pins
 from pinctl.watch.index import CRI_PINNED, Gone, ImageIndex
 
 if TYPE_CHECKING:
     from pinctl.backends import ImageStore
     from pinctl.backends.cri import CriImage
     from pinctl.backends.docker import DockerImage, DockerImageEvents
-    from pinctl.node.sources import DockerSource, Node
+    from pinctl.node.sources import Node
     from pinctl.pins.plans import NamespaceView
 
 RUNTIME_CONTAINERD = "containerd"
@@ -73,8 +77,6 @@ class DockerTopics:
 
 def docker_classic(node: Node) -> Optional[DockerSource]:
     """Docker on its classic store (a graph driver): the one source whose deletions no containerd sees."""
-    from pinctl.node.sources import DockerSource
-
     for source in node.sources:
         if isinstance(source, DockerSource) and not source.view.store.containerd:
             return source
@@ -82,8 +84,6 @@ def docker_classic(node: Node) -> Optional[DockerSource]:
 
 
 def _docker_records(source: DockerSource, image: DockerImage) -> list[tuple[str, str, dict[str, str]]]:
-    from pinctl.node import docker as docker_service
-
     rules = docker_service.parse_label_rules(source.label_rules)
     pinned = bool(rules and docker_service.label_reasons(image.labels, rules))
     labels = {PIN_LABEL: PIN_VALUE} if pinned else {}
@@ -119,8 +119,6 @@ def _sandbox_names(source: DockerSource, images: Sequence[DockerImage]) -> dict[
     """cri-dockerd pins its sandbox image itself: its names, and where that is set."""
     if not source.sandbox_image:
         return {}
-    from pinctl import refs as refnames
-
     where = "cri-dockerd --pod-infra-container-image"
     return {name: where for image in images for name in source.view.names_of(image)
             if refnames.familiar(name) == source.sandbox_image}
@@ -134,8 +132,6 @@ CRIO = "cri-o"  # the index's namespace for CRI-O's images
 def index_crio(index: ImageIndex, images: Sequence[CriImage]) -> list[Gone]:
     """CRI-O's images as its CRI lists them (IDs come bare: given their sha256: prefix); returns
     the references the index held that the list lacks. The first list of a session finds none."""
-    from pinctl.pins import crio as crio_pins
-
     records = []
     for image in images:
         image_id = image.id if image.id.startswith("sha256:") else f"sha256:{image.id}"

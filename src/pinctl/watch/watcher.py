@@ -437,7 +437,7 @@ class Watcher:
         self.restorer.attempted(job)
         if job.how == restoring.HOW_PULL:
             self._pulls.put(job)
-            if self._puller is None or not self._puller.is_alive():
+            if self._puller is None:
                 self._puller = threading.Thread(target=self._pull_loop, name="pinctl-restore", daemon=True)
                 self._puller.start()
         elif self.settings.imports is None:
@@ -460,11 +460,12 @@ class Watcher:
             self._restore_done(restoring.import_outcome(job, held.__contains__, self._import_failures))
 
     def _pull_loop(self) -> None:
+        """Runs in a thread of its own from the first pull on, until the watcher stops."""
         while not self._stop.is_set():
             try:
                 job = self._pulls.get(timeout=POLL_SECONDS)
             except queue.Empty:
-                return
+                continue
             s = self.settings
             self.log("info", "restoring: pulling again", refs=",".join(job.refs))
             self._restore_done(restoring.pull_back(job, s.open_node, s.open_runtime, s.max_usage, self._stop))
