@@ -4,6 +4,7 @@ The watcher against real runtimes: tests/integration/test_watch_history.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tracemalloc
@@ -335,3 +336,39 @@ def test_an_import_restore_is_done_when_every_reference_is_back() -> None:
     assert (done.outcome, done.how, done.image_id) == (RESTORE_DONE, "import from /srv/images", ID_A)
     failed = restore.import_outcome(job, set().__contains__, {"/srv/images/a.tar": "no room"})
     assert (failed.outcome, failed.detail) == (RESTORE_FAILED, "/srv/images/a.tar: no room")
+
+
+# -- the kubelet's log -----------------------------------------------------------------------------
+
+
+def test_the_kubelets_log_names_its_gc_removals_in_text_and_json(tmp_path: Path) -> None:
+    import time as clock_time
+
+    from pinctl.journal import DELETER_KUBELET_LOG, kubelet_log
+
+    now = clock_time.time()
+    local = clock_time.localtime(now - 5)
+    header = clock_time.strftime("I%m%d %H:%M:%S", local) + ".123456    4242 image_gc_manager.go:529]"
+    log = tmp_path / "kubelet.log"
+    log.write_text(
+        f'{header} "Removing image to free bytes" imageID="{ID_A}" size=1000 runtimeHandler=""\n'
+        f'{header} "Image ID has size" imageID="{ID_B}" size=5\n'
+        + json.dumps({"ts": now - 2, "msg": "Removing image to free bytes", "imageID": ID_B, "size": 5}) + "\n"
+        + json.dumps({"ts": now - 7200, "msg": "Removing image to free bytes", "imageID": "sha256:" + "f" * 64}) + "\n")
+    found = kubelet_log.removals(str(log), now - 600, now)
+    assert set(found) == {ID_A, ID_B}
+    assert abs(found[ID_A][0] - (now - 5)) < 1.5 and "imageID" in found[ID_A][1]
+    assert kubelet_log.removals(str(tmp_path / "missing.log"), 0) == {}
+    # The recorder names the kubelet from it when no cri-proxy serves.
+    clock, log_calls = Clock(), Logged()
+    clock.now = now
+    seen: list[Deletion] = []
+    rec = DeletionRecorder(str(tmp_path / "history"), log_calls, seen.append, clock)
+    index = filled()
+    item = index.take("k8s.io", "example.test/b:1")
+    assert item is not None
+    rec.gone("containerd", item)
+    clock.now += deletions.SETTLE_S
+    (written,) = rec.flush(policy(), index.holds_image, kubelet_log_path=str(log))
+    assert (written.deleter, written.client) == (DELETER_KUBELET_LOG, "kubelet")
+    assert str(log) in written.evidence and ID_B in written.evidence

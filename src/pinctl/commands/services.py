@@ -79,7 +79,7 @@ def watch(read_config: Callable[[], Config], request: WatchRequest, log: LogFn,
         return WatchSetup(
             lambda: open_node(cfg, warn, absent_ok=True), policy, crio_node.address_shown(cfg), runtime,
             lambda: read_gc_settings(request.kubelet_config), watched_paths(cfg), _dirs_sync(cfg, request, runtime),
-            revision, cfg.settings.history_dir, _budget(request))
+            revision, cfg.settings.history_dir, _budget(request), cfg.settings.kubelet_log)
 
     from pinctl.watch.health import Checker
 

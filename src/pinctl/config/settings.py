@@ -119,6 +119,12 @@ class Settings:
                                         "history reads it.",
         example="/var/lib/pinctl/history", env="PINCTL_HISTORY_DIR", flag="--history-dir", metavar="DIR",
         flag_help="Directory of the deletion journal (sync --watch, cri-proxy, history).")
+    kubelet_log: Optional[str] = setting(
+        None, help="The kubelet's log file: with no cri-proxy serving, sync --watch names the kubelet as an "
+                   "image's deleter when its last 8 MiB say it removed that image ID just before.",
+        example="/var/log/kubelet.log", env="PINCTL_KUBELET_LOG", flag="--kubelet-log", metavar="PATH",
+        flag_help="The kubelet's log file, read to tell its image GC's deletions (sync --watch).",
+        default_text="not read")
     metrics_address: Optional[str] = setting(
         None, help="HOST:PORT where sync --watch or cri-proxy serves /metrics, /healthz and /readyz; unset: not "
                    "served.",

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from pinctl.errors import PinctlError
-from pinctl.journal import Deletion, Entry, RemoveRequest, presence
-from pinctl.journal.attribution import JOIN_BEFORE_S, attribute
+from pinctl.journal import Deletion, Entry, RemoveRequest, kubelet_log, presence
+from pinctl.journal.attribution import JOIN_AFTER_S, JOIN_BEFORE_S, attribute
 from pinctl.journal.store import Journal
 from pinctl.model import LogFn
 from pinctl.pins.policy import Policy, matches_ids
@@ -134,9 +134,11 @@ class DeletionRecorder:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def flush(self, policy: Policy, still_there: Callable[[str, str, str], bool], force: bool = False) -> list[Deletion]:
+    def flush(self, policy: Policy, still_there: Callable[[str, str, str], bool], force: bool = False,
+              kubelet_log_path: Optional[str] = None) -> list[Deletion]:
         """Write every pending deletion that has settled (all, with force). still_there(namespace,
-        image ID, digest) says whether a reference of the image is left (an untag)."""
+        image ID, digest) says whether a reference of the image is left (an untag);
+        kubelet_log_path: the kubelet's log, read (once) when no cri-proxy serves."""
         now = self.clock()
         due = [key for key, p in self._pending.items()
                if force or now - p.last >= SETTLE_S or len(self._pending) > PENDING_MAX]
@@ -145,10 +147,16 @@ class DeletionRecorder:
         items = [self._pending.pop(key) for key in sorted(due, key=lambda k: self._pending[k].first)]
         requests = self._requests(min(p.first for p in items) - JOIN_BEFORE_S)
         serving = presence.serving(self.history_dir)
+        said = (kubelet_log.removals(kubelet_log_path, min(p.first for p in items) - JOIN_BEFORE_S)
+                if serving is None and kubelet_log_path else {})
         written: list[Deletion] = []
         for p in items:
+            logged = said.get(p.image_id)
+            line = (logged[1] if logged is not None and p.first - JOIN_BEFORE_S <= logged[0] <= p.last + JOIN_AFTER_S
+                    else None)
             verdict = attribute(p.image_id, p.refs, p.first, p.last,
-                                requests, serving.pid if serving is not None and p.live else None)
+                                requests, serving.pid if serving is not None and p.live else None,
+                                line, kubelet_log_path or "")
             evidence = verdict.evidence
             if not p.live and verdict.client == "":
                 evidence = ("it went while the watcher was not following the runtime (found missing by its next "

@@ -95,6 +95,8 @@ class WatchSetup:
     history_dir: str = HISTORY_DIR
     # The disk budget (percent of the image filesystem) a wanted image pulled back must fit in.
     max_usage: float = 80.0
+    # The kubelet's log file (setting kubelet_log): its GC's deletions named there when no cri-proxy serves.
+    kubelet_log: Optional[str] = None
 
 
 class Watcher:
@@ -416,7 +418,8 @@ class Watcher:
     def _flush_deletions(self, force: bool = False) -> None:
         if self.recorder.pending():
             self.recorder.retarget(self.settings.history_dir)
-            self.recorder.flush(self.settings.policy, self.index.holds_image, force=force)
+            self.recorder.flush(self.settings.policy, self.index.holds_image, force=force,
+                                kubelet_log_path=self.settings.kubelet_log)
 
     def _deleted(self, deletion: Deletion) -> None:
         self.state.deleted(deletion.wanted, deletion.pinned, deletion.deleter)
