@@ -63,7 +63,9 @@ def pinctl_argv(*args: str) -> list[str]:
 
 def env_for(daemon_address: str, config: Path) -> dict[str, str]:
     path = os.pathsep.join([str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {**os.environ, "PYTHONPATH": path, "CONTAINERD_ADDRESS": daemon_address, "PINCTL_CONFIG": str(config)}
+    # The deletion journal of the watcher (its deletes are recorded) beside the config, not under /var/lib.
+    return {**os.environ, "PYTHONPATH": path, "CONTAINERD_ADDRESS": daemon_address, "PINCTL_CONFIG": str(config),
+            "PINCTL_HISTORY_DIR": str(config.parent / "history")}
 
 
 @dataclass

@@ -8,7 +8,7 @@ kept current from create and update events.
 
 Kept small for a node of 10,000 images: a tuple of a shared string and an int per reference, a
 tuple per target, and the few references an archive of import_dirs or the runtime's own config
-names in dicts of their own. About 3 MiB at 10,000 references (tests/unit/test_watch_index.py).
+names in dicts of their own. About 4.5 MiB at 10,000 references (tests/unit/test_watch_journal.py).
 """
 
 from __future__ import annotations
