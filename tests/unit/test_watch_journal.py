@@ -15,7 +15,8 @@ import pytest
 
 from pinctl.config.loader import PatternEntry
 from pinctl.journal import (DELETER_CRI_CLIENT, DELETER_KUBELET, DELETER_OUTSIDE_CRI, DELETER_UNKNOWN,
-                            REQUEST_FAILED, REQUEST_FORWARDED, REQUEST_REFUSED, Deletion, RemoveRequest, presence)
+                            REQUEST_FAILED, REQUEST_FORWARDED, REQUEST_REFUSED, Deletion, RemoveRequest, encode,
+                            presence)
 from pinctl.journal.attribution import JOIN_BEFORE_S, attribute, names_image
 from pinctl.journal.store import Journal
 from pinctl.model import MANAGED_LABEL, PIN_LABEL
@@ -372,3 +373,21 @@ def test_the_kubelets_log_names_its_gc_removals_in_text_and_json(tmp_path: Path)
     (written,) = rec.flush(policy(), index.holds_image, kubelet_log_path=str(log))
     assert (written.deleter, written.client) == (DELETER_KUBELET_LOG, "kubelet")
     assert str(log) in written.evidence and ID_B in written.evidence
+
+
+def test_requests_are_read_from_the_journals_end_past_corrupt_and_newer_lines(tmp_path: Path) -> None:
+    rec, clock, _log, _seen = recorder(tmp_path)
+    history = tmp_path / "history"
+    journal = Journal(str(history))
+    history.mkdir()
+    old = [encode(request(clock.now - 3600 + n * 0.001, ref=f"example.test/old:{n}", client="crictl"))
+           for n in range(5000)]  # older requests: more than the tail holds
+    # Out of order, as no writer makes it: a line this far back is not read at all (the read is bounded).
+    old.insert(0, encode(request(clock.now - 2, ref="example.test/far-back:1", client="crictl")))
+    with open(history / "journal.jsonl", "a") as stream:
+        stream.write("\n".join(old) + "\n")
+        stream.write('{"v":1,"kind":"remove-request","time":"garbage"}\n{"v":99,"kind":"remove-request"}\n{"v":1,')
+    journal.append(request(clock.now - 1, ref="example.test/b:1", client="crictl", pid=7))
+    assert os.path.getsize(history / "journal.jsonl") > deletions.REQUESTS_TAIL
+    found = rec._requests(clock.now - 60)
+    assert [(r.ref, r.pid) for r in found] == [("example.test/b:1", 7)]

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from pinctl.errors import PinctlError
-from pinctl.journal import Deletion, Entry, RemoveRequest, kubelet_log, presence
+from pinctl.journal import Deletion, Entry, RemoveRequest, decode, kubelet_log, presence
 from pinctl.journal.attribution import JOIN_AFTER_S, JOIN_BEFORE_S, attribute
-from pinctl.journal.store import Journal
+from pinctl.journal.store import CURRENT, Journal, rotated
 from pinctl.model import LogFn
 from pinctl.pins.policy import Policy, matches_ids
 from pinctl.watch.index import FLAG_CRI, FLAG_LABEL, FLAG_SYNC, Gone
@@ -28,6 +28,9 @@ SETTLE_S = 2.0
 # Pending deletions held at most: past it the oldest are written at once (a prune of thousands).
 PENDING_MAX = 4096
 WANTED_PIN = "pin"
+# How much of the journal's end is read for cri-proxy's requests: a minute of a kubelet removing
+# images one after another is far less (an entry is about 250 bytes).
+REQUESTS_TAIL = 512 * 1024
 
 
 @dataclass
@@ -191,8 +194,28 @@ class DeletionRecorder:
             return False
 
     def _requests(self, since: float) -> list[RemoveRequest]:
-        try:
-            found = self.journal.read(since)
-        except PinctlError:
-            return []
-        return [entry for entry in found.entries if isinstance(entry, RemoveRequest)]
+        """cri-proxy's RemoveImage entries at or after since, from the journal's last REQUESTS_TAIL
+        bytes (and the rotated file's, in case it just rotated): a flush costs the same with a
+        journal of a few lines or of its full size, since the window is a minute."""
+        found: list[RemoveRequest] = []
+        for name in (rotated(1), CURRENT):
+            try:
+                with open(self.journal.path(name), "rb") as stream:
+                    size = os.fstat(stream.fileno()).st_size
+                    stream.seek(max(0, size - REQUESTS_TAIL))
+                    tail = stream.read(REQUESTS_TAIL)
+            except OSError:
+                continue
+            lines = tail.split(b"\n")
+            if size > REQUESTS_TAIL:
+                lines = lines[1:]  # the first line read may be the end of one cut by the seek
+            for raw in lines:
+                if b'"remove-request"' not in raw:
+                    continue
+                try:
+                    entry = decode(raw.decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    continue  # corrupt, cut short, or newer: pinctl history reports those; none stops the watcher
+                if isinstance(entry, RemoveRequest) and entry.time >= since:
+                    found.append(entry)
+        return found
