@@ -243,11 +243,17 @@ class Watcher:
                 self._streams.append(docker_events)
                 threading.Thread(target=_read_into, args=(len(followed), docker_events, events), daemon=True).start()
             self._resync.clear()  # a change from here on ends this session and is synced by the next
-            with self.reading:
-                self._full_sync(node)
-                if docker is not None:
-                    self._index_docker(docker)
-            self._finish_import_restores()
+            # Restores asked for until now are done by this full sync's import; later ones by the next.
+            restores, self._import_restores = self._import_restores, []
+            try:
+                with self.reading:
+                    self._full_sync(node)
+                    if docker is not None:
+                        self._index_docker(docker)
+            except BaseException:
+                self._import_restores[:0] = restores  # not done: the next session's full sync does them
+                raise
+            self._finish_import_restores(restores)
             self._delay = BACKOFF_FIRST  # connected and caught up: the next loss starts afresh
             while not (self._stop.is_set() or self._reload.is_set() or self._resync.is_set()):
                 due = self.recorder.seconds_to_due()
@@ -453,8 +459,7 @@ class Watcher:
             self._wake.set()
             self._interrupt()
 
-    def _finish_import_restores(self) -> None:
-        jobs, self._import_restores = self._import_restores, []
+    def _finish_import_restores(self, jobs: list[restoring.Job]) -> None:
         for job in jobs:
             deletion = job.deletion
             namespace = deletion.namespace or (tracking.DOCKER_CLASSIC if deletion.runtime == tracking.RUNTIME_DOCKER
