@@ -260,7 +260,7 @@ def test_interned_digests_are_shared() -> None:
     index.put("k8s.io", "example.test/x:1", digest, {})
     index.put("k8s.io", "example.test/x:2", "".join(["sha256:", "9" * 64]), {})
     refs = index.refs("k8s.io")
-    assert refs["example.test/x:1"][0] is refs["example.test/x:2"][0] is sys.intern(digest)
+    assert refs["example.test/x:1"] is refs["example.test/x:2"] is sys.intern(digest)
 
 
 def test_crio_lists_are_compared_and_the_cri_pin_kept() -> None:

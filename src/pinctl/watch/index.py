@@ -8,14 +8,14 @@ kept current from create and update events.
 
 Kept small for a node of 10,000 images: a tuple of a shared string and an int per reference, a
 tuple per target, and the few references an archive of import_dirs or the runtime's own config
-names in dicts of their own. About 4.5 MiB at 10,000 references (tests/unit/test_watch_journal.py).
+names in dicts of their own. About 4 MiB at 10,000 references (tests/unit/test_watch_journal.py).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Union
 
 from pinctl.model import MANAGED_LABEL, MANAGED_VALUE
 from pinctl.pins import labels as pin_labels
@@ -43,6 +43,13 @@ class Gone:
     config: str  # where the runtime's own config pins it ("" none)
 
 
+Entry = Union[str, tuple[str, int]]
+
+
+def digest_of(entry: Entry) -> str:
+    return entry if isinstance(entry, str) else entry[0]
+
+
 def flags_of(labels: Mapping[str, str]) -> int:
     if not labels:
         return 0
@@ -56,7 +63,8 @@ def flags_of(labels: Mapping[str, str]) -> int:
 
 class ImageIndex:
     def __init__(self) -> None:
-        self._refs: dict[str, dict[str, tuple[str, int]]] = {}  # namespace: ref: (target digest, flags)
+        # namespace: ref: its target digest, or (target digest, flags) when it has flags (few do)
+        self._refs: dict[str, dict[str, Entry]] = {}
         self._targets: dict[str, tuple[str, int]] = {}  # target digest: (image ID, size; -1 unknown)
         self._archives: dict[tuple[str, str], str] = {}  # (namespace, ref): archive path
         self._config: dict[tuple[str, str], str] = {}  # (namespace, ref): the config entry's file and line
@@ -70,7 +78,8 @@ class ImageIndex:
     def knows(self, namespace: str) -> bool:
         return namespace in self._refs
 
-    def refs(self, namespace: str) -> dict[str, tuple[str, int]]:
+    def refs(self, namespace: str) -> dict[str, Entry]:
+        """The namespace's references (each entry read with digest_of)."""
         return self._refs.get(namespace, {})
 
     # -- filling ---------------------------------------------------------------------------
@@ -81,7 +90,7 @@ class ImageIndex:
         and the runtime config's entries naming references (name: where). Returns the references
         the index held that the listing lacks: they went while nobody was looking."""
         before = self._refs.get(namespace)
-        fresh: dict[str, tuple[str, int]] = {}
+        fresh: dict[str, Entry] = {}
         self._archives = {key: path for key, path in self._archives.items() if key[0] != namespace}
         for name, digest, labels in records:
             self._put(fresh, namespace, name, digest, labels)
@@ -97,10 +106,11 @@ class ImageIndex:
     def put(self, namespace: str, name: str, digest: str, labels: Mapping[str, str]) -> None:
         self._put(self._refs.setdefault(namespace, {}), namespace, name, digest, labels)
 
-    def _put(self, refs: dict[str, tuple[str, int]], namespace: str, name: str, digest: str,
+    def _put(self, refs: dict[str, Entry], namespace: str, name: str, digest: str,
              labels: Mapping[str, str]) -> None:
         # Interned: the references of one image (and their events) share one copy of its digest.
-        refs[name] = (sys.intern(digest), flags_of(labels))
+        flags = flags_of(labels)
+        refs[name] = (sys.intern(digest), flags) if flags else sys.intern(digest)
         archive = labels.get(ARCHIVE_LABEL) if labels else None
         if archive:
             self._archives[(namespace, name)] = archive
@@ -126,22 +136,23 @@ class ImageIndex:
 
     def holds_image(self, namespace: str, image_id: str, digest: str) -> bool:
         """Whether a reference of that image is still there (by ID; by target digest when the ID is unknown)."""
-        for ref_digest, _flags in self._refs.get(namespace, {}).values():
+        for entry in self._refs.get(namespace, {}).values():
+            ref_digest = digest_of(entry)
             if ref_digest == digest:
                 return True
             if image_id and self._targets.get(ref_digest, ("",))[0] == image_id:
                 return True
         return False
 
-    def _gone(self, namespace: str, name: str, entry: tuple[str, int], archive: str) -> Gone:
-        digest, flags = entry
+    def _gone(self, namespace: str, name: str, entry: Entry, archive: str) -> Gone:
+        digest, flags = (entry, 0) if isinstance(entry, str) else entry
         image_id, size = self._targets.get(digest, ("", -1))
         archive = archive or self._archives.pop((namespace, name), "")
         return Gone(namespace, name, digest, image_id, None if size < 0 else size, flags, archive,
                     self._config.get((namespace, name), ""))
 
     def _drop_unused_targets(self) -> None:
-        used = {digest for refs in self._refs.values() for digest, _ in refs.values()}
+        used = {digest_of(entry) for refs in self._refs.values() for entry in refs.values()}
         for digest in [d for d in self._targets if d not in used]:
             del self._targets[digest]
 

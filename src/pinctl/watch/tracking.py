@@ -3,7 +3,7 @@ event batch read, and which runtime a containerd namespace stands for in the jou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from pinctl import refs as refnames
 from pinctl.backends import ImageEvent
@@ -12,7 +12,7 @@ from pinctl.model import DOCKER_NAMESPACE, PIN_LABEL, PIN_VALUE, StoredImage
 from pinctl.node import docker as docker_service
 from pinctl.node.sources import DockerSource
 from pinctl.pins import crio as crio_pins
-from pinctl.watch.index import CRI_PINNED, Gone, ImageIndex
+from pinctl.watch.index import CRI_PINNED, Gone, ImageIndex, digest_of
 
 if TYPE_CHECKING:
     from pinctl.backends import ImageStore
@@ -32,13 +32,13 @@ def runtime_of(namespace: str) -> str:
 
 
 def index_view(index: ImageIndex, view: NamespaceView) -> list[Gone]:
-    """The namespace as the full sync listed it (image IDs from the manifests, as kept by digest);
-    returns the references the index held that are gone."""
-    rows = view.rows
+    """The namespace as the full sync listed it; returns the references the index held that are
+    gone. Only targets the index lacks are resolved (from the manifests, as kept by digest), and
+    into the index alone: no listing rows are built for the whole namespace."""
+    records = view.by_name.values()
     config = {pin.ref: pin.where for pin in view.config_pins}
-    missing = index.replace(view.namespace, ((row.ref, row.target.digest, row.labels) for row in rows), config)
-    for row in rows:
-        index.resolved(row.target.digest, row.image_id, row.size)
+    missing = index.replace(view.namespace, ((r.name, r.target.digest, r.labels) for r in records), config)
+    _resolve(index, view.store, view.namespace, records)
     return missing
 
 
@@ -46,6 +46,12 @@ def index_records(index: ImageIndex, store: ImageStore, namespace: str, records:
     """Records an event batch read: their names, targets and labels; new targets resolved."""
     for record in records:
         index.put(namespace, record.name, record.target.digest, record.labels)
+    _resolve(index, store, namespace, records)
+
+
+def _resolve(index: ImageIndex, store: ImageStore, namespace: str, records: Iterable[StoredImage]) -> None:
+    """Image ID and size (the target's own bytes and what it resolves to, as ls counts) of each
+    target the index lacks."""
     sizes = {record.target.digest: record.target.size for record in records}
     unresolved = index.unresolved(sizes)
     if not unresolved:
@@ -106,7 +112,7 @@ def docker_changed(index: ImageIndex, source: DockerSource, image_id: str) -> li
     image = source.view.engine.image(image_id) if image_id else None
     current = _docker_records(source, image) if image is not None else []
     names = {name for name, _, _ in current}
-    held = [ref for ref, (digest, _) in index.refs(DOCKER_CLASSIC).items() if digest == image_id and ref not in names]
+    held = [ref for ref, entry in index.refs(DOCKER_CLASSIC).items() if digest_of(entry) == image_id and ref not in names]
     gone = [item for ref in held if (item := index.take(DOCKER_CLASSIC, ref)) is not None]
     for name, digest, labels in current:
         index.put(DOCKER_CLASSIC, name, digest, labels)
