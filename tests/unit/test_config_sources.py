@@ -47,6 +47,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
         "docker_pinned_image_labels": Value((), "default"),
         "import_dirs": Value((), "default"),
         "history_dir": Value("/var/lib/pinctl/history", "default"),
+        "kubelet_log": Value(None, "default"),
         "metrics_address": Value(None, "default"),
     }
     assert cfg.patterns == [] and cfg.files == []
@@ -75,6 +76,7 @@ runtime_endpoint = "unix:///run/example-cri.sock"
 docker_pinned_image_labels = ["team.example/keep=true", "keep"]
 import_dirs = ["/var/lib/pinctl/images"]
 history_dir = "/srv/example/history"
+kubelet_log = "/var/log/example/kubelet.log"
 metrics_address = "127.0.0.1:9736"
 """)
     cfg = load(main)
@@ -91,6 +93,7 @@ metrics_address = "127.0.0.1:9736"
         "docker_pinned_image_labels": ("team.example/keep=true", "keep"),
         "import_dirs": ("/var/lib/pinctl/images",),
         "history_dir": "/srv/example/history",
+        "kubelet_log": "/var/log/example/kubelet.log",
         "metrics_address": "127.0.0.1:9736",
     }
     assert isinstance(cfg.settings.timeout, float)
