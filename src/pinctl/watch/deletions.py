@@ -31,6 +31,7 @@ WANTED_PIN = "pin"
 # How much of the journal's end is read for cri-proxy's requests: a minute of a kubelet removing
 # images one after another is far less (an entry is about 250 bytes).
 REQUESTS_TAIL = 512 * 1024
+REQUEST_MARK = b'"kind":"remove-request"'
 
 
 @dataclass
@@ -198,7 +199,7 @@ class DeletionRecorder:
         bytes (and the rotated file's, in case it just rotated): a flush costs the same with a
         journal of a few lines or of its full size, since the window is a minute."""
         found: list[RemoveRequest] = []
-        for name in (rotated(1), CURRENT):
+        for name in (CURRENT, rotated(1)):
             try:
                 with open(self.journal.path(name), "rb") as stream:
                     size = os.fstat(stream.fileno()).st_size
@@ -206,16 +207,21 @@ class DeletionRecorder:
                     tail = stream.read(REQUESTS_TAIL)
             except OSError:
                 continue
-            lines = tail.split(b"\n")
-            if size > REQUESTS_TAIL:
-                lines = lines[1:]  # the first line read may be the end of one cut by the seek
-            for raw in lines:
-                if b'"remove-request"' not in raw:
-                    continue
+            # Only the lines of requests are cut out and decoded: most of the tail is the watcher's own entries.
+            at = tail.find(REQUEST_MARK)
+            while at >= 0:
+                start = tail.rfind(b"\n", 0, at) + 1
+                end = tail.find(b"\n", at)
+                raw = tail[start:] if end < 0 else tail[start:end]
+                at = -1 if end < 0 else tail.find(REQUEST_MARK, end)
+                if start == 0 and size > REQUESTS_TAIL:
+                    continue  # the first line read may be the end of one cut by the seek
                 try:
                     entry = decode(raw.decode("utf-8"))
                 except (ValueError, UnicodeDecodeError):
                     continue  # corrupt, cut short, or newer: pinctl history reports those; none stops the watcher
                 if isinstance(entry, RemoveRequest) and entry.time >= since:
                     found.append(entry)
+            if size >= REQUESTS_TAIL:
+                break  # the current file alone holds the tail: the rotated one is older still
         return found
