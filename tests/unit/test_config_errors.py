@@ -107,6 +107,7 @@ WRONG_TYPES = [
     ("docker_pinned_image_labels", '["=true"]', 'items must be "key=value" or "key", item 1 is "=true"'),
     ("metrics_address", "9736", "must be a string, got 9736"),
     ("history_dir", "7", "must be a non-empty string, got 7"),
+    ("kubelet_root_dir", "7", "must be a non-empty string, got 7"),
     ("import_dirs", '"/var/lib/pinctl/images"', 'must be a list of strings, got "/var/lib/pinctl/images"'),
 ]
 

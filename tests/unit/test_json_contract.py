@@ -102,8 +102,14 @@ def render_check() -> dict:
     from pinctl.backends.cri import CriImage, RuntimeVersion
     from pinctl.check.compare import check
 
+    from pinctl.check.compare import judge_kubelet
+    from pinctl.check.credentials import KubeletPolicy
+    from pinctl.check.pull_records import RecordsRead
+
     result = check([ROW], [CriImage(ROW.image_id or "", (ROW.ref,), (), 1, False)],
                    RuntimeVersion("containerd", "1.7.24", "v1"), "unix:///run/containerd/containerd.sock")
+    judge_kubelet(result, KubeletPolicy("AlwaysVerify", (), True, "/var/lib/kubelet/config.yaml"),
+                  "/var/lib/kubelet/config.yaml", [], lambda ids, names: RecordsRead("/var/lib/kubelet/image_manager", True))
     buf = io.StringIO()
     output.print_check(result, "json", out=buf)
     return json.loads(buf.getvalue())
@@ -111,11 +117,16 @@ def render_check() -> dict:
 
 def test_check_envelope() -> None:
     doc = render_check()
-    assert sorted(doc) == ["agree", "images", "pinctl_result_version", "runtime"]
+    assert sorted(doc) == ["agree", "images", "kubelet", "pinctl_result_version", "runtime"]
     assert doc["agree"] is False and doc["runtime"]["name"] == "containerd"
+    assert sorted(doc["kubelet"]) == ["allowlist", "feature_gate", "kubelet_config", "kubelet_problems", "policy",
+                                      "policy_source", "records_dir", "warned_images"]
     [item] = doc["images"]
-    assert sorted(item) == ["agrees", "cause", "cri_pinned", "fix", "id", "reasons", "refs", "wanted"]
+    assert sorted(item) == ["agrees", "cause", "cri_pinned", "fix", "id", "kubelet_checks", "reasons", "refs", "wanted"]
     assert item["wanted"] is True and item["cri_pinned"] is False and "not caught up" in item["cause"]
+    [judged] = item["kubelet_checks"]
+    assert sorted(judged) == ["fix", "image_name", "reason", "verdict", "why"]
+    assert judged["verdict"] == "pulls" and judged["reason"] == "no-record"
 
 
 def test_config_and_lint_envelopes() -> None:

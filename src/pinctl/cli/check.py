@@ -17,13 +17,16 @@ from pinctl.model import OutputFormat
 @click.argument("refs", nargs=-1, metavar="[REF]...")
 @click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
+@click.option("--kubelet-config", metavar="PATH",
+              help="The kubelet's config file, for its imagePullCredentialsVerificationPolicy and "
+                   "preloadedImagesVerificationAllowlist. Default: /var/lib/kubelet/config.yaml when it exists.")
 @textfile_option("the images per namespace and pin state, policy coverage and drift, and the disagreements "
                  "by cause")
 @output_options(quiet=False, help_text="Output format; table shows only disagreements.")
 @common_options
 @click.pass_context
-def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile: Optional[str], fmt: OutputFormat,
-                  **_: Any) -> int:
+def check_command(ctx: click.Context, refs: Sequence[str], wait: float, kubelet_config: Optional[str],
+                  textfile: Optional[str], fmt: OutputFormat, **_: Any) -> int:
     """Compare what pinctl expects with what the CRI runtime tells the kubelet.
 
     With REFs, only those images, asked one by one with the CRI's ImageStatus call, as the
@@ -31,6 +34,11 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     pattern, a Docker config label, the sandbox image) is set against the CRI's pinned field,
     and each difference gets its likely cause and fix. The kubelet itself refreshes its view of
     the images every 5 minutes, so it may lag behind the runtime.
+
+    On a node with a kubelet, each pinned image is also judged by the kubelet's credential
+    verification (KEP-2535): its policy and its pull records say whether a pod will run the copy
+    on disk or make the kubelet pull it again. A warning names the image, the policy, what the
+    kubelet will do and the fix; these warnings leave the exit code alone.
     """
     from pinctl import commands
     from pinctl.render import output
@@ -39,7 +47,8 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     policy = load_policy(cfg)
     if textfile:
         textfile_target(textfile, refs)
-    request = commands.CheckRequest(refs, wait, sizes=bool(textfile))
+    request = commands.CheckRequest(refs, wait, sizes=bool(textfile), kubelet_config=kubelet_config,
+                                    kubelet_root_dir=cfg.settings.kubelet_root_dir)
     with output.check_progress(active=wait > 0) as progress:
         report = commands.check(open_node(cfg), policy, lambda: open_runtime(cfg), request, progress)
     output.print_check(report.result, fmt, waited=report.waited)

@@ -202,6 +202,9 @@ class CheckRequest:
     refs: Sequence[str] = ()
     wait: float = 0.0
     sizes: bool = False
+    # The kubelet's config file (None: its default file when there) and root dir (its records).
+    kubelet_config: Optional[str] = None
+    kubelet_root_dir: str = "/var/lib/kubelet"
 
 
 def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeImages, RuntimeVersion]],
@@ -224,8 +227,13 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
         site = crio.check_site(rows) if (crio := node.crio()) is not None else None
         return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins())
 
+    from pinctl.check import pull_records
+
+    kubelet = pull_records.kubelet_side(request.kubelet_config, request.kubelet_root_dir)
     wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)
+    if kubelet is not None:  # what it does with the pinned images, once their pins are settled
+        checking.judge_kubelet(result, kubelet.policy, kubelet.config, kubelet.problems, kubelet.read)
     return CheckReport(result, waited if wait > 0 else None, rows, node.selected_namespaces())
 
 
