@@ -370,7 +370,7 @@ def print_check(result: CheckResult, fmt: OutputFormat, out: Optional[TextIO] = 
     if shown and out.isatty():
         _print_check_fitted(shown, out, ellipsis="" if fmt == FORMAT_WIDE else _ellipsis(out), judged=judged)
     elif shown:
-        cells = [[i.refs[0], refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
+        cells = [[_check_name(i), refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
                   *([_kubelet_cell(i)] if judged else []), i.cause or "agrees", i.fix or "-"] for i in shown]
         print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", *(["KUBELET"] if judged else []), "CAUSE", "FIX"],
                     cells, out)
@@ -400,6 +400,12 @@ def _warn_kubelet(result: CheckResult) -> None:
          else f"check: {policy}: every pinned image runs from disk")
 
 
+def _check_name(item: CheckItem) -> str:
+    """The image's name in the table: the one the kubelet will pull again, else its first."""
+    warned = item.kubelet_warning
+    return warned.name if warned is not None else item.refs[0]
+
+
 _KUBELET_CELLS = {"uses": "uses", "credentials": "with credentials", "pulls": "pulls again", "unknown": "unknown"}
 
 
@@ -410,7 +416,7 @@ def _kubelet_cell(item: CheckItem) -> str:
 
 def _print_check_fitted(shown: Sequence[CheckItem], out: TextIO, ellipsis: str, judged: bool = False) -> None:
     """Cause and fix are sentences and commands: each gets its own lines under the image, whole."""
-    cells = [[abbreviate(i.refs[0], ellipsis) if ellipsis else i.refs[0], refs.short_id(i.image_id), _yes(i.desired),
+    cells = [[abbreviate(_check_name(i), ellipsis) if ellipsis else _check_name(i), refs.short_id(i.image_id), _yes(i.desired),
               _yes(i.cri_pinned), *([_kubelet_cell(i)] if judged else [])] for i in shown]
     notes = [[("cause", i.cause), ("fix", i.fix or "-")] if i.cause else [] for i in shown]
     print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", *(["KUBELET"] if judged else [])], cells, out,
