@@ -60,7 +60,7 @@ class Node:
         self.daemon, self.registry, self.base, self.build = daemon, registry, base, build
         self.kubelets: list[kubelet.Kubelet] = []
 
-    def kubelet(self, policy: str) -> kubelet.Kubelet:
+    def start_kubelet(self, policy: str) -> kubelet.Kubelet:
         """A kubelet with this verification policy ("" leaves the field out: its default), sharing
         and node credentials for the registry. Each policy has a root dir (records) of its own: a
         kubelet stopped mid-pull leaves a pull intent, which the next one would turn into a record."""
@@ -151,7 +151,7 @@ def test_check_predicts_the_kubelet_pulling_a_pinned_side_loaded_image_again(nod
     assert cri.by_tag(cri.list_images(node.daemon.address))[side].pinned
 
     # 1. AlwaysVerify: no record of the side-loaded image, so every pod makes the kubelet pull it.
-    strict = node.kubelet("AlwaysVerify")
+    strict = node.start_kubelet("AlwaysVerify")
     document = node.check_json(strict)
     assert document["kubelet"]["policy"] == "AlwaysVerify"
     assert document["kubelet"]["policy_source"] == f"{strict.config_path} imagePullCredentialsVerificationPolicy"
@@ -168,7 +168,7 @@ def test_check_predicts_the_kubelet_pulling_a_pinned_side_loaded_image_again(nod
     strict.stop()
 
     # 2. The default policy: the side-loaded image is preloaded, and a pod runs it from disk.
-    default = node.kubelet("")
+    default = node.start_kubelet("")
     document = node.check_json(default)
     assert document["kubelet"]["policy"] == "NeverVerifyPreloadedImages"
     assert "default" in document["kubelet"]["policy_source"]

@@ -41,7 +41,7 @@ SECRET = Credentials(secrets=("team/pull",))
     ("127.0.0.1:5000/app", "127.0.0.1:5000/app"),
     ("example.test/app@sha256:" + "a" * 64, "example.test/app"),
     ("example.test/app:1@sha256:" + "a" * 64, "example.test/app"),
-    ("nginx:1", "nginx"),
+    ("app:1", "app"),
 ])
 def test_repository_trims_tag_and_digest_only(name: str, repo: str) -> None:
     assert repository(name) == repo
@@ -150,10 +150,11 @@ def test_policy_from_config() -> None:
 # --- the record files -----------------------------------------------------------------------------
 
 def pulled_json(image_ref: str = IMAGE_ID, **extra: object) -> bytes:
-    document = {"kind": "ImagePulledRecord", "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                "lastUpdatedTime": "2026-12-06T14:00:00Z", "imageRef": image_ref,
-                "credentialMapping": {"127.0.0.1:5000/private/app": {"kubernetesSecrets": [
-                    {"uid": "u", "namespace": "team", "name": "pull", "credentialHash": "h"}]}}}
+    document: dict[str, object] = {
+        "kind": "ImagePulledRecord", "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "lastUpdatedTime": "2026-12-06T14:00:00Z", "imageRef": image_ref,
+        "credentialMapping": {"127.0.0.1:5000/private/app": {"kubernetesSecrets": [
+            {"uid": "u", "namespace": "team", "name": "pull", "credentialHash": "h"}]}}}
     document.update(extra)
     return json.dumps(document).encode()
 
@@ -226,9 +227,10 @@ def test_read_records_from_files(tmp_path: pathlib.Path) -> None:
     os.mkfifo(fifo)
     found = pull_records.read_records(str(tmp_path), [IMAGE_ID, other], [SIDE, PRIVATE, "absent:1"])
     assert found.present and isinstance(found.pulled[IMAGE_ID], PulledRecord)
-    assert isinstance(found.pulled[other], Unreadable) and "directory" in found.pulled[other].problem
+    directory, fifo_intent = found.pulled[other], found.intents[PRIVATE]
+    assert isinstance(directory, Unreadable) and "directory" in directory.problem
     assert isinstance(found.intents[SIDE], Unreadable)
-    assert isinstance(found.intents[PRIVATE], Unreadable) and not found.intents[PRIVATE].certain
+    assert isinstance(fifo_intent, Unreadable) and not fifo_intent.certain
     assert found.intents["absent:1"] is None
     assert len(found.problems) == 3 and all(line.startswith("kubelet record ") for line in found.problems)
 

@@ -124,7 +124,7 @@ class Judgement:
 
 def repository(name: str) -> str:
     """The name without its digest and tag, as the kubelet keys its credential mapping and
-    matches its allowlist (no normalising: "nginx" and "docker.io/library/nginx" differ)."""
+    matches its allowlist (no normalising: a short name and the full name the runtime lists differ)."""
     bare = _DIGEST.sub("", name)
     slash = bare.rfind("/")
     tag = _TAG.search(bare, slash + 1)
