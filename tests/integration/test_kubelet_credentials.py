@@ -14,6 +14,8 @@ pod (nodePodsAccessible).
 3. A pod using the private name: the kubelet pulls it with the credentials and writes its record;
    check reads that record (the kubelet's own file) and now predicts kubernetes #138175 for the
    side name; a pod using the side name makes the kubelet pull it again, which fails.
+4. That record made undecodable: check says any pod pulls the private name again; the kubelet,
+   restarted, does so and writes the record anew, and check says so.
 
 What the kubelet did is read from its log and the CRI, never from pinctl. About 40-70 s here on
 two busy cores (a kubelet start is a second or two; most of it is pods starting and pull back-off
@@ -28,6 +30,7 @@ import json
 import pathlib
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -202,6 +205,25 @@ def test_check_predicts_the_kubelet_pulling_a_pinned_side_loaded_image_again(nod
     failed_pull(default, side, since)
     listed = cri.by_tag(cri.list_images(node.daemon.address))
     assert listed[side].id == image_id and listed[side].pinned
+
+    # 4. A record the kubelet cannot decode: check says it pulls again whatever the policy, and the
+    # kubelet (which reads its records into memory when it starts) does so, and writes it anew.
+    default.remove_static_pod("poisoned")
+    record.write_text("{not json")
+    document = node.check_json(default)
+    by_name = judged(document, image_id)
+    assert (by_name[private]["verdict"], by_name[private]["reason"]) == ("pulls", "unreadable-record"), by_name
+    assert [line for line in document["kubelet"]["kubelet_problems"] if str(record) in line and "not JSON" in line]
+    default.stop()
+    since = len(default.log_text())
+    default.start()
+    default.add_static_pod(kubelet.StaticPod("again", private, pull_policy="IfNotPresent"))
+    event(default, "Pulling image", private, since)
+    deadline = time.monotonic() + POD_TIMEOUT_S
+    while judged(node.check_json(default), image_id)[private]["verdict"] != "uses":
+        assert time.monotonic() < deadline, f"the kubelet did not write {record} anew: {record.read_text()!r}"
+        time.sleep(0.5)
+    assert json.loads(record.read_text())["credentialMapping"] == written["credentialMapping"]
 
     # The table: one row, the side-loaded image, pulled again.
     table = node.check(default)

@@ -8,6 +8,7 @@ The rules are the kubelet's (pkg/kubelet/images/pullmanager, 1.37), restated:
 1. No verification at all with the feature gate KubeletEnsureSecretPulledImages off.
 2. The pulled record of the image (keyed by the CRI's image ID) that the kubelet cannot decode
    makes it pull again, whatever the policy: it reads the records before it asks the policy.
+   (It keeps them in memory from its start on; the files say what it does from its next start.)
 3. The image counts as pulled by the kubelet when a pulled record for its image ID exists, or a
    pull intent for the name the pod asks for (a pull that started and never finished).
 4. The policy says whether to verify: NeverVerify never; NeverVerifyPreloadedImages only what
