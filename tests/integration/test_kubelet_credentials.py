@@ -1,7 +1,7 @@
 """The credential trap (KEP-2535) with the real kubelet v1.37.2: a pinned, side-loaded image that
 the kubelet will not run from disk, and `pinctl check` saying so before it happens.
 
-One node (containerd 1.7 pulling from a loopback registry with basic auth through hosts.toml),
+One node (containerd 1.7, and 2.4.2, pulling from a loopback registry with basic auth through hosts.toml),
 one kubelet restarted once with another policy. The image is side-loaded with `pinctl import --pin`
 as REGISTRY/side/app:1, a name the registry does not serve, and pushed to the registry as
 REGISTRY/private/app:1 (the same content, so the same image ID). The kubelet has node credentials
@@ -32,14 +32,17 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
-from tests.harness import cri, cri_pods, debs, kubelet, pods, runnable
+from tests.harness import containerd as ctd
+from tests.harness import cri, cri_pods, debs, engines, kubelet, pods, runnable
 from tests.harness import registry as reg
-from tests.harness.containerd import DaemonError
-from tests.harness.kubelet_fixtures import ENGINE, NODE_FS_BYTES
+from tests.harness.containerd import ContainerdDaemon, DaemonError
+from tests.harness.cri_dockerd import CriDockerd
+from tests.harness.docker_pods import HostRuncDocker
+from tests.harness.kubelet_fixtures import NODE_FS_BYTES
 from tests.harness.kubernetes_build import KubeletBuild
 from tests.harness.pod_fixtures import _unavailable
 from tests.integration.pinctl_runner import pinctl
@@ -58,20 +61,62 @@ class PullingPodsDaemon(reg.RegistryContainerd, pods.PodsDaemon):
 
 
 class Node:
-    def __init__(self, daemon: PullingPodsDaemon, registry: reg.Registry, base: pathlib.Path,
-                 build: KubeletBuild) -> None:
-        self.daemon, self.registry, self.base, self.build = daemon, registry, base, build
+    """A runtime the kubelet talks to (endpoint), the containerd pinctl reads it through (store,
+    with env: DOCKER_HOST for Docker), and the registry."""
+
+    def __init__(self, store: ContainerdDaemon, endpoint: str, registry: reg.Registry, base: pathlib.Path,
+                 build: KubeletBuild, *, env: Optional[dict[str, str]] = None, namespace: str = cri.NAMESPACE,
+                 pins_agree: bool = True, records_by_image_id: bool = True) -> None:
+        self.store, self.endpoint, self.registry, self.base, self.build = store, endpoint, registry, base, build
+        self.env = dict(env or {})
+        self.namespace = namespace
+        # cri-dockerd 0.4.3 reads no pin label: there check's pins disagree (exit 1), whatever the kubelet does.
+        self.pins_agree = pins_agree
+        # What the runtime's PullImage answers, and so what the kubelet keys its pull record by: the
+        # image ID (containerd), or a repository digest (cri-dockerd), which its lookups never match.
+        self.records_by_image_id = records_by_image_id
         self.kubelets: list[kubelet.Kubelet] = []
 
+    def name(self, path: str) -> str:
+        """The name pods use for the registry's path."""
+        return f"{self.registry.host}/{path}"
+
+    def repository(self, path: str) -> str:
+        return self.name(path).rsplit(":", 1)[0]
+
+    def credentials_host(self) -> str:
+        return self.registry.host
+
+    def push(self, archive: pathlib.Path, path: str) -> None:
+        """Into the registry, layers as they are (--preserve-digests): the same manifest too,
+        which is Docker's image ID on its containerd store."""
+        subprocess.run([reg.SKOPEO_BIN, "copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false",
+                        "--dest-creds", f"{USER}:{PASSWORD}", f"oci-archive:{archive}",
+                        f"docker://{self.registry.host}/{path}"], check=True, capture_output=True, timeout=120)
+
+    def pinctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return pinctl(self.store, *args, env=self.env)
+
+    def side_load(self, archive: pathlib.Path, ref: str) -> None:
+        """Onto the node without the kubelet, pinned: `pinctl import --pin`."""
+        imported = self.pinctl("import", "--pin", "-n", self.namespace, "-r", self.endpoint, "--max-usage", "99",
+                               str(archive))
+        assert imported.returncode == 0, imported.stderr
+
+    def listed(self) -> dict[str, cri.CriImage]:
+        return cri.by_tag(cri.list_images(self.endpoint))
+
     def start_kubelet(self, policy: str) -> kubelet.Kubelet:
-        """A kubelet with this verification policy ("" leaves the field out: its default), sharing
-        and node credentials for the registry. Each policy has a root dir (records) of its own: a
+        """A kubelet with this verification policy ("" leaves the field out: its default), and
+        node credentials for the registry. Each policy has a root dir (records) of its own: a
         kubelet stopped mid-pull leaves a pull intent, which the next one would turn into a record."""
         config: dict[str, Any] = {"imagePullCredentialsVerificationPolicy": policy} if policy else {}
-        made = kubelet.Kubelet(self.base / f"kubelet-{policy or 'default'}", self.daemon.address, extra_config=config, binary=self.build.binary)
+        # Short paths: the kubelet's pod-resources socket must fit a unix socket's 108 bytes.
+        made = kubelet.Kubelet(self.base / ("k-" + (policy or "default")), self.endpoint, extra_config=config,
+                               binary=self.build.binary)
         made.root_dir.mkdir(parents=True, exist_ok=True)
         auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-        (made.root_dir / "config.json").write_text(json.dumps({"auths": {self.registry.host: {"auth": auth}}}))
+        (made.root_dir / "config.json").write_text(json.dumps({"auths": {self.credentials_host(): {"auth": auth}}}))
         self.kubelets.append(made)
         try:
             return made.start()
@@ -79,9 +124,10 @@ class Node:
             _unavailable(f"kubelet {self.build.version} does not run here: {exc}")
 
     def check(self, made: kubelet.Kubelet, *args: str) -> subprocess.CompletedProcess[str]:
-        result = pinctl(self.daemon, "check", *args, "-r", self.daemon.address, "--kubelet-config",
-                        str(made.config_path), "--kubelet-root-dir", str(made.root_dir))
-        assert result.returncode == 0, result.stderr  # the pins agree: the kubelet's warnings leave it 0
+        result = self.pinctl("check", *args, "-r", self.endpoint, "--kubelet-config", str(made.config_path),
+                             "--kubelet-root-dir", str(made.root_dir))
+        # The exit code is the pins' alone: the kubelet's warnings leave it as it is.
+        assert result.returncode == (0 if self.pins_agree else 1), result.stderr
         assert "Traceback" not in result.stderr
         return result
 
@@ -89,29 +135,71 @@ class Node:
         document: dict[str, Any] = json.loads(self.check(made, "-o", "json").stdout)
         return document
 
+    def close(self) -> None:
+        for started in self.kubelets:
+            started.stop()
 
-@pytest.fixture
-def node(kubelet_binary: KubeletBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+
+def auth_registry(base: pathlib.Path) -> reg.Registry:
     if (why := reg.available()) is not None:
         _unavailable(why)
-    base = tmp_path_factory.mktemp("kubelet-credentials")
-    registry = reg.Registry(base / "registry", reg.htpasswd_file(base / "htpasswd", USER, PASSWORD)).start()
+    return reg.Registry(base / "registry", reg.htpasswd_file(base / "htpasswd", USER, PASSWORD)).start()
+
+
+@pytest.fixture(params=["containerd-1.7", "containerd-2.4"])
+def node(request: pytest.FixtureRequest, kubelet_binary: KubeletBuild,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """containerd (1.7, 2.4.2) on a loop fs of its own, pulling from the registry through hosts.toml."""
+    engine: str = request.param
+    base = tmp_path_factory.mktemp("kcred")
+    registry = auth_registry(base)
     try:
-        context = kubelet.node_daemon(base, NODE_FS_BYTES, ENGINE, daemon_class=PullingPodsDaemon)
+        context = kubelet.node_daemon(base, NODE_FS_BYTES, engine, daemon_class=PullingPodsDaemon)
         daemon, _fs = context.__enter__()
     except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
         registry.stop()
-        _unavailable(f"{ENGINE} for a kubelet unavailable: {exc}")
+        _unavailable(f"{engine} for a kubelet unavailable: {exc}")
     assert isinstance(daemon, PullingPodsDaemon)
     daemon.add_host(registry.host)
-    made = Node(daemon, registry, base, kubelet_binary)
+    made = Node(daemon, daemon.address, registry, base, kubelet_binary)
     try:
         yield made
     finally:
-        for started in made.kubelets:
-            started.stop()
+        made.close()
         context.__exit__(None, None, None)
         registry.stop()
+
+
+@pytest.fixture
+def docker_node(kubelet_binary: KubeletBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """dockerd 26 with the containerd image store (containerd 1.7 on a loop fs of its own), and
+    cri-dockerd v0.4.3 in front of it: the kubelet's pulls go through Docker, to the registry."""
+    base = tmp_path_factory.mktemp("kcred-docker")
+    registry = auth_registry(base)
+    closing: list[Any] = [registry.stop]
+    try:
+        context = kubelet.node_daemon(base, NODE_FS_BYTES, "containerd-1.7")
+        store, _fs = context.__enter__()
+        closing.append(lambda: context.__exit__(None, None, None))
+        docker = HostRuncDocker(base / "docker", containerd_store=True, containerd=store).start()
+        closing.append(docker.stop)
+        sandbox = base / "sandbox.tar"
+        runnable.build_runnable_archive(sandbox, [runnable.sandbox_recipe(ctd.DEFAULT_SANDBOX_IMAGE)])
+        docker.load(sandbox)
+        front = CriDockerd(engines.CRI_DOCKERD_OLD, docker, base / "cri-dockerd").start()
+        closing.append(front.stop)
+    except (runnable.PodsUnavailable, debs.EngineUnavailable, DaemonError, cri.CriError, OSError) as exc:
+        for close in reversed(closing):
+            close()
+        _unavailable(f"dockerd with cri-dockerd for a kubelet unavailable: {exc}")
+    made = Node(store, front.address, registry, base, kubelet_binary, env={"DOCKER_HOST": docker.host},
+                namespace="moby", pins_agree=False, records_by_image_id=False)
+    try:
+        yield made
+    finally:
+        made.close()
+        for close in reversed(closing):
+            close()
 
 
 def archive_of(work: pathlib.Path, ref: str) -> tuple[pathlib.Path, str]:
@@ -120,6 +208,27 @@ def archive_of(work: pathlib.Path, ref: str) -> tuple[pathlib.Path, str]:
     path = work / (ref.replace("/", "_").replace(":", "_") + ".tar")
     (info,) = runnable.build_runnable_archive(path, [runnable.runnable_recipe(ref, seed=SEED)])
     return path, info.image_id
+
+
+def record_missed(node: Node, default: kubelet.Kubelet, side: str, private: str, image_id: str) -> None:
+    """cri-dockerd: its PullImage answers the repository digest, which the kubelet keys its record
+    by, while it looks records up by ImageStatus's image ID: the record never matches, so to the
+    kubelet the image stays preloaded, and check, reading the file the lookup reads, agrees."""
+    repository = node.repository("private/app:1")
+    (record,) = (default.root_dir / "image_manager" / "pulled").iterdir()
+    written = json.loads(record.read_text())  # the kubelet's own file
+    assert written["imageRef"].startswith(f"{repository}@sha256:") and written["credentialMapping"] == {
+        repository: {"nodePodsAccessible": True}}, written
+    assert record == record_path(default, written["imageRef"])
+    assert not record_path(default, image_id).exists()
+    by_name = judged(node.check_json(default), image_id)
+    assert (by_name[side]["verdict"], by_name[side]["reason"]) == ("uses", "preloaded"), by_name
+    assert (by_name[private]["verdict"], by_name[private]["reason"]) == ("uses", "preloaded"), by_name
+    since = len(default.log_text())
+    preloaded = kubelet.StaticPod("still-preloaded", side, pull_policy="IfNotPresent")
+    default.add_static_pod(preloaded)
+    cri_pods.running_container(node.endpoint, default.static_pod_name(preloaded), POD_TIMEOUT_S)
+    assert not re.search(r"Pulling image \\?\"" + re.escape(side), default.log_text()[since:])
 
 
 def judged(document: dict[str, Any], image_id: str) -> dict[str, dict[str, Any]]:
@@ -140,18 +249,25 @@ def failed_pull(made: kubelet.Kubelet, ref: str, since: int) -> None:
 
 
 def test_check_predicts_the_kubelet_pulling_a_pinned_side_loaded_image_again(node: Node) -> None:
-    host = node.registry.host
-    side, private = f"{host}/side/app:1", f"{host}/private/app:1"
+    scenario(node)
+
+
+def test_the_same_through_docker_and_cri_dockerd(docker_node: Node) -> None:
+    scenario(docker_node)
+
+
+def scenario(node: Node) -> None:
+    side, private = node.name("side/app:1"), node.name("private/app:1")
     work = node.base / "work"
-    side_archive, image_id = archive_of(work, side)
-    private_archive, private_id = archive_of(work / "private", private)
-    assert private_id == image_id  # the same image under two names
-    subprocess.run([reg.SKOPEO_BIN, "copy", "--quiet", "--dest-tls-verify=false", "--dest-creds", f"{USER}:{PASSWORD}",
-                    "--dest-compress-format", "gzip", "--dest-compress-level", "0", f"oci-archive:{private_archive}",
-                    f"docker://{private}"], check=True, capture_output=True, timeout=120)
-    imported = pinctl(node.daemon, "import", "--pin", "-r", node.daemon.address, "--max-usage", "99", str(side_archive))
-    assert imported.returncode == 0, imported.stderr
-    assert cri.by_tag(cri.list_images(node.daemon.address))[side].pinned
+    side_archive, config_id = archive_of(work, side)
+    private_archive, private_config_id = archive_of(work / "private", private)
+    assert private_config_id == config_id  # the same image under two names
+    # Layers as they are (--preserve-digests): the same manifest too, Docker's image ID on its
+    # containerd store.
+    node.push(private_archive, "private/app:1")
+    node.side_load(side_archive, side)
+    image_id = node.listed()[side].id  # the CRI's image ID: the config's digest, or Docker's manifest digest
+    assert node.listed()[side].pinned == node.pins_agree
 
     # 1. AlwaysVerify: no record of the side-loaded image, so every pod makes the kubelet pull it.
     strict = node.start_kubelet("AlwaysVerify")
@@ -166,7 +282,7 @@ def test_check_predicts_the_kubelet_pulling_a_pinned_side_loaded_image_again(nod
     since = len(strict.log_text())
     strict.add_static_pod(kubelet.StaticPod("strict", side, pull_policy="IfNotPresent"))
     failed_pull(strict, side, since)
-    assert cri.by_tag(cri.list_images(node.daemon.address))[side].pinned  # on disk all along
+    assert node.listed()[side].id == image_id  # on disk all along
     strict.remove_static_pod("strict")
     strict.stop()
 
@@ -180,31 +296,42 @@ def test_check_predicts_the_kubelet_pulling_a_pinned_side_loaded_image_again(nod
     assert document["kubelet"]["warned_images"] == 0
     preloaded = kubelet.StaticPod("preloaded", side, pull_policy="IfNotPresent")
     default.add_static_pod(preloaded)
-    container = cri_pods.running_container(node.daemon.address, default.static_pod_name(preloaded), POD_TIMEOUT_S)
-    assert container.image_ref == image_id
+    cri_pods.running_container(node.endpoint, default.static_pod_name(preloaded), POD_TIMEOUT_S)
     event(default, "Container image", side, 0)
     assert re.search(r"already present on machine and can be accessed by the pod", default.log_text())
 
-    # 3. The kubelet pulls the same image under the private name, with its node credentials, and
-    # records it: kubernetes #138175.
+    # 3. The kubelet pulls the same image under the private name, with its node credentials.
     pulled = kubelet.StaticPod("pulled", private, pull_policy="IfNotPresent")
     default.add_static_pod(pulled)
-    cri_pods.running_container(node.daemon.address, default.static_pod_name(pulled), POD_TIMEOUT_S)
-    record = default.root_dir / "image_manager" / "pulled" / ("sha256-" + hashlib.sha256(image_id.encode()).hexdigest())
+    cri_pods.running_container(node.endpoint, default.static_pod_name(pulled), POD_TIMEOUT_S)
+    assert node.listed()[private].id == image_id  # one image, two names
+    if node.records_by_image_id:
+        trap(node, default, side, private, image_id)
+    else:
+        record_missed(node, default, side, private, image_id)
+
+
+def record_path(made: kubelet.Kubelet, key: str) -> pathlib.Path:
+    return made.root_dir / "image_manager" / "pulled" / ("sha256-" + hashlib.sha256(key.encode()).hexdigest())
+
+
+def trap(node: Node, default: kubelet.Kubelet, side: str, private: str, image_id: str) -> None:
+    """containerd: the kubelet records the pull by the image ID, and kubernetes #138175 follows."""
+    repository = node.repository("private/app:1")
+    record = record_path(default, image_id)
     written = json.loads(record.read_text())  # the kubelet's own file
-    assert written["credentialMapping"] == {f"{host}/private/app": {"nodePodsAccessible": True}}, written
+    assert written["credentialMapping"] == {repository: {"nodePodsAccessible": True}}, written
     document = node.check_json(default)
     by_name = judged(document, image_id)
     assert (by_name[side]["verdict"], by_name[side]["reason"]) == ("pulls", "other-name"), by_name
     assert "kubernetes #138175" in by_name[side]["why"] and str(record) in by_name[side]["why"]
-    assert f"{host}/private/app" in by_name[side]["why"]
+    assert repository in by_name[side]["why"]
     assert (by_name[private]["verdict"], by_name[private]["reason"]) == ("uses", "node-wide-record")
     assert document["kubelet"]["warned_images"] == 1 and document["kubelet"]["kubelet_problems"] == []
     since = len(default.log_text())
     default.add_static_pod(kubelet.StaticPod("poisoned", side, pull_policy="IfNotPresent"))
     failed_pull(default, side, since)
-    listed = cri.by_tag(cri.list_images(node.daemon.address))
-    assert listed[side].id == image_id and listed[side].pinned
+    assert node.listed()[side].id == image_id
 
     # 4. A record the kubelet cannot decode: check says it pulls again whatever the policy, and the
     # kubelet (which reads its records into memory when it starts) does so, and writes it anew.
