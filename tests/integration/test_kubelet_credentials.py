@@ -25,14 +25,18 @@ not mattering: the test waits for the first failed pull only).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import http.client
 import json
 import pathlib
 import re
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import pytest
 
@@ -40,7 +44,12 @@ from tests.harness import containerd as ctd
 from tests.harness import cri, cri_pods, debs, engines, kubelet, pods, runnable
 from tests.harness import registry as reg
 from tests.harness.containerd import ContainerdDaemon, DaemonError
+from pinctl.refs import DEFAULT_DOMAIN
+from tests.harness import gobuild, images
+from tests.harness.crictl import Crictl
 from tests.harness.cri_dockerd import CriDockerd
+from tests.harness.crio import PAUSE_IMAGE, CrioDaemon, CrioError, registry_path
+from tests.harness.kubelet_periodic import remove_all_pods
 from tests.harness.docker_pods import HostRuncDocker
 from tests.harness.kubelet_fixtures import NODE_FS_BYTES
 from tests.harness.kubernetes_build import KubeletBuild
@@ -51,6 +60,8 @@ pytestmark = pytest.mark.integration
 
 USER, PASSWORD = "puller", "cred-trap-secret"
 SEED = "cred-trap"
+# CRI-O's names for the loopback registry (its registries.conf sends them there).
+CRIO_DOMAIN = "example.test"
 # A pull, a pod start, with the rest of the suite beside them.
 POD_TIMEOUT_S = 120.0
 PULL_LOG_TIMEOUT_S = 120.0
@@ -140,10 +151,12 @@ class Node:
             started.stop()
 
 
-def auth_registry(base: pathlib.Path) -> reg.Registry:
+def auth_registry(base: pathlib.Path, auth: bool = True) -> reg.Registry:
+    """The loopback registry, behind basic auth (USER, PASSWORD) unless auth is False."""
     if (why := reg.available()) is not None:
         _unavailable(why)
-    return reg.Registry(base / "registry", reg.htpasswd_file(base / "htpasswd", USER, PASSWORD)).start()
+    htpasswd = reg.htpasswd_file(base / "htpasswd", USER, PASSWORD) if auth else None
+    return reg.Registry(base / "registry", htpasswd).start()
 
 
 @pytest.fixture(params=["containerd-1.7", "containerd-2.4"])
@@ -202,6 +215,83 @@ def docker_node(kubelet_binary: KubeletBuild, tmp_path_factory: pytest.TempPathF
             close()
 
 
+class CredentialCrio(CrioDaemon):
+    """CRI-O pulling example.test names (and the pause image's) from the loopback registry."""
+
+    registry_prefixes = (DEFAULT_DOMAIN, CRIO_DOMAIN)
+
+
+class CrioNode(Node):
+    """CRI-O v1.34.0: images arrive by pulling only, so the side-loaded image is pulled with crictl
+    (not through the kubelet, so preloaded to it) and pinned by CRI-O's own pinned_images."""
+
+    def __init__(self, crio: CrioDaemon, crictl: Crictl, registry: reg.Registry, base: pathlib.Path,
+                 build: KubeletBuild) -> None:
+        super().__init__(cast(ContainerdDaemon, None), crio.address, registry, base, build, records_by_image_id=False)
+        self.crio, self.crictl = crio, crictl
+
+    def name(self, path: str) -> str:
+        return f"{CRIO_DOMAIN}/{path}"
+
+    def credentials_host(self) -> str:
+        return CRIO_DOMAIN
+
+    def pinctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {key: value for key, value in os.environ.items() if key not in (
+            "CONTAINERD_ADDRESS", "PINCTL_CONTAINERD_CONFIG", "CONTAINERD_NAMESPACE", "DOCKER_HOST")}
+        env.update(CONTAINER_RUNTIME_ENDPOINT=self.crio.endpoint, PINCTL_CONFIG=str(self.base / "pinctl.toml"))
+        return subprocess.run([sys.executable, "-m", "pinctl", *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    def side_load(self, archive: pathlib.Path, ref: str) -> None:
+        """Pulled with crictl, then deleted from the registry: as on the other nodes, a pull of
+        that name by the kubelet fails."""
+        path = ref.split("/", 1)[1]
+        self.push(archive, path)
+        self.crictl.run("pull", ref)
+        repository = path.rsplit(":", 1)[0]
+        digest = next(name.split("@", 1)[1] for name in self.listed()[ref].repo_digests if "@" in name)
+        connection = http.client.HTTPConnection(self.registry.host, timeout=30)
+        try:
+            connection.request("DELETE", f"/v2/{repository}/manifests/{digest}")
+            status = connection.getresponse().status
+        finally:
+            connection.close()
+        assert status == 202, f"the registry did not delete {path}: HTTP {status}"
+
+
+@pytest.fixture
+def crio_node(kubelet_binary: KubeletBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrioNode]:
+    base = tmp_path_factory.mktemp("kcred-crio")
+    # No auth here: CRI-O v1.34.0 sent no credentials to the loopback registry behind a registries.conf
+    # location ("authentication required", with crictl --creds and the kubelet's alike).
+    registry = auth_registry(base, auth=False)
+    side = f"{CRIO_DOMAIN}/side/app:1"
+    try:
+        registry.push(base / "push", images.recipe(f"{registry.host}/{registry_path(PAUSE_IMAGE)}", seed=PAUSE_IMAGE),
+                      creds=f"{USER}:{PASSWORD}")
+        crio = CredentialCrio(base / "crio", registry.host, pinned_images=(side,)).start()
+    except (debs.EngineUnavailable, CrioError, cri.CriError, OSError, subprocess.SubprocessError) as exc:
+        registry.stop()
+        _unavailable(f"{engines.CRIO} for a kubelet unavailable: {exc}")
+    crictl = Crictl(gobuild.binary(engines.CRICTL), crio.endpoint, base / "crictl")
+    crictl.run("pull", "--creds", f"{USER}:{PASSWORD}", PAUSE_IMAGE)
+    (base / "pinctl.toml").write_text("")
+    made = CrioNode(crio, crictl, registry, base, kubelet_binary)
+    try:
+        yield made
+    finally:
+        made.close()
+        # Killed first: a sandbox's stop gives each container its grace period (busybox sleep
+        # ignores SIGTERM), 30 s apiece.
+        for container in cri_pods.list_containers(crio.address):
+            with contextlib.suppress(cri.CriError):
+                cri_pods.stop_container(crio.address, container.id, 0)
+        remove_all_pods(crio.address)
+        crio.stop()
+        registry.stop()
+
+
 def archive_of(work: pathlib.Path, ref: str) -> tuple[pathlib.Path, str]:
     """An OCI archive of the test's one runnable image under ref (same seed: the same image)."""
     work.mkdir(parents=True, exist_ok=True)
@@ -211,9 +301,9 @@ def archive_of(work: pathlib.Path, ref: str) -> tuple[pathlib.Path, str]:
 
 
 def record_missed(node: Node, default: kubelet.Kubelet, side: str, private: str, image_id: str) -> None:
-    """cri-dockerd: its PullImage answers the repository digest, which the kubelet keys its record
-    by, while it looks records up by ImageStatus's image ID: the record never matches, so to the
-    kubelet the image stays preloaded, and check, reading the file the lookup reads, agrees."""
+    """cri-dockerd and CRI-O: their PullImage answers a repository digest, which the kubelet keys
+    its record by, while it looks records up by ImageStatus's image ID: the record never matches,
+    so to the kubelet the image stays preloaded, and check, reading the file the lookup reads, agrees."""
     repository = node.repository("private/app:1")
     (record,) = (default.root_dir / "image_manager" / "pulled").iterdir()
     written = json.loads(record.read_text())  # the kubelet's own file
@@ -254,6 +344,10 @@ def test_check_predicts_the_kubelet_pulling_a_pinned_side_loaded_image_again(nod
 
 def test_the_same_through_docker_and_cri_dockerd(docker_node: Node) -> None:
     scenario(docker_node)
+
+
+def test_the_same_on_crio(crio_node: CrioNode) -> None:
+    scenario(crio_node)
 
 
 def scenario(node: Node) -> None:
