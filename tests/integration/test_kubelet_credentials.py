@@ -314,6 +314,7 @@ def record_missed(node: Node, default: kubelet.Kubelet, side: str, private: str,
     by_name = judged(node.check_json(default), image_id)
     assert (by_name[side]["verdict"], by_name[side]["reason"]) == ("uses", "preloaded"), by_name
     assert (by_name[private]["verdict"], by_name[private]["reason"]) == ("uses", "preloaded"), by_name
+    assert f"its record {record} is keyed by the repository digest {written['imageRef']}" in by_name[side]["why"]
     since = len(default.log_text())
     preloaded = kubelet.StaticPod("still-preloaded", side, pull_policy="IfNotPresent")
     default.add_static_pod(preloaded)

@@ -117,6 +117,17 @@ def test_issue_138175_is_named_with_the_other_name_and_the_fix() -> None:
                  None).verdict == "uses"
 
 
+def test_a_record_under_a_repository_digest_is_named_and_never_counts() -> None:
+    misfiled = PulledRecord("/r/sha256-d", "127.0.0.1:5000/private/app@sha256:" + "d" * 64,
+                            {"127.0.0.1:5000/private/app": NODE_WIDE})
+    found = judge(policy(NEVER_VERIFY_PRELOADED), SIDE, None, None, misfiled)
+    assert (found.verdict, found.reason) == ("uses", "preloaded") and "keyed by the repository digest" in found.why
+    strict = judge(policy(ALWAYS_VERIFY), PRIVATE, None, None, misfiled)
+    assert (strict.verdict, strict.reason) == ("pulls", "no-record") and "/r/sha256-d" in strict.why
+    # With the record under the image ID, the other one says nothing.
+    assert "repository digest" not in judge(policy(ALWAYS_VERIFY), PRIVATE, record(), None, misfiled).why
+
+
 def test_fix_names_the_allowlist_entry_for_the_allowlist_policy() -> None:
     found = judge(policy(NEVER_VERIFY_ALLOWLISTED, "other.test/*"), SIDE, None, None)
     assert found.fix is not None and found.fix.startswith('add "127.0.0.1:5000/side/app" to preloadedImagesVerificationAllowlist')

@@ -81,6 +81,8 @@ class CheckItem:
     mismatch: Optional[Mismatch] = None
     # The names check was asked about that are this image (as a pod would write them).
     asked: list[str] = field(default_factory=list)
+    # Its repository digests as the CRI lists them (name@sha256:...).
+    digests: list[str] = field(default_factory=list)
     # What the kubelet does with the image on disk, name by name (pinned and wanted images only).
     kubelet: list[Judgement] = field(default_factory=list)
 
@@ -194,10 +196,13 @@ def judge_kubelet(result: CheckResult, policy: KubeletPolicy, config: Optional[s
     name a pod may use for it; the records of those images alone are read."""
     judged = [item for item in result.items if item.image_id and (item.desired or item.cri_pinned)]
     names = [name for item in judged for name in item.pod_names()]
-    records = read_records([item.image_id for item in judged], names)
+    # A record under a repository digest never counts, but says the kubelet pulled the image.
+    records = read_records([key for item in judged for key in (item.image_id, *item.digests)], names)
     for item in judged:
         pulled = records.pulled.get(item.image_id)
-        item.kubelet = [kubelet_credentials.judge(policy, name, pulled, records.intents.get(name))
+        misfiled = next((found for digest in item.digests
+                         if isinstance(found := records.pulled.get(digest), kubelet_credentials.PulledRecord)), None)
+        item.kubelet = [kubelet_credentials.judge(policy, name, pulled, records.intents.get(name), misfiled)
                         for name in item.pod_names()]
     result.kubelet = KubeletView(policy, config, records.directory, [*policy_problems, *records.problems])
 
@@ -269,7 +274,7 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
     reasons = _reasons(rows)
     desired = any(r.kind in WANTED_KINDS for r in reasons)
     refs = list(cri.repo_tags or cri.repo_digests or (cri.id,))
-    item = CheckItem(cri.id, refs, desired, cri.pinned, reasons)
+    item = CheckItem(cri.id, refs, desired, cri.pinned, reasons, digests=_digest_names(cri))
     if desired and not cri.pinned:
         item.mismatch, item.cause, item.fix = _why_not_pinned(reasons, site, refs[0])
     elif cri.pinned and not desired and site.runtime.name == DOCKER:
@@ -294,6 +299,14 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
         item.fix = ("it is likely the runtime's sandbox image or in its own pinned_images config; "
                     "show them with --containerd-config")
     return item
+
+
+def _digest_names(cri: CriImage) -> list[str]:
+    """Its repository digests as the CRI lists them, and each of its names with those digests:
+    Docker lists one repository's digest only, where a pull answers the pulled name's."""
+    digests = {name.split("@", 1)[1] for name in cri.repo_digests if "@" in name}
+    made = [f"{kubelet_credentials.repository(tag)}@{digest}" for tag in cri.repo_tags for digest in sorted(digests)]
+    return list(dict.fromkeys([*cri.repo_digests, *made]))
 
 
 def _reasons(rows: Sequence[ImageRow]) -> list[Reason]:

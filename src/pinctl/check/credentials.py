@@ -160,9 +160,25 @@ def allowlisted(name: str, allowlist: Sequence[str]) -> Optional[str]:
     return None
 
 
-def judge(policy: KubeletPolicy, name: str, pulled: PulledEntry, intent: IntentEntry) -> Judgement:
+def judge(policy: KubeletPolicy, name: str, pulled: PulledEntry, intent: IntentEntry,
+          misfiled: Optional[PulledRecord] = None) -> Judgement:
     """What the kubelet does when a pod with imagePullPolicy IfNotPresent asks for the image on
-    disk by name; pulled: the record of its image ID, intent: the pull intent for name."""
+    disk by name; pulled: the record of its image ID, intent: the pull intent for name.
+
+    misfiled: a record of this image kept under one of its repository digests. The kubelet keys a
+    record by what the runtime's PullImage answers (CRI-O and cri-dockerd answer a repository
+    digest) but looks it up by ImageStatus's image ID, so such a record never counts; it is named
+    in the sentence, as the reason the kubelet's own pull does not show."""
+    found = _judge(policy, name, pulled, intent)
+    if misfiled is not None and pulled is None and found.reason in ("preloaded", "no-record"):
+        note = (f" (the kubelet did pull it: its record {misfiled.path} is keyed by the repository digest "
+                f"{misfiled.image_ref} that the runtime's PullImage answered, and it looks records up by the image ID, "
+                "so that record never counts)")
+        return Judgement(found.name, found.verdict, found.reason, found.why + note, found.fix)
+    return found
+
+
+def _judge(policy: KubeletPolicy, name: str, pulled: PulledEntry, intent: IntentEntry) -> Judgement:
     repo = repository(name)
     if not policy.gate_enabled:
         return Judgement(name, USES, "gate-off", f"the kubelet's feature gate {FEATURE_GATE} is off: it verifies "
