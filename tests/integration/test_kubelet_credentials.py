@@ -1,25 +1,29 @@
 """The credential trap (KEP-2535) with the real kubelet v1.37.2: a pinned, side-loaded image that
 the kubelet will not run from disk, and `pinctl check` saying so before it happens.
 
-One node (containerd 1.7, and 2.4.2, pulling from a loopback registry with basic auth through hosts.toml),
-one kubelet restarted once with another policy. The image is side-loaded with `pinctl import --pin`
-as REGISTRY/side/app:1, a name the registry does not serve, and pushed to the registry as
-REGISTRY/private/app:1 (the same content, so the same image ID). The kubelet has node credentials
-for the registry (config.json in its root dir), so what it pulls is recorded as usable by every
-pod (nodePodsAccessible).
+Each test is one node of its own: containerd 1.7 or 2.4.2 (pulling from a loopback registry with
+basic auth through hosts.toml), dockerd 26 on its containerd store with cri-dockerd v0.4.3, or
+CRI-O v1.34.0. The image is side-loaded (`pinctl import --pin`; on CRI-O, which adds images only
+by pulling, `crictl pull` and its own pinned_images) as REGISTRY/side/app:1, a name the registry
+does not serve (CRI-O's is deleted from it after), and pushed as REGISTRY/private/app:1 (the same
+content, so the same image ID). The kubelet has node credentials for the registry (config.json
+in its root dir), so what it pulls is recorded as usable by every pod (nodePodsAccessible).
 
 1. AlwaysVerify: check predicts a pull of the side name (no record); a pod using it makes the
    kubelet pull it, which fails (the registry has no side/app), though the image is on disk.
 2. The default policy, NeverVerifyPreloadedImages: check says preloaded; a pod using it runs.
-3. A pod using the private name: the kubelet pulls it with the credentials and writes its record;
-   check reads that record (the kubelet's own file) and now predicts kubernetes #138175 for the
-   side name; a pod using the side name makes the kubelet pull it again, which fails.
-4. That record made undecodable: check says any pod pulls the private name again; the kubelet,
-   restarted, does so and writes the record anew, and check says so.
+3. A pod using the private name: the kubelet pulls it with the credentials and writes its record.
+   On containerd check reads that record (the kubelet's own file) and predicts kubernetes #138175
+   for the side name; a pod using the side name makes the kubelet pull it again, which fails.
+   On cri-dockerd and CRI-O the record is filed under the repository digest PullImage answered,
+   which the kubelet's lookups by image ID never match: check says preloaded still, and a pod
+   using the side name runs without a pull.
+4. (containerd) That record made undecodable: check says any pod pulls the private name again;
+   the kubelet, restarted, does so and writes the record anew, and check says so.
 
-What the kubelet did is read from its log and the CRI, never from pinctl. About 40-70 s here on
-two busy cores (a kubelet start is a second or two; most of it is pods starting and pull back-off
-not mattering: the test waits for the first failed pull only).
+What the kubelet did is read from its events (logged at level 3) and the CRI, never from pinctl.
+The exit code is the pins' alone (1 on cri-dockerd, which reads no pin label). 4 tests, 36 s on
+quiet cores, about 95 s beside other suites.
 """
 
 from __future__ import annotations
