@@ -8,6 +8,8 @@ import io
 import json
 import os
 import pathlib
+from typing import Optional
+
 import pytest
 
 from pinctl.backends.cri import CriImage, RuntimeVersion
@@ -314,6 +316,27 @@ def test_output_json_table_and_warnings(capsys: pytest.CaptureFixture[str]) -> N
     assert "kubelet record /x: not JSON" in err and "1 pinned image not run from disk" in err
 
 
+def test_on_a_terminal_the_sentence_is_under_the_row(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinctl.render import output
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("NO_COLOR", "1")
+    result = check_result((SIDE, PRIVATE))
+    compare.judge_kubelet(result, policy(NEVER_VERIFY_PRELOADED), "/k", [],
+                          reader(record(**{"127.0.0.1:5000__private__app": NODE_WIDE})))
+    out = Terminal()
+    output.print_check(result, "table", out=out)
+    shown = out.getvalue()
+    assert "kubelet:" in shown and "kubernetes #138175" in shown and "kubelet fix:" in shown
+    err = capsys.readouterr().err
+    assert "check: kubelet:" not in err and "1 pinned image not run from disk" in err
+
+
 def test_no_kubelet_no_column() -> None:
     from pinctl.render import output
 
@@ -322,3 +345,25 @@ def test_no_kubelet_no_column() -> None:
     output.print_check(result, "wide", out=out)
     assert "KUBELET" not in out.getvalue()
 
+
+
+def test_a_name_asked_is_judged_as_the_pod_spells_it() -> None:
+    class Runtime:
+        endpoint = "unix:///run/containerd/containerd.sock"
+
+        def prefetch(self, *listings: str) -> None:
+            pass
+
+        def list_images(self) -> list[CriImage]:
+            raise AssertionError("asked by name: no listing")
+
+        def image_status(self, ref: str) -> Optional[CriImage]:
+            return CriImage(IMAGE_ID, (SIDE,), (), 1, True) if ref in ("app:1", SIDE) else None
+
+    row = ImageRow(namespace="k8s.io", ref=SIDE, image_id=IMAGE_ID,
+                   target=Descriptor("application/vnd.oci.image.manifest.v1+json", "sha256:" + "b" * 64, 400), size=1,
+                   labels={}, pinned=True, reasons=[Reason("label", SIDE)])
+    result = compare.check_runtime([row], Runtime(), RuntimeVersion("containerd", "1.7.24", "v1"), ["app:1"])
+    compare.judge_kubelet(result, policy(NEVER_VERIFY_ALLOWLISTED, "127.0.0.1:5000/side/app"), "/k", [], reader(None))
+    [item] = result.items
+    assert [(j.name, j.verdict) for j in item.kubelet] == [("app:1", "pulls"), (SIDE, "uses")]

@@ -378,18 +378,19 @@ def print_check(result: CheckResult, fmt: OutputFormat, out: Optional[TextIO] = 
     verdict = "agree" if not bad else f"disagree on {bad} of {len(result.items)} image{'s' if len(result.items) != 1 else ''}"
     after = f" (after {waited:.1f} s)" if waited is not None else ""
     warn(f"check: pinctl and {result.runtime} at {result.endpoint} {verdict}{after}")
-    _warn_kubelet(result)
+    # On a terminal the table's notes say each name's sentence; into a pipe, stderr does.
+    _warn_kubelet(result, per_name=not (shown and out.isatty()))
 
 
-def _warn_kubelet(result: CheckResult) -> None:
+def _warn_kubelet(result: CheckResult, per_name: bool) -> None:
     """Each pinned image the kubelet will not run from disk for every pod: a line per name, with
     what it does and the fix; then each problem with its config or records, and a count."""
     view = result.kubelet
     if view is None:
         return
     for item in result.items:
-        for judged in item.kubelet:
-            if judged.verdict in ("pulls", "unknown"):
+        for judged in item.kubelet if per_name else ():
+            if credentials.warns(judged):
                 fix = f"; fix: {judged.fix}" if judged.fix else ""
                 warn(f"check: kubelet: {judged.name} ({refs.short_id(item.image_id)}): {judged.why}{fix}")
     for problem in view.problems:
@@ -418,9 +419,18 @@ def _print_check_fitted(shown: Sequence[CheckItem], out: TextIO, ellipsis: str, 
     """Cause and fix are sentences and commands: each gets its own lines under the image, whole."""
     cells = [[abbreviate(_check_name(i), ellipsis) if ellipsis else _check_name(i), refs.short_id(i.image_id), _yes(i.desired),
               _yes(i.cri_pinned), *([_kubelet_cell(i)] if judged else [])] for i in shown]
-    notes = [[("cause", i.cause), ("fix", i.fix or "-")] if i.cause else [] for i in shown]
+    notes = [[*([("cause", i.cause), ("fix", i.fix or "-")] if i.cause else []), *_kubelet_notes(i)] for i in shown]
     print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", *(["KUBELET"] if judged else [])], cells, out,
                 notes=notes, fit=CHECK_FIT if ellipsis else NO_FIT)
+
+
+def _kubelet_notes(item: CheckItem) -> list[tuple[str, str]]:
+    """Under the row, each name the kubelet will not run from disk: what it does, and the fix."""
+    found: list[tuple[str, str]] = []
+    for judged in item.kubelet:
+        if credentials.warns(judged):
+            found += [("kubelet", f"{judged.name}: {judged.why}"), *([("kubelet fix", judged.fix)] if judged.fix else [])]
+    return found
 
 
 CHECK_FIT = table.give_way("IMAGE", drop=["IMAGE ID"])
