@@ -150,3 +150,115 @@ def test_durations_read_as_go_prints_them(value: timedelta, text: str) -> None:
 def test_the_age_message_names_the_maximum_age_as_the_kubelet_does() -> None:
     assert AGE_REFUSED_MESSAGE.format(max_age=go_duration(timedelta(minutes=4))).startswith(
         "wanted to free images older than 4m0s, encountered errors in image deletion")
+
+
+# --- gc plan and prune over a fake runtime that refuses ------------------------------------------
+
+
+import io  # noqa: E402
+import json  # noqa: E402
+from datetime import datetime  # noqa: E402
+from typing import Sequence  # noqa: E402
+
+from pinctl.backends.docker import DockerContainer  # noqa: E402
+from pinctl.gc import plan as gc  # noqa: E402
+from pinctl.gc import refusals  # noqa: E402
+from pinctl.gc.estimate import ObservedImage  # noqa: E402
+from pinctl.gc.kubelet import SourcedGcSettings  # noqa: E402
+from pinctl.model import ImageRow  # noqa: E402
+from pinctl.render import gc as gc_output  # noqa: E402
+
+from .test_gc_service import NOW as SERVICE_NOW  # noqa: E402
+from .test_gc_service import FakeDomain, image, node_images  # noqa: E402
+
+
+class RefusingDomain(FakeDomain):
+    """FakeDomain whose runtime refuses to delete some images, as cri-dockerd does."""
+
+    def __init__(self, refused: dict[str, str], *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.refused = refused
+
+    def observe(self, rows: Sequence[ImageRow]) -> gc.Observation:
+        seen = super().observe(rows)
+        return gc.Observation(seen.images, seen.containers, seen.fs, seen.fs_source, refusals=self.refused,
+                              refusals_source="Docker's containers at unix:///run/docker.sock, outside the CRI's")
+
+
+def refusing_node() -> tuple[RefusingDomain, list[ObservedImage]]:
+    images, containers = node_images()
+    # a (the oldest, in the order first) is refused; usage 90% calls for the threshold step.
+    domain = RefusingDomain({images[0].id: WHY}, images, containers, 90)
+    return domain, images
+
+
+def planned(settings: GcSettings, now: datetime = SERVICE_NOW) -> tuple[gc.GcReport, list[ObservedImage]]:
+    domain, images = refusing_node()
+    return gc.gc_plan(domain, [], SourcedGcSettings(settings, {}), now), images
+
+
+def test_gc_plan_says_the_threshold_step_is_skipped_in_the_table_wide_and_json(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    report, images = planned(GcSettings(85, 80, max_age=HOUR))
+    plan = report.plan
+    assert plan.outcome is Outcome.AGE_STEP_REFUSED and plan.skipped_threshold is not None
+    table = io.StringIO()
+    gc_output.print_gc_plan(report, "table", table)
+    text = table.getvalue()
+    assert "before its threshold step" in text and "Skipped:" in text and "does not run this round" in text
+    assert "delete refused (past the maximum age)" in text and WHY in text
+    assert "its threshold step does not run this round" in capsys.readouterr().err
+    wide = io.StringIO()
+    gc_output.print_gc_plan(report, "wide", wide)
+    assert "Refusals:    Docker's containers at unix:///run/docker.sock" in wide.getvalue()
+    out = io.StringIO()
+    gc_output.print_gc_plan(report, "json", out)
+    doc = json.loads(out.getvalue())["gc"]
+    assert doc["outcome"] == "age_step_refused" and doc["amount_to_free"] is None
+    entry = next(e for e in doc["order"] if e["id"] == images[0].id)
+    assert (entry["fate"], entry["deleted"], entry["refused_because"]) == ("refused_age", False, WHY)
+    skipped = doc["skipped_threshold"]
+    assert skipped["usage_percent"] == 90 and skipped["would_free_bytes"] == sum(
+        e["size"] for e in doc["order"] if e["id"] in skipped["would_delete"])
+    # pinctl counts every unused image as never used: past the maximum age, taken by the age step.
+    assert skipped["would_delete"] == [] and skipped["enough"] is False
+    assert "pinctl sees nothing it would free beyond the age step" in text
+    assert doc["message"].startswith("wanted to free images older than 1h0m0s")
+    assert doc["refusals_source"].startswith("Docker's containers")
+
+
+def test_gc_plan_without_a_maximum_age_walks_past_the_refused_image() -> None:
+    report, images = planned(GcSettings(85, 80))
+    plan = report.plan
+    assert plan.outcome is Outcome.SPACE_STEP_REFUSED and plan.skipped_threshold is None
+    fate = {entry.image.id: entry.fate for entry in plan.order}
+    assert fate[images[0].id] is Fate.REFUSED_SPACE
+    assert images[0].id not in {entry.image.id for entry in plan.deletions} and plan.deletions
+
+
+def test_prune_keeps_what_the_runtime_refuses_and_frees_the_rest_instead() -> None:
+    domain, images = refusing_node()
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(), SERVICE_NOW)
+    assert images[0].id not in [i.id for i in plan.delete] and plan.delete
+    kept = dict((i.id, why) for i, why in plan.kept)
+    assert WHY in kept[images[0].id]
+    items = gc.apply_prune([plan], lambda _image: None, dry_run=True)
+    assert {item.image_id: item.action for item in items}[images[0].id] == "kept"
+    # Nothing it claims to free is the refused image's.
+    assert images[0].id not in {item.image_id for item in items if item.action == "would-remove"}
+
+
+def test_docker_refuses_images_of_containers_outside_kubernetes_in_any_state() -> None:
+    images = [image("a", 10), image("b", 10), image("c", 10), image("d", 10)]
+    outside = [DockerContainer("1" * 64, "web", "example.test/a:1", images[0].id, "exited", None),
+               DockerContainer("2" * 64, "cron", "example.test/a:1", images[0].id, "running", None),
+               DockerContainer("3" * 64, "old", "example.test/b:1", "", "created", None),  # no ID: by name
+               DockerContainer("4" * 64, "gone", "example.test/x:1", "sha256:" + "9" * 64, "exited", None)]
+    found, source = refusals.predicted("docker", images, outside, "unix:///run/docker.sock")
+    assert set(found) == {images[0].id, images[1].id}
+    assert found[images[0].id] == ("Docker refuses to delete it: containers cron (running), web (exited) outside "
+                                   "Kubernetes use it (cri-dockerd does not force)")
+    assert "container old (created)" in found[images[1].id]
+    assert source.startswith("Docker's containers at unix:///run/docker.sock")
+    assert refusals.predicted("docker", images, None)[1].startswith("not read")
+    assert refusals.predicted("containerd", images, None) == ({}, refusals.CONTAINERD_NONE)
