@@ -4,26 +4,39 @@ Read from kubelet v1.37.2's image_gc_manager.go (freeOldImages, freeSpace, Garba
 
 from __future__ import annotations
 
-from datetime import timedelta
+import io
+import json
+from datetime import datetime, timedelta
 from itertools import permutations
+from typing import Sequence
 
 import pytest
 
+from pinctl.backends.docker import DockerContainer
+from pinctl.gc import plan as gc
+from pinctl.gc import refusals
+from pinctl.gc.estimate import ObservedImage
+from pinctl.gc.kubelet import SourcedGcSettings
 from pinctl.gc.model import (
     AGE_REFUSED_MESSAGE,
     Fate,
+    GcPlan,
     GcSettings,
     Outcome,
     go_duration,
 )
+from pinctl.model import ImageRow
+from pinctl.render import gc as gc_output
 
+from .test_gc_service import NOW as SERVICE_NOW
+from .test_gc_service import FakeDomain, image, node_images
 from .test_gcmodel import HOUR, MINUTE, fs_used, img, run
 
 WHY = "Docker refuses: container web (exited, not Kubernetes') uses it"
 AGED = GcSettings(85, 80, max_age=HOUR)
 
 
-def fates(plan) -> dict[str, Fate]:  # type: ignore[no-untyped-def]
+def fates(plan: GcPlan) -> dict[str, Fate]:
     return {entry.image.id: entry.fate for entry in plan.order}
 
 
@@ -153,23 +166,6 @@ def test_the_age_message_names_the_maximum_age_as_the_kubelet_does() -> None:
 
 
 # --- gc plan and prune over a fake runtime that refuses ------------------------------------------
-
-
-import io  # noqa: E402
-import json  # noqa: E402
-from datetime import datetime  # noqa: E402
-from typing import Sequence  # noqa: E402
-
-from pinctl.backends.docker import DockerContainer  # noqa: E402
-from pinctl.gc import plan as gc  # noqa: E402
-from pinctl.gc import refusals  # noqa: E402
-from pinctl.gc.estimate import ObservedImage  # noqa: E402
-from pinctl.gc.kubelet import SourcedGcSettings  # noqa: E402
-from pinctl.model import ImageRow  # noqa: E402
-from pinctl.render import gc as gc_output  # noqa: E402
-
-from .test_gc_service import NOW as SERVICE_NOW  # noqa: E402
-from .test_gc_service import FakeDomain, image, node_images  # noqa: E402
 
 
 class RefusingDomain(FakeDomain):
