@@ -46,7 +46,7 @@ def docker_refused(node: PeriodicNode) -> SecondRun:
     docker_harness.load_images_docker(docker, node.base_dir / "work", [
         images.recipe(OLD_PLAIN, seed="old-plain", layer_bytes=4 * MIB, compress=False)])
     # A container outside Kubernetes, run once and long exited, as on many Docker nodes.
-    docker.docker("run", "--name", "web", "--network", "none", OLD_APP, "/bin/busybox", "true")
+    docker.docker("run", "--name", "web", "--network", "none", "--entrypoint", "/bin/busybox", OLD_APP, "true")
     cdd = CriDockerd(engines.CRI_DOCKERD_OLD, docker, node.base_dir / "cri-dockerd").start()
     node.on_close(cdd.stop)
     pod = StaticPod("sleeper", sleeper.refs[0])
@@ -63,8 +63,9 @@ def docker_refused(node: PeriodicNode) -> SecondRun:
 
     def plan_and_prune() -> Any:
         planned = pinctl(store, "gc", "plan", "-n", "moby", *common, env=env)
-        # No -n: prune then goes through the CRI runtime (cri-dockerd), as the kubelet does.
-        pruned = pinctl(store, "prune", "--all-unused", "--dry-run", *common, env=env)
+        # -n all: prune then deletes through the CRI runtime (cri-dockerd), as the kubelet does
+        # (-n moby alone would take Docker's own API, where every container keeps its image).
+        pruned = pinctl(store, "prune", "-n", "all", "--all-unused", "--dry-run", *common, env=env)
         node.notes["prune"] = json.loads(pruned.stdout) if pruned.returncode == 0 else pruned.stderr
         return planned
 
