@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import pathlib
 from datetime import datetime, timedelta
 from itertools import permutations
 from typing import Sequence
@@ -26,6 +27,7 @@ from pinctl.gc.model import (
     go_duration,
 )
 from pinctl.model import ImageRow
+from pinctl.node import crio_storage
 from pinctl.render import gc as gc_output
 
 from .test_gc_service import NOW as SERVICE_NOW
@@ -250,11 +252,36 @@ def test_docker_refuses_images_of_containers_outside_kubernetes_in_any_state() -
                DockerContainer("2" * 64, "cron", "example.test/a:1", images[0].id, "running", None),
                DockerContainer("3" * 64, "old", "example.test/b:1", "", "created", None),  # no ID: by name
                DockerContainer("4" * 64, "gone", "example.test/x:1", "sha256:" + "9" * 64, "exited", None)]
-    found, source = refusals.predicted("docker", images, outside, "unix:///run/docker.sock")
+    found, source = refusals.predicted("docker", images, docker=outside, where="unix:///run/docker.sock")
     assert set(found) == {images[0].id, images[1].id}
     assert found[images[0].id] == ("Docker refuses to delete it: containers cron (running), web (exited) outside "
                                    "Kubernetes use it (cri-dockerd does not force)")
     assert "container old (created)" in found[images[1].id]
     assert source.startswith("Docker's containers at unix:///run/docker.sock")
-    assert refusals.predicted("docker", images, None)[1].startswith("not read")
-    assert refusals.predicted("containerd", images, None) == ({}, refusals.CONTAINERD_NONE)
+    assert refusals.predicted("docker", images)[1].startswith("not read")
+    assert refusals.predicted("containerd", images) == ({}, refusals.CONTAINERD_NONE)
+
+
+def test_crio_refuses_images_of_storage_containers_the_cri_does_not_list(tmp_path: pathlib.Path) -> None:
+    images = [ObservedImage("a" * 64, 10, ("example.test/a:1",), False, None),
+              ObservedImage("b" * 64, 10, ("example.test/b:1",), False, None)]
+    root = tmp_path / "storage"
+    (root / "overlay-images").mkdir(parents=True)
+    (root / "overlay-containers").mkdir()
+    (root / "overlay-containers" / "containers.json").write_text(json.dumps([
+        {"id": "1" * 64, "names": ["k8s_main_pod_default_uid_0"], "image": "a" * 64, "layer": "x"},
+        {"id": "2" * 64, "names": ["build-box"], "image": "b" * 64, "layer": "y"},
+        {"id": "3" * 64, "image": ""},  # a container of no image (buildah from scratch)
+        "not a record"]))
+    (root / "overlay-containers" / "volatile-containers.json").write_text(json.dumps([
+        {"id": "4" * 64, "names": ["k8s_POD_pod_default_uid_0"], "image": "b" * 64}]))
+    stored = crio_storage.storage_containers(str(root / "overlay-images"))
+    assert stored is not None and [c.id[0] for c in stored] == ["1", "2", "4"]
+    # The CRI lists container 1 (it protects its image, as in the kubelet); 2 and 4 it does not.
+    outside = [c for c in stored if c.id != "1" * 64]
+    found, source = refusals.predicted("cri-o", images, storage=outside, where=str(root))
+    assert set(found) == {"b" * 64}
+    assert "storage containers build-box, k8s_POD_pod_default_uid_0 use it" in found["b" * 64]
+    assert source == f"containers/storage's containers in {root}, outside the CRI's"
+    assert crio_storage.storage_containers(str(tmp_path / "elsewhere")) is None
+    assert refusals.predicted("cri-o", images) == ({}, refusals.NO_CRIO_STORE)

@@ -147,6 +147,7 @@ class CriDomain:
         self.name = f"{version} at {runtime.endpoint}"
         # Each container's image mounts as observe read them (a container's mounts never change).
         self._mounts: dict[str, tuple[str, ...]] = {}
+        self.mountpoint = ""  # the image filesystem as observe found it
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
         filesystems = self.runtime.image_fs_info()
@@ -170,6 +171,7 @@ class CriDomain:
                                         started_at=utc(c.started_at), finished_at=utc(c.finished_at))
                       for c in listed]
         self._mounts = {c.id: c.image_mounts for c in listed}
+        self.mountpoint = mountpoint
         refused, refused_source = self._refusals(images, {c.id for c in listed})
         fs = statfs(mountpoint, "the CRI's ImageFsInfo mount point")
         return Observation(images, containers, fs, f"statfs of {mountpoint}, the CRI's ImageFsInfo mount point",
@@ -177,11 +179,14 @@ class CriDomain:
 
     def _refusals(self, images: Sequence[ObservedImage], cri_containers: set[str]) -> tuple[dict[str, str], str]:
         """Which deletes the runtime will refuse, as far as pinctl can tell, and how it told."""
-        outside = None
-        if self.version.name == refusals.DOCKER and self.docker is not None:
-            outside = [c for c in self.docker.list_containers() if c.id not in cri_containers]
-        return refusals.predicted(self.version.name, images, outside,
-                                  self.docker.host if self.docker is not None else "")
+        name = self.version.name
+        if name == refusals.CRIO and (stored := crio_storage.storage_containers(self.mountpoint)) is not None:
+            return refusals.predicted(name, images, storage=[c for c in stored if c.id not in cri_containers],
+                                      where=os.path.dirname(self.mountpoint))
+        if name == refusals.DOCKER and self.docker is not None:
+            return refusals.predicted(name, images, docker=[c for c in self.docker.list_containers()
+                                                            if c.id not in cri_containers], where=self.docker.host)
+        return refusals.predicted(name, images)
 
     def _arrived(self, mountpoint: str, image_ids: Sequence[str]) -> dict[str, datetime]:
         """When each image ID came to the node, as the runtime keeps it: the kubelet dates an
