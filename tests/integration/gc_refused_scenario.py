@@ -82,7 +82,7 @@ def assert_outcome(run: SecondRun) -> None:
     # gc plan: the age step tries both old images, Docker refuses one, the run ends there.
     entries = {entry["id"]: entry for entry in plan["order"]}
     assert entries[old_app]["fate"] == "refused_age" and entries[old_plain]["fate"] == "deleted_age"
-    assert "container web (exited) outside Kubernetes" in entries[old_app]["refused_because"]
+    assert "container web (exited) uses it and is none of the CRI's containers" in entries[old_app]["refused_because"]
     assert plan["outcome"] == "age_step_refused" and plan["amount_to_free"] is None
     skipped = plan["skipped_threshold"]
     assert skipped is not None and skipped["usage_percent"] >= LOW + 1 and skipped["amount_to_free"] > 0

@@ -254,8 +254,8 @@ def test_docker_refuses_images_of_containers_outside_kubernetes_in_any_state() -
                DockerContainer("4" * 64, "gone", "example.test/x:1", "sha256:" + "9" * 64, "exited", None)]
     found, source = refusals.predicted("docker", images, docker=outside, where="unix:///run/docker.sock")
     assert set(found) == {images[0].id, images[1].id}
-    assert found[images[0].id] == ("Docker refuses to delete it: containers cron (running), web (exited) outside "
-                                   "Kubernetes use it (cri-dockerd does not force)")
+    assert found[images[0].id] == ("Docker refuses to delete it: containers cron (running), web (exited) use it "
+                                   "and are none of the CRI's containers (cri-dockerd does not force)")
     assert "container old (created)" in found[images[1].id]
     assert source.startswith("Docker's containers at unix:///run/docker.sock")
     assert refusals.predicted("docker", images)[1].startswith("not read")

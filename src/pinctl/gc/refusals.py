@@ -81,8 +81,10 @@ def docker_refusals(images: Sequence[ObservedImage], outside: Sequence[DockerCon
 
 def _docker_reason(names: Sequence[str]) -> str:
     many = len(names) > 1
-    return (f"Docker refuses to delete it: {'containers' if many else 'container'} {', '.join(names)} outside "
-            f"Kubernetes {'use' if many else 'uses'} it (cri-dockerd does not force)")
+    # Not Kubernetes' (`docker run`), or a pod's sandbox: the CRI lists neither as a container.
+    return (f"Docker refuses to delete it: {'containers' if many else 'container'} {', '.join(names)} "
+            f"{'use' if many else 'uses'} it and {'are' if many else 'is'} none of the CRI's containers "
+            "(cri-dockerd does not force)")
 
 
 def crio_refusals(images: Sequence[ObservedImage], outside: Sequence[StorageContainer]) -> dict[str, str]:
