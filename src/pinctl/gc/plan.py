@@ -59,8 +59,7 @@ class Observation:
     fs: ImageFs
     fs_source: str
     fs_path: str = ""  # what statfs read: measured again between prune's deletions
-    # Image IDs -> why the runtime will refuse to delete them (its RemoveImage fails), and
-    # where pinctl looked for such refusals.
+    # Image IDs -> why the runtime will refuse to delete them (gc/refusals.py), and where pinctl looked.
     refusals: dict[str, str] = field(default_factory=dict)
     refusals_source: str = ""
 
@@ -184,8 +183,12 @@ class CriDomain:
             return refusals.predicted(name, images, storage=[c for c in stored if c.id not in cri_containers],
                                       where=os.path.dirname(self.mountpoint))
         if name == refusals.DOCKER and self.docker is not None:
-            return refusals.predicted(name, images, docker=[c for c in self.docker.list_containers()
-                                                            if c.id not in cri_containers], where=self.docker.host)
+            try:
+                listed = self.docker.list_containers()
+            except EngineError as err:  # the plan stands without them, and says so
+                return {}, f"not read: Docker's containers could not be listed ({err})"
+            return refusals.predicted(name, images, docker=[c for c in listed if c.id not in cri_containers],
+                                      where=self.docker.host)
         return refusals.predicted(name, images)
 
     def _arrived(self, mountpoint: str, image_ids: Sequence[str]) -> dict[str, datetime]:
@@ -214,8 +217,7 @@ class CriDomain:
 
 
 def cri_domain(node: Node, runtime: CriRuntime, version: RuntimeVersion) -> CriDomain:
-    """The CRI runtime, its images dated by when each ID came to the node's k8s.io namespace;
-    behind cri-dockerd, Docker's own containers too, when Docker is one of the node's sources."""
+    """The CRI runtime, its images dated by their arrival in k8s.io; behind cri-dockerd, Docker's API too."""
     docker = node.docker_engine() if version.name == refusals.DOCKER else None
     return CriDomain(runtime, version, lambda ids: node.arrivals(CRI_NAMESPACE, ids), docker)
 
