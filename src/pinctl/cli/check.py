@@ -39,7 +39,7 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     policy = load_policy(cfg)
     if textfile:
         textfile_target(textfile, refs)
-    request = commands.CheckRequest(refs, wait, sizes=bool(textfile))
+    request = commands.CheckRequest(refs, wait, sizes=bool(textfile), history_dir=cfg.settings.history_dir)
     with output.check_progress(active=wait > 0) as progress:
         report = commands.check(open_node(cfg), policy, lambda: open_runtime(cfg), request, progress)
     output.print_check(report.result, fmt, waited=report.waited)

@@ -270,12 +270,17 @@ def deleted_by(deletion: Deletion) -> str:
     return "by something the node cannot name"
 
 
-def pointer(name: str, deletion: Deletion, now: Optional[float] = None) -> str:
-    """What ls and check say of an image that is not on the node and was deleted:
-    'deleted 2h ago by the kubelet (cri-proxy saw its RemoveImage); see pinctl history NAME'."""
+def went(deletion: Deletion, now: Optional[float] = None) -> str:
+    """'deleted 2h ago by the kubelet (cri-proxy saw its RemoveImage)'; 'untagged' when the image stayed."""
     moment = time.time() if now is None else now
     what = "deleted" if deletion.image_gone else "untagged"
-    return f"{what} {ago(moment - deletion.time)} ago {deleted_by(deletion)}; see pinctl history {name}"
+    return f"{what} {ago(moment - deletion.time)} ago {deleted_by(deletion)}"
+
+
+def pointer(name: str, deletion: Deletion, now: Optional[float] = None) -> str:
+    """What ls says of an image that is not on the node and was deleted:
+    'deleted 2h ago by the kubelet (cri-proxy saw its RemoveImage); see pinctl history NAME'."""
+    return f"{went(deletion, now)}; see pinctl history {name}"
 
 
 def absent_exact_patterns(patterns: Sequence[Pattern], covered: Iterable[str]) -> list[Pattern]:
