@@ -35,6 +35,8 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     names the one with the label. WHY also lists every policy pattern covering the image
     and where it came from, and labels that look like pins but are not. The table shows an
     image's names; its sha256:<id> reference only with --id-refs, or when it has no name.
+    A REF that matches nothing, and a name the policy wants that the node lacks, are looked up
+    in the deletion journal: a line on stderr says who deleted it and when (pinctl history).
     """
     from pinctl import commands
     from pinctl.render import output

@@ -2,7 +2,7 @@
 these, prints the result and exits with the code the result carries. Guards (an empty policy
 before a prune), polling (check --wait) and filters live here, not in click. The long-running
 commands (sync --watch, cri-proxy) are in commands.services, and fleet status, which asks the
-Kubernetes API, in commands.fleet.
+Kubernetes API, in commands.fleet; history, which reads the deletion journal, in commands.history.
 
 Each function imports the capability it calls when it runs: one command loads what it uses, not
 every capability (that would add some 60 ms to `pinctl ls`).
