@@ -244,7 +244,11 @@ def test_ls_reads_no_journal_when_every_wanted_image_is_there(tmp_path: Path, mo
     from pinctl.commands import history as history_module
 
     asked: list[list[str]] = []
-    monkeypatch.setattr(history_module, "latest_deletions", lambda directory, names: asked.append(list(names)) or {})
+    def latest_deletions(directory: str, names: list[str]) -> dict[str, Deletion]:
+        asked.append(list(names))
+        return {}
+
+    monkeypatch.setattr(history_module, "latest_deletions", latest_deletions)
     node = node_of(store_with_images())
     commands.ls(node, policy_of("example.test/app:1", "example.test/*"),
                 commands.LsQuery(history_dir=str(tmp_path), point_absent=True))

@@ -178,11 +178,11 @@ def deleter_text(entry: Entry) -> str:
 
 
 def deleter_brief(entry: Entry) -> str:
+    """On a narrow terminal: the client's name alone, `not CRI`, `kubelet`."""
     if isinstance(entry, Restore):
         return "-"
-    client = entry.client if isinstance(entry, RemoveRequest) or entry.deleter == DELETER_CRI_CLIENT else None
-    if client is not None:
-        return client or "CRI"
+    if isinstance(entry, RemoveRequest) or entry.deleter == DELETER_CRI_CLIENT:
+        return entry.client or "CRI"
     return DELETER_BRIEF.get(entry.deleter, "unknown")
 
 
