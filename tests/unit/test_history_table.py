@@ -106,6 +106,14 @@ def test_at_60_columns_a_20_cell_name_stays_whole(monkeypatch: pytest.MonkeyPatc
     assert "ctr, nerdctl or docker" in joined and "cri-proxy saw its RemoveImage" in joined
 
 
+def test_all_at_60_columns_leaves_event_to_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = on_terminal(60, monkeypatch, everything=True)
+    assert all(cell_len(line) <= 60 for line in lines), "\n".join(lines)
+    assert "EVENT" not in lines[0] and column(lines, "IMAGE", "WANTED")[-1] == WEB
+    under = " ".join(line.strip() for line in lines if line.startswith("    "))
+    assert "refused by cri-proxy: pinned by label" in under and "imported again from" in under
+
+
 def test_all_shows_each_kind_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = on_terminal(200, monkeypatch, everything=True)
     assert lines[0].split()[:3] == ["TIME", "EVENT", "IMAGE"]
