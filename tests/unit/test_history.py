@@ -99,6 +99,16 @@ def test_terms_select_by_name_id_or_pattern(journal: Path, term: str, found: lis
     assert [name for _, name in shown(result)] == found and result.exit_code == EXIT_OK
 
 
+def test_a_name_also_selects_what_named_its_image_by_id(tmp_path: Path) -> None:
+    """The kubelet's RemoveImage names the image ID alone; asked for by name, it still shows."""
+    where = tmp_path / "history"
+    write(where, RemoveRequest(time=NOW - 10, ref=ID_WEB, outcome="refused", image_id=ID_WEB, client="kubelet"),
+          RemoveRequest(time=NOW - 5, ref=ID_DB, outcome="forwarded", image_id=ID_DB, client="kubelet"),
+          deletion(1))
+    result = history(HistoryRequest(str(where), ("example.test/web:1.0",), everything=True))
+    assert shown(result) == [("deleted", "example.test/web:1.0"), ("remove-request", ID_WEB)]
+
+
 def test_a_term_with_no_entry_is_named_and_exits_1_while_the_others_show(journal: Path) -> None:
     result = history(HistoryRequest(str(journal), ("example.test/web:1.0", "example.test/gone:9")))
     assert [name for _, name in shown(result)] == ["example.test/web:1.0"]

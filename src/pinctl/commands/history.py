@@ -73,9 +73,12 @@ def history(request: HistoryRequest) -> HistoryResult:
     read = journal.read(request.since)
     shown = [entry for entry in reversed(read.entries) if _selected(entry, request)]
     shown.sort(key=lambda entry: -entry.time)  # stable: lines of one moment stay newest first
-    if matchers:
-        shown = [entry for entry in shown if any(match(entry) for match in matchers.values())]
     unmatched = [term for term, match in matchers.items() if not any(match(entry) for entry in shown)]
+    if matchers:
+        named = {id(entry) for entry in shown if any(match(entry) for match in matchers.values())}
+        # The kubelet removes by image ID: its RemoveImage names no tag, but the image is the one asked for.
+        ids = {entry.image_id for entry in shown if id(entry) in named and entry.image_id}
+        shown = [entry for entry in shown if id(entry) in named or entry.image_id in ids]
     found = bool(read.entries or read.problems) or any(
         os.path.exists(journal.path(rotated(index))) for index in range(journal.keep + 1))
     return HistoryResult(request.directory, shown, list(read.problems), unmatched, found)
