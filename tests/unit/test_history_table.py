@@ -141,6 +141,19 @@ def test_into_a_pipe_every_value_is_whole_and_wide_adds_the_figures() -> None:
     assert rows[4].endswith("refused by cri-proxy: pinned by label (pid 4242)")
 
 
+def test_the_kubelet_s_request_by_id_shows_the_image_s_name() -> None:
+    by_id = RemoveRequest(NOW - 5000, "sha256:" + "ab" * 32, "refused", image_id="sha256:" + "ab" * 32,
+                          client="kubelet", detail="pinned by label")
+    found = HistoryResult("/x", [*entries(), by_id])
+    out = io.StringIO()
+    render.print_history(found, "table", everything=True, out=out, now=NOW)
+    [row] = [line for line in out.getvalue().splitlines() if "refused" in line and "kubelet" in line]
+    assert row.split()[4] == WEB and "refused by cri-proxy: pinned by label" in row  # Dec 06 HH:MM RemoveImage NAME
+    wide = io.StringIO()
+    render.print_history(found, "wide", everything=True, out=wide, now=NOW)
+    assert "RemoveImage   sha256:" + "ab" * 32 in wide.getvalue()  # -o wide: the request as it was sent
+
+
 def test_quiet_prints_names_newest_first_once_each() -> None:
     out = io.StringIO()
     render.print_history(result(True), "table", quiet=True, everything=True, out=out, now=NOW)

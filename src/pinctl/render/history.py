@@ -113,7 +113,8 @@ def _print_table(entries: Sequence[Entry], wide: bool, everything: bool, out: Te
     if wide:
         headers += ["IMAGE ID", "SIZE", "NAMESPACE", "RUNTIME"]
     headers += ["WANTED", "PINNED", "DELETER", "WHY"]
-    rows = [_cells(entry, wide, everything, ellipsis) for entry in entries]
+    known = names_by_id(entries)
+    rows = [_cells(entry, wide, everything, ellipsis, known) for entry in entries]
     brief = {"TIME": [short_time(entry.time, now) for entry in entries],
              "DELETER": [deleter_brief(entry) for entry in entries],
              "WANTED": [_kinds(entry.wanted) if isinstance(entry, Deletion) else "-" for entry in entries],
@@ -122,9 +123,25 @@ def _print_table(entries: Sequence[Entry], wide: bool, everything: bool, out: Te
     print_table(headers, rows, out, fit=HISTORY_FIT if fit else NO_FIT, brief=brief)
 
 
-def _cells(entry: Entry, wide: bool, everything: bool, ellipsis: str) -> list[str]:
+def names_by_id(entries: Sequence[Entry]) -> dict[str, str]:
+    """The name each image ID went by, from the entries that name it: the kubelet's RemoveImage
+    names the image by its ID alone, and a row shows the image's name where one is known."""
+    known: dict[str, str] = {}
+    for entry in entries:
+        name = primary_name(entry)
+        if entry.image_id and not name.startswith("sha256:"):
+            known.setdefault(entry.image_id, name)
+    return known
+
+
+def _image_name(entry: Entry, known: dict[str, str]) -> str:
+    name = primary_name(entry)
+    return known.get(entry.image_id, name) if name.startswith("sha256:") else name
+
+
+def _cells(entry: Entry, wide: bool, everything: bool, ellipsis: str, known: dict[str, str]) -> list[str]:
     when = stamp(entry.time) if wide else local_time(entry.time)
-    names = ", ".join(names_of(entry)) if wide and names_of(entry) else primary_name(entry)
+    names = ", ".join(names_of(entry)) if wide and names_of(entry) else _image_name(entry, known)
     image = abbreviate(names, ellipsis) if ellipsis else names
     cells = [when, *([event(entry)] if everything else []), image]
     if wide:
@@ -251,9 +268,10 @@ def quiet_names(entries: Sequence[Entry]) -> list[str]:
     Names, not IDs: they are what pinctl pull, import_dirs and grep take, and the ID of an image
     that is gone names nothing on the node."""
     found: dict[str, None] = {}
+    known = names_by_id(entries)
     for entry in entries:
         names = [name for name in names_of(entry) if not name.startswith("sha256:")]
-        for name in names or [entry.image_id or (names_of(entry) or ("",))[0]]:
+        for name in names or [known.get(entry.image_id) or entry.image_id or (names_of(entry) or ("",))[0]]:
             if name:
                 found.setdefault(name, None)
     return list(found)
