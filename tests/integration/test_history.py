@@ -49,26 +49,26 @@ def test_ls_check_and_history_name_who_deleted_a_wanted_image(modern_containerd:
     ctd.remove_images([GONE, image_id])
     cri.wait_for(ctd.address, lambda listed: all(image.id != image_id for image in listed))
     Journal(str(journal)).append(Deletion(
-        time=time.time() - 5400, runtime="containerd", namespace="k8s.io", refs=(GONE, image_id), image_id=image_id,
+        time=time.time() - 5 * 3600 - 60, runtime="containerd", namespace="k8s.io", refs=(GONE, image_id), image_id=image_id,
         size=gone.size, wanted=(f"pattern {GONE}",), pinned=("label",), deleter=DELETER_OUTSIDE_CRI,
         evidence="cri-proxy served and saw no RemoveImage"))
 
     listed = pinctl(ctd, "ls", env=env)
     assert listed.returncode == 0 and KEPT in listed.stdout and GONE not in listed.stdout
-    assert (f"pinctl: ls: {GONE}, wanted by the policy (env PINCTL_PINNED_IMAGES), is not on the node: deleted 90m "
+    assert (f"pinctl: ls: {GONE}, wanted by the policy (env PINCTL_PINNED_IMAGES), is not on the node: deleted 5h "
             f"ago outside the CRI (ctr, nerdctl or docker: cri-proxy saw no RemoveImage); see pinctl history {GONE}"
             ) in listed.stderr, listed.stderr
     assert KEPT not in listed.stderr
 
     one = pinctl(ctd, "ls", GONE, env=env)
     assert one.returncode == 0
-    assert f"pinctl: ls: no image matches {GONE}: deleted 90m ago outside the CRI" in one.stderr, one.stderr
+    assert f"pinctl: ls: no image matches {GONE}: deleted 5h ago outside the CRI" in one.stderr, one.stderr
 
     checked = pinctl(ctd, "check", "--runtime-endpoint", f"unix://{ctd.address}", "-o", "json", GONE, env=env)
     assert checked.returncode == 1, checked.stderr
     [item] = json.loads(checked.stdout)["images"]
     assert item["refs"] == [GONE] and item["cause"].startswith(
-        "the runtime knows no image by this name: it was deleted 90m ago outside the CRI"), item
+        "the runtime knows no image by this name: it was deleted 5h ago outside the CRI"), item
     assert f"pinctl history {GONE}" in item["fix"]
 
     # history reads files only: with containerd's socket pointing nowhere it answers all the same.

@@ -225,7 +225,7 @@ def test_the_pointer_says_when_who_and_where_to_read_more(deleter: str, client: 
 
 def test_ls_points_an_unmatched_name_at_its_journal_entry(tmp_path: Path) -> None:
     where = tmp_path / "history"
-    write(where, deletion(7200, "example.test/gone:1", at=time.time()))
+    write(where, deletion(7260, "example.test/gone:1", at=time.time()))
     node = node_of(store_with_images())
     query = commands.LsQuery(("example.test/gone:1", "example.test/never:1"), history_dir=str(where))
     result = commands.ls(node, Policy(), query)
@@ -322,7 +322,7 @@ def test_history_cli_without_a_journal(monkeypatch: pytest.MonkeyPatch, tmp_path
 def test_ls_and_check_cli_point_at_the_journal(store: Any, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
                                                tmp_path: Path) -> None:
     where = tmp_path / "history"
-    write(where, deletion(7200, "example.test/gone:1", at=time.time(), image_id="sha256:" + "99" * 32))
+    write(where, deletion(7260, "example.test/gone:1", at=time.time(), image_id="sha256:" + "99" * 32))
     monkeypatch.setenv("PINCTL_HISTORY_DIR", str(where))
     code, out, err = invoke("ls", "example.test/gone:1")
     assert code == EXIT_OK and len(out.splitlines()) == 1  # the header alone
