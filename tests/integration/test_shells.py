@@ -345,6 +345,20 @@ ZSH_SETUPS = {
 }
 
 
+def test_zsh_completes_history_from_the_journal(sandbox: Sandbox, terminal: Callable[[list[str]], Terminal]) -> None:
+    from pinctl.journal import Deletion
+    from pinctl.journal.store import Journal
+
+    journal = sandbox.tmp / "history"
+    Journal(str(journal)).append(Deletion(time.time(), "containerd", "k8s.io", ("example.test/shells/gone:1",)))
+    sandbox.env["PINCTL_HISTORY_DIR"] = str(journal)
+    term = zsh_terminal(sandbox, terminal, ZSH_SETUPS["fpath"].format(prefix=sandbox.prefix))
+    sandbox.reset_calls()
+    term.type("pinctl history example.test/shells/g", "Tab")
+    term.wait_for(r"^% pinctl history example\.test/shells/gone:1$")
+    assert sandbox.calls() == ["history -q --all"]
+
+
 @pytest.mark.parametrize("setup", list(ZSH_SETUPS))
 def test_zsh_completes_with_descriptions(sandbox: Sandbox, engine: ContainerdDaemon, terminal: Callable[[list[str]], Terminal], setup: str) -> None:
     term = zsh_terminal(sandbox, terminal, ZSH_SETUPS[setup].format(prefix=sandbox.prefix))
