@@ -186,6 +186,31 @@ def test_latest_deletion_is_the_newest_naming_the_image(tmp_path: Path) -> None:
     assert set(found) == {"example.test/web:1.0", "abab"}
 
 
+def test_latest_deletion_of_many_names_decodes_only_the_lines_naming_them(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy may name a hundred images the node never had: one pass over the file, and only
+    the lines that name one of them are decoded."""
+    from pinctl.commands import history as history_module
+
+    where = tmp_path / "history"
+    write(where, *(deletion(1000 - n, f"example.test/seen{n}:1", image_id=f"sha256:{n:04x}" + "e" * 60) for n in range(50)),
+          deletion(5, "tools:3", runtime="docker", namespace=""))
+    decoded: list[bytes] = []
+    real = history_module._decoded
+    def counted(line: bytes) -> Any:
+        decoded.append(line)
+        return real(line)
+
+    monkeypatch.setattr(history_module, "_decoded", counted)
+    names = [f"example.test/never{n}:1" for n in range(200)] + ["example.test/seen7:1", "docker.io/library/tools:3",
+                                                                 "0009eeee"]
+    found = latest_deletions(str(where), names)
+    assert {name: entry.refs[0] for name, entry in found.items()} == {
+        "example.test/seen7:1": "example.test/seen7:1", "docker.io/library/tools:3": "tools:3",
+        "0009eeee": "example.test/seen9:1"}
+    assert len(decoded) == 3
+
+
 def test_latest_deletion_reads_the_two_newest_files_only(tmp_path: Path) -> None:
     where = tmp_path / "history"
     small = write(where, deletion(9000, "example.test/oldest:1"), max_bytes=600, keep=4)
