@@ -20,12 +20,18 @@ pin`` and ``pinctl sync`` (gc_crio_scenario.py); tags re-pointed by an import an
 mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes whose kubelets
 pick differently within it (gc_tie_scenario.py); a fresh kubelet's first pass, which runs
 before any static pod's container, and a kubelet restarted mid-window, its pull records too
-(gc_life_scenario.py).
+(gc_life_scenario.py); an image Docker refuses to delete, which fails the maximum-age step and
+skips the threshold step (gc_refused_scenario.py).
+
+``PINCTL_PERIODIC_SCENARIOS=name,name`` starts only those scenarios (a developer's run of one
+or two; the tests of the others then fail, saying so).
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import os
 import pathlib
 import threading
 import time
@@ -59,6 +65,7 @@ from tests.integration import (
     gc_crio_scenario,
     gc_ctd24_scenario,
     gc_life_scenario,
+    gc_refused_scenario,
     gc_repoint_scenario,
     gc_seed_scenario,
     gc_tie_scenario,
@@ -341,7 +348,11 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         "repointed": gc_repoint_scenario.repointed(plan_for),
         **{name: gc_tie_scenario.tied_node(plan_for) for name in gc_tie_scenario.NODES},
         "first_pass": gc_life_scenario.first_pass(plan_for), "restart": gc_life_scenario.restarted(plan_for),
+        "docker_refused": gc_refused_scenario.docker_refused,
     }
+    only = [name for name in os.environ.get("PINCTL_PERIODIC_SCENARIOS", "").split(",") if name]
+    if only:
+        scenarios = {name: scenarios[name] for name in only}
     _STARTED.update(began=time.monotonic(), outcomes={})
     thread = threading.Thread(target=lambda: _STARTED["outcomes"].update(run_all(scenarios, base, build)),
                               name="periodic-gc", daemon=True)
@@ -355,7 +366,8 @@ def periodic(request: pytest.FixtureRequest) -> Iterator[dict[str, Outcome]]:
     if "error" in _STARTED:
         raise _STARTED["error"]
     _STARTED["thread"].join()
-    outcomes: dict[str, Outcome] = _STARTED["outcomes"]
+    outcomes: dict[str, Outcome] = collections.defaultdict(
+        lambda: Outcome(failure="not started: PINCTL_PERIODIC_SCENARIOS names other scenarios"), _STARTED["outcomes"])
     print(f"periodic GC scenarios: {time.monotonic() - _STARTED['began']:.0f}s from their start; "
           + ", ".join(f"{name} {outcome.seconds:.0f}s" for name, outcome in outcomes.items()))
     for outcome in outcomes.values():
@@ -585,3 +597,10 @@ def test_a_restarted_kubelet_dates_every_image_from_its_new_start(periodic: dict
     gc_life_scenario.assert_restart(run)
     agreed(run)
     same_figures(run)
+
+
+def test_an_image_docker_refuses_fails_the_age_step_and_the_threshold_step_does_not_run(
+        periodic: dict[str, Outcome]) -> None:
+    run = periodic["docker_refused"].get()
+    gc_refused_scenario.assert_outcome(run)
+    agreed(run)

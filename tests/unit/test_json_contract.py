@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -157,7 +158,14 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
     emitted |= keys_of(render_gc_plan()) | keys_of(render_prune()) | keys_of(render_pull())
     emitted |= keys_of(render_import()) | keys_of(render_fleet_status())
+    emitted |= keys_of(render_history())
     assert emitted == documented
+
+
+def render_history() -> dict:
+    from .test_history_table import render_history_json
+
+    return render_history_json()
 
 
 def render_import() -> dict:
@@ -207,11 +215,14 @@ def render_gc_plan() -> dict:
     from pinctl.gc.model import GcSettings
     from pinctl.render import gc as gc_output
 
-    from .test_gc_service import NOW, FakeDomain, node_images, row_for
+    from .test_gc_refusals import RefusingDomain
+    from .test_gc_service import NOW, node_images, row_for
 
     images, containers = node_images()
     rows = [row_for(images[0], Reason("label", images[0].refs[0]))]
-    report = gc.gc_plan(FakeDomain(images, containers, 90), rows, SourcedGcSettings(GcSettings(), {}), NOW)
+    # A maximum age and a delete the runtime refuses: skipped_threshold and refused_because are set.
+    domain = RefusingDomain({images[1].id: "Docker refuses to delete it"}, images, containers, 90)
+    report = gc.gc_plan(domain, rows, SourcedGcSettings(GcSettings(max_age=timedelta(hours=1)), {}), NOW)
     buf = io.StringIO()
     gc_output.print_gc_plan(report, "json", buf)
     return json.loads(buf.getvalue())
