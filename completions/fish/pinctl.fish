@@ -120,7 +120,7 @@ complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config c
 
 # pinctl check
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l wait -x -d 'Poll until they agree, for at most SECONDS: a runtime may lag a label change'
-complete -c pinctl -n '__fish_seen_subcommand_from check' -l kubelet-config -r -F -d 'The kubelet\'s config file, for its imagePullCredentialsVerificationPolicy and...'
+complete -c pinctl -n '__fish_seen_subcommand_from check' -l kubelet-config -r -F -d 'The kubelet\'s config file, for its credential checks'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l textfile -r -F -d 'Also write the images per namespace and pin state, policy coverage and drift, and the...'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -s o -l output -x -a 'table wide json' -d 'Output format; table shows only disagreements'
 complete -c pinctl -n '__fish_seen_subcommand_from check' -s h -l help -d 'Show this message and exit'

@@ -18,8 +18,8 @@ from pinctl.model import OutputFormat
 @click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
 @click.option("--kubelet-config", metavar="PATH",
-              help="The kubelet's config file, for its imagePullCredentialsVerificationPolicy and "
-                   "preloadedImagesVerificationAllowlist. Default: /var/lib/kubelet/config.yaml when it exists.")
+              help="The kubelet's config file, for its credential checks. Default: "
+                   "/var/lib/kubelet/config.yaml when it exists.")
 @textfile_option("the images per namespace and pin state, policy coverage and drift, and the disagreements "
                  "by cause")
 @output_options(quiet=False, help_text="Output format; table shows only disagreements.")
@@ -36,10 +36,9 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, kubelet_
     and each difference gets its likely cause and fix. The kubelet itself refreshes its view of
     the images every 5 minutes, so it may lag behind the runtime.
 
-    On a node with a kubelet, each pinned image is also judged by the kubelet's credential
-    verification (KEP-2535): its policy and its pull records say whether a pod will run the copy
-    on disk or make the kubelet pull it again. A warning names the image, the policy, what the
-    kubelet will do and the fix; these warnings leave the exit code alone.
+    With a kubelet here, each pinned image is also judged by its credential checks
+    (KEP-2535): will a pod run the copy on disk, or make the kubelet pull it again?
+    Those warnings leave the exit code alone.
     """
     from pinctl import commands
     from pinctl.render import output
