@@ -367,3 +367,20 @@ def test_a_name_asked_is_judged_as_the_pod_spells_it() -> None:
     compare.judge_kubelet(result, policy(NEVER_VERIFY_ALLOWLISTED, "127.0.0.1:5000/side/app"), "/k", [], reader(None))
     [item] = result.items
     assert [(j.name, j.verdict) for j in item.kubelet] == [("app:1", "pulls"), (SIDE, "uses")]
+
+
+def test_records_not_readable_are_one_line(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "pulled", IMAGE_ID, pulled_json())
+    real_open = os.open
+
+    def denied(path: str, *args: object, **kwargs: object) -> int:
+        if "image_manager" in str(path):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)
+    found = pull_records.read_records(str(tmp_path), [IMAGE_ID, "sha256:" + "e" * 64], [SIDE, PRIVATE])
+    assert found.problems == [f"kubelet records {tmp_path}/image_manager: permission denied: run pinctl as root"]
+    entry = found.pulled[IMAGE_ID]
+    assert isinstance(entry, Unreadable) and not entry.certain
+    assert judge(policy(ALWAYS_VERIFY), SIDE, entry, None).verdict == "unknown"

@@ -72,9 +72,15 @@ def read_records(root_dir: str, image_ids: Iterable[str], names: Iterable[str]) 
     return found
 
 
+# One line for the whole directory, however many records it holds.
+_DENIED = "permission denied"
+
+
 def _note(found: RecordsRead, path: str, problem: Optional[str]) -> None:
-    if problem and all(path not in line for line in found.problems):
-        found.problems.append(f"kubelet record {path}: {problem}")
+    line = (f"kubelet records {found.directory}: permission denied: run pinctl as root" if problem == _DENIED
+            else f"kubelet record {path}: {problem}")
+    if problem and line not in found.problems and all(path not in known for known in found.problems):
+        found.problems.append(line)
 
 
 def _read(path: str, parse: Any) -> tuple[Any, Optional[str]]:
@@ -86,7 +92,7 @@ def _read(path: str, parse: Any) -> tuple[Any, Optional[str]]:
     except IsADirectoryError:
         return _unreadable(path, "is a directory, not a file")
     except PermissionError:
-        return Unreadable(path, "permission denied", certain=False), "cannot read it: run pinctl as root"
+        return Unreadable(path, "permission denied", certain=False), _DENIED
     except OSError as err:
         return _unreadable(path, f"cannot be read: {os.strerror(err.errno or errno.EIO)}")
     try:
