@@ -19,11 +19,16 @@ from pinctl.cli.root import cli, exit_codes, load_config
               help="What forwards the calls: pinctl-cri-relay, the compiled relay (auto: when installed, beside "
                    "pinctl or on PATH), or Python's gRPC (python: adds about 1 ms to a ListImages of 1,000 images "
                    "and waits for each pin read).")
+@click.option("--allow-remove-pinned", is_flag=True, envvar="PINCTL_ALLOW_REMOVE_PINNED",
+              help="Forward RemoveImage of an image pinctl keeps pinned (the journal still records it). "
+                   "Without it such a call is refused with FAILED_PRECONDITION, naming the pin. "
+                   "Env: PINCTL_ALLOW_REMOVE_PINNED.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="One log line per event on stderr, as text or JSON.")
 @common_options
 @click.pass_context
-def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: str, **_: Any) -> int:
+def cri_proxy_command(ctx: click.Context, listen: str, relay: str, allow_remove_pinned: bool, log_format: str,
+                      **_: Any) -> int:
     """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
 
     Requests, answers, metadata, deadlines and status codes pass through unchanged, except
@@ -31,6 +36,9 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
     wants kept (the pin label in the namespace the runtime reads, a policy pattern, a Docker
     config label, the sandbox image), so runtimes that ignore the label keep them too. Nothing
     is ever unpinned.
+    RemoveImage of such an image is refused (FAILED_PRECONDITION, naming the pin and the fix)
+    unless --allow-remove-pinned; the pins are read again for each. Every RemoveImage, with the
+    calling process, goes into the deletion journal (--history-dir).
     The pins are read again at most every 2 seconds, when an image call comes; if they cannot
     be read, answers pass through unchanged. A change to its config files (checked every 2 s)
     or SIGHUP reloads the config; SIGTERM stops it.
@@ -43,7 +51,7 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
     from pinctl.render import output
     from pinctl.render.log import Log
 
-    request = services.ProxyRequest(listen, find_relay(relay))
+    request = services.ProxyRequest(listen, find_relay(relay), allow_remove_pinned)
     log = Log(log_format)
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")

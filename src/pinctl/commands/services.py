@@ -180,6 +180,7 @@ class ProxyRequest:
 
     listen: str
     relay: Optional[str]
+    allow_remove_pinned: bool = False
 
 
 def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: LogFn, warn: Callable[[str], None],
@@ -206,6 +207,7 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
         return ProxySetup(lambda: open_node(cfg, warn, absent_ok=True), compile_policy(cfg.patterns),
                           watched_paths(cfg))
 
-    proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
+    proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay,
+                  allow_remove_pinned=request.allow_remove_pinned, history_dir=first.settings.history_dir)
     with served(proxy):
         return proxy.run()
