@@ -48,6 +48,8 @@ from pinctl.service.memory import serve_for_long
 if TYPE_CHECKING:
     import grpc
 
+    from pinctl.criproxy.peers import PeerJoiner
+
 VERSION = "/runtime.v1.RuntimeService/Version"
 UNARY_UNARY, UNARY_STREAM, STREAM_UNARY, STREAM_STREAM = "unary-unary", "unary-stream", "stream-unary", "stream-stream"
 # The streaming methods of runtime.v1; every other method is forwarded as unary. The Stream*
@@ -285,6 +287,7 @@ class Proxy:
         self.forwarder = Forwarder(self.channel, self.pins, log, self.guard)
         self._stop = threading.Event()
         self._server: Optional[grpc.Server] = None
+        self._joiner: Optional[PeerJoiner] = None
         self._relay: Optional[Relay] = None
         self._poll: Optional[ConfigPoll] = None
         self._relay_counted = ProxyStats()
@@ -341,21 +344,27 @@ class Proxy:
     def _start_server(self) -> None:
         import grpc
 
+        from pinctl.criproxy.peers import PeerJoiner
+
+        try:
+            joiner = PeerJoiner(self.listen, SOCKET_MODE)
+        except OSError as err:
+            raise UsageError(f"--listen {self.listen}: cannot listen there ({err.strerror})",
+                             "check that its directory exists and is writable") from None
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="cri-proxy"),
                              handlers=[_Handler(self.forwarder)], options=SERVER_OPTIONS)
-        previous = os.umask(0o777 & ~SOCKET_MODE)
         try:
-            bound = server.add_insecure_port(f"unix://{self.listen}")
-        except RuntimeError as err:
-            raise UsageError(f"--listen {self.listen}: cannot listen there ({err})",
-                             "check that its directory exists and is writable") from None
-        finally:
-            os.umask(previous)
+            bound = server.add_insecure_port(f"unix://{joiner.inner}")
+        except RuntimeError:
+            bound = 0
         if not bound:
-            raise UsageError(f"--listen {self.listen}: cannot listen there",
-                             "check that its directory exists and is writable")
+            joiner.close()
+            raise UsageError(f"--listen {self.listen}: cannot serve gRPC behind it ({joiner.inner})",
+                             "check that the temporary directory is writable")
         server.start()
-        self._server = server
+        self.forwarder.callers = lambda context: joiner.caller(context.peer())
+        joiner.start()
+        self._server, self._joiner = server, joiner
 
     def running(self) -> bool:
         serving = self._server is not None or (self._relay is not None and self._relay.exited() is None)
@@ -427,9 +436,14 @@ class Proxy:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._joiner is not None:
+            self._joiner.stop_accepting()
         if self._server is not None:
             self._server.stop(grace=2.0).wait()
             self._server = None
+        if self._joiner is not None:
+            self._joiner.close()
+            self._joiner = None
         if self._relay is not None:
             self._relay.stop()
             self._relay = None
