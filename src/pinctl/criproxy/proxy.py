@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
 
 from pinctl.criproxy.pins import (IMAGE_STATUS, LIST_IMAGES, REFRESH_SECONDS, STREAM_IMAGES, PinnedSet, ProxySetup,
                                   rewrite)
+from pinctl.criproxy.peers import PeerJoiner
 from pinctl.criproxy.relay import Relay
 from pinctl.criproxy.remove import REMOVE_IMAGE, Caller, JournalWriter, RemoveGuard, upstream_status
 from pinctl.criproxy.stats import (
@@ -40,15 +41,13 @@ from pinctl.criproxy.stats import (
     relay_stats,
 )
 from pinctl.errors import PinctlError, UsageError
-from pinctl.journal import REQUEST_FAILED, REQUEST_FORWARDED, REQUEST_REFUSED
+from pinctl.journal import REQUEST_FAILED, REQUEST_FORWARDED, REQUEST_REFUSED, presence
 from pinctl.model import LogFn
 from pinctl.service.configfiles import ConfigPoll
 from pinctl.service.memory import serve_for_long
 
 if TYPE_CHECKING:
     import grpc
-
-    from pinctl.criproxy.peers import PeerJoiner
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 UNARY_UNARY, UNARY_STREAM, STREAM_UNARY, STREAM_STREAM = "unary-unary", "unary-stream", "stream-unary", "stream-stream"
@@ -329,8 +328,6 @@ class Proxy:
         done outside the CRI. A mark that cannot be written is a warning, not a stop."""
         if self.history_dir is None:
             return
-        from pinctl.journal import presence
-
         try:
             presence.mark_serving(self.history_dir, self.listen, self.upstream)
         except OSError as err:
@@ -343,8 +340,6 @@ class Proxy:
 
     def _start_server(self) -> None:
         import grpc
-
-        from pinctl.criproxy.peers import PeerJoiner
 
         try:
             joiner = PeerJoiner(self.listen, SOCKET_MODE)
@@ -449,8 +444,6 @@ class Proxy:
             self._relay = None
         self._remove_socket()
         if self.history_dir is not None:
-            from pinctl.journal import presence
-
             try:
                 presence.clear(self.history_dir)
             except OSError as err:

@@ -45,7 +45,8 @@ from pinctl.model import (
     Reason,
 )
 
-from pinctl.criproxy.pins import RUNTIME_NAMESPACES, PinnedSet, counts
+from pinctl.criproxy.pins import IMAGE_STATUS, RUNTIME_NAMESPACES, PinnedSet, counts
+from pinctl.journal.store import Journal, JournalError
 
 if TYPE_CHECKING:
     import grpc
@@ -208,8 +209,6 @@ STATUS_SECONDS = 30.0
 def upstream_status(channel: grpc.Channel) -> Callable[[bytes], ImageNamed]:
     """Asks the runtime ImageStatus for a RemoveImage request's own ImageSpec: the image it would
     remove, as (ID, tags and digests, pinned by the runtime), or None when it knows none."""
-    from pinctl.criproxy.pins import IMAGE_STATUS
-
     call: Any = channel.unary_unary(IMAGE_STATUS)
 
     def status(request: bytes) -> ImageNamed:
@@ -222,7 +221,7 @@ def upstream_status(channel: grpc.Channel) -> Callable[[bytes], ImageNamed]:
             reply = cri_pb2.ImageStatusResponse.FromString(
                 call(cri_pb2.ImageStatusRequest(image=spec).SerializeToString(), timeout=STATUS_SECONDS))
         except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+            if err.code() == grpc.StatusCode.NOT_FOUND:
                 return None
             raise
         if not reply.HasField("image") or not reply.image.id:
@@ -242,8 +241,6 @@ class JournalWriter:
     """Appends entries to the journal on a thread of its own, in the order they came."""
 
     def __init__(self, directory: str, log: LogFn) -> None:
-        from pinctl.journal.store import Journal
-
         self.journal = Journal(directory)
         self.log = log
         self._queue: queue.Queue[Optional[RemoveRequest]] = queue.Queue(QUEUED_ENTRIES)
@@ -266,8 +263,6 @@ class JournalWriter:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        from pinctl.journal.store import JournalError
-
         while True:
             entry = self._queue.get()
             if entry is None:
