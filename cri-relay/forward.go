@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -57,6 +58,10 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (rawCodec) Name() string { return "proto" }
+
+// The relay reads no message as protobuf: its "proto" codec, for the calls it makes upstream,
+// is the raw one.
+func init() { encoding.RegisterCodecV2(rawCodec{}) }
 
 var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 

@@ -84,8 +84,10 @@ func newRelay(upstream string, pins *pinCache, stats *counters, ctl *control,
 		// Reconnect to a restarted runtime within a second, not gRPC's default of up to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}),
-			grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
+		// The codec by its registered name (init in forward.go), not forced per call: a forced
+		// codec makes grpc-go send content-type application/grpc+proto, and CRI-O's socket
+		// (cmux, matching application/grpc exactly) resets such a connection.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
 	if err != nil {
 		return nil, nil, err
 	}

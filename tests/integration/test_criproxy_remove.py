@@ -22,7 +22,10 @@ from pinctl.journal.store import Journal
 from pinctl.proto import cri_pb2
 from tests.harness import cri, images
 from tests.harness.containerd import ContainerdDaemon
+from tests.harness.cri_dockerd import CriDockerd
 from tests.harness.crictl import Crictl
+from tests.harness.crio import CrioDaemon
+from tests.harness.crio_fixtures import CRIO_TEST_IMAGES, pull
 from tests.harness.criproxy_process import ProxyProcess
 from tests.integration.test_criproxy import built_relay, proxy_factory
 
@@ -182,3 +185,47 @@ def test_an_unwritable_journal_never_fails_the_call(
         time.sleep(0.1)
     assert proxy.log.read_text().count("cannot write the journal") == 1  # one line, not one per call
     assert proxy.proc.poll() is None
+
+
+DOCKER_PINNED = "example.test/rm-docker-pinned:1"
+DOCKER_PLAIN = "example.test/rm-docker-plain:1"
+
+
+def test_through_cri_dockerd_a_pinned_image_is_refused(
+        containerd17: ContainerdDaemon, cri_dockerd_043: CriDockerd, crictl: pathlib.Path,
+        docker_images: Callable[..., list[images.ImageInfo]], proxies: Callable[..., ProxyProcess],
+        tmp_path: pathlib.Path) -> None:
+    """Docker's images through cri-dockerd v0.4.3 (which pins none by label or policy)."""
+    docker_images([images.recipe(ref, seed=ref) for ref in (DOCKER_PINNED, DOCKER_PLAIN)])
+    env = {"DOCKER_HOST": cri_dockerd_043.docker.host, "CONTAINERD_NAMESPACE": "moby"}
+    proxy = proxies(containerd17, "--pinned-image", DOCKER_PINNED, upstream=cri_dockerd_043.address, env=env)
+    client = Crictl(crictl, proxy.path, tmp_path / "crictl")
+    refused = rmi(client, DOCKER_PINNED)
+    assert refused.returncode != 0, refused.stderr
+    assert f"refused to remove {DOCKER_PINNED}" in refused.stderr and f"policy pattern {DOCKER_PINNED}" in refused.stderr
+    removed = rmi(client, DOCKER_PLAIN)
+    assert removed.returncode == 0, removed.stderr
+    left = tags(cri_dockerd_043.address)
+    assert DOCKER_PINNED in left and DOCKER_PLAIN not in left
+    entries = requests(proxy, 2)
+    assert [(e.outcome, e.client, e.pid) for e in entries] == [
+        (REQUEST_REFUSED, "crictl", refused.pid), (REQUEST_FORWARDED, "crictl", removed.pid)]
+
+
+def test_through_crio_a_pinned_image_is_refused(crio: CrioDaemon, crio_crictl: Crictl, crictl: pathlib.Path,
+                                                proxies: Callable[..., ProxyProcess], tmp_path: pathlib.Path) -> None:
+    """CRI-O keeps its own pins (pinned_images); the proxy defends the policy's pins too. Only a
+    refusal here: the session's CRI-O keeps its images for the other tests."""
+    wanted = CRIO_TEST_IMAGES[2]
+    pull(crio_crictl, [wanted])
+    proxy = proxies(None, "--pinned-image", wanted, upstream=crio.address)
+    client = Crictl(crictl, proxy.path, tmp_path / "crictl")
+    image_id = {image.repo_tags[0]: image.id for image in crio_crictl.images() if image.repo_tags}[wanted]
+    for ref in (wanted, image_id):
+        refused = rmi(client, ref)
+        assert refused.returncode != 0 and f"refused to remove {ref}" in refused.stderr, (
+            refused.stderr + proxy.log.read_text())
+        assert f"policy pattern {wanted}" in refused.stderr
+    assert wanted in tags(crio.address)
+    assert [(e.outcome, e.image_id, e.client) for e in requests(proxy, 2)] == [
+        (REQUEST_REFUSED, image_id, "crictl")] * 2
