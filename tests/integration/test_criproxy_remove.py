@@ -195,21 +195,27 @@ def test_through_cri_dockerd_a_pinned_image_is_refused(
         containerd17: ContainerdDaemon, cri_dockerd_043: CriDockerd, crictl: pathlib.Path,
         docker_images: Callable[..., list[images.ImageInfo]], proxies: Callable[..., ProxyProcess],
         tmp_path: pathlib.Path) -> None:
-    """Docker's images through cri-dockerd v0.4.3 (which pins none by label or policy)."""
+    """Docker's images through cri-dockerd v0.4.3 (which pins none by label or policy). Its
+    RemoveImage removes by image ID only (a tag answers OK and removes nothing), as the kubelet
+    calls it; the proxy refuses a pinned image named either way."""
     docker_images([images.recipe(ref, seed=ref) for ref in (DOCKER_PINNED, DOCKER_PLAIN)])
     env = {"DOCKER_HOST": cri_dockerd_043.docker.host, "CONTAINERD_NAMESPACE": "moby"}
     proxy = proxies(containerd17, "--pinned-image", DOCKER_PINNED, upstream=cri_dockerd_043.address, env=env)
     client = Crictl(crictl, proxy.path, tmp_path / "crictl")
-    refused = rmi(client, DOCKER_PINNED)
-    assert refused.returncode != 0, refused.stderr
-    assert f"refused to remove {DOCKER_PINNED}" in refused.stderr and f"policy pattern {DOCKER_PINNED}" in refused.stderr
-    removed = rmi(client, DOCKER_PLAIN)
+    ids = {image.repo_tags[0]: image.id for image in client.images() if image.repo_tags}
+    by_tag, by_id = rmi(client, DOCKER_PINNED), rmi(client, ids[DOCKER_PINNED])
+    for refused in (by_tag, by_id):
+        assert refused.returncode != 0, refused.stderr
+        assert "refused to remove" in refused.stderr and f"policy pattern {DOCKER_PINNED}" in refused.stderr
+    removed = rmi(client, ids[DOCKER_PLAIN])
     assert removed.returncode == 0, removed.stderr
     left = tags(cri_dockerd_043.address)
     assert DOCKER_PINNED in left and DOCKER_PLAIN not in left
-    entries = requests(proxy, 2)
-    assert [(e.outcome, e.client, e.pid) for e in entries] == [
-        (REQUEST_REFUSED, "crictl", refused.pid), (REQUEST_FORWARDED, "crictl", removed.pid)]
+    entries = requests(proxy, 3)
+    assert [(e.outcome, e.image_id, e.client, e.pid) for e in entries] == [
+        (REQUEST_REFUSED, ids[DOCKER_PINNED], "crictl", by_tag.pid),
+        (REQUEST_REFUSED, ids[DOCKER_PINNED], "crictl", by_id.pid),
+        (REQUEST_FORWARDED, ids[DOCKER_PLAIN], "crictl", removed.pid)]
 
 
 def test_through_crio_a_pinned_image_is_refused(crio: CrioDaemon, crio_crictl: Crictl, crictl: pathlib.Path,
