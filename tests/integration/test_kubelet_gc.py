@@ -20,7 +20,8 @@ pin`` and ``pinctl sync`` (gc_crio_scenario.py); tags re-pointed by an import an
 mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes whose kubelets
 pick differently within it (gc_tie_scenario.py); a fresh kubelet's first pass, which runs
 before any static pod's container, and a kubelet restarted mid-window, its pull records too
-(gc_life_scenario.py).
+(gc_life_scenario.py); a delete the proxy refuses in the age pass, which ends the kubelet's run
+before its threshold pass (gc_refused_scenario.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from tests.integration import (
     gc_crio_scenario,
     gc_ctd24_scenario,
     gc_life_scenario,
+    gc_refused_scenario,
     gc_repoint_scenario,
     gc_seed_scenario,
     gc_tie_scenario,
@@ -341,6 +343,7 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         "repointed": gc_repoint_scenario.repointed(plan_for),
         **{name: gc_tie_scenario.tied_node(plan_for) for name in gc_tie_scenario.NODES},
         "first_pass": gc_life_scenario.first_pass(plan_for), "restart": gc_life_scenario.restarted(plan_for),
+        "refused_age_pass": gc_refused_scenario.refused_in_age_pass(relay, plan_for),
     }
     _STARTED.update(began=time.monotonic(), outcomes={})
     thread = threading.Thread(target=lambda: _STARTED["outcomes"].update(run_all(scenarios, base, build)),
@@ -534,6 +537,11 @@ def image_volume_kept(run: SecondRun) -> None:
     actions = {item["id"]: (item["action"], item["why"]) for item in notes["prune"]["results"]}
     assert actions[notes["data"]][0] == "kept" and "in use by main" in actions[notes["data"]][1]
     assert actions[notes["plain"]][0] == "would-remove"
+
+
+def test_a_delete_cri_proxy_refuses_ends_the_age_pass_run_before_the_threshold_pass(
+        periodic: dict[str, Outcome]) -> None:
+    gc_refused_scenario.assert_outcome(periodic["refused_age_pass"].get())
 
 
 def test_the_seed_users_labelled_image_survives_through_cri_proxy(periodic: dict[str, Outcome]) -> None:

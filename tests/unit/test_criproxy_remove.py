@@ -92,12 +92,16 @@ def test_each_kind_of_pin_is_named_with_its_own_fix() -> None:
     decision = guard([row("example.test/a:1", ID_A, pattern)])[0].decide(request(ID_A))
     assert "policy pattern example.test/a:* (/etc/pinctl/config.toml)" in decision.message
     assert "drop the pattern example.test/a:* from the policy" in decision.message
-    crio = Reason(REASON_CRIO_PIN, "example.test/a:1", "/etc/crio/crio.conf.d/zz-pinctl.conf:3")
-    assert "pinctl's CRI-O pin" in guard([row("example.test/a:1", ID_A, crio, namespace="")],
-                                         runtime="cri-o")[0].decide(request(ID_A)).message
+    # The runtime's own pins count when the runtime reports them (c:1 is reported pinned), by name.
+    crio = Reason(REASON_CRIO_PIN, "example.test/c:1", "/etc/crio/crio.conf.d/zz-pinctl.conf:3")
+    assert "pinctl's CRI-O pin" in guard([row("example.test/c:1", ID_C, crio, namespace="")],
+                                         runtime="cri-o")[0].decide(request("example.test/c:1")).message
     config = Reason(REASON_CONTAINERD_CONFIG, "/etc/containerd/config.toml:12")
-    assert "containerd pinned_images" in guard([row("example.test/a:1", ID_A, config)])[0].decide(
-        request(ID_A)).message
+    assert "containerd pinned_images" in guard([row("example.test/c:1", ID_C, config)])[0].decide(
+        request("example.test/c:1")).message
+    # Not yet in effect (CRI-O not reloaded): the lists do not say pinned, nor does the refusal.
+    assert not guard([row("example.test/a:1", ID_A, crio, namespace="")], runtime="cri-o")[0].decide(
+        request(ID_A)).refused
 
 
 def test_what_the_proxy_does_not_report_pinned_is_not_defended() -> None:

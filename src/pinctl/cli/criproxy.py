@@ -19,6 +19,10 @@ from pinctl.cli.root import cli, exit_codes, load_config
               help="What forwards the calls: pinctl-cri-relay, the compiled relay (auto: when installed, beside "
                    "pinctl or on PATH), or Python's gRPC (python: adds about 1 ms to a ListImages of 1,000 images "
                    "and waits for each pin read).")
+@click.option("--refresh", metavar="SECONDS", type=click.FloatRange(0.5, 3600.0), default=2.0, show_default=True,
+              help="Read the pins again for an image answer (ListImages, StreamImages, ImageStatus) when they are "
+                   "older than this. Longer costs fewer reads on a large node and lets a new pin show later in the "
+                   "lists; a RemoveImage reads them afresh whatever this is.")
 @click.option("--allow-remove-pinned", is_flag=True, envvar="PINCTL_ALLOW_REMOVE_PINNED",
               help="Forward RemoveImage of an image pinctl keeps pinned (the journal still records it). "
                    "Without it such a call is refused with FAILED_PRECONDITION, naming the pin. "
@@ -27,8 +31,8 @@ from pinctl.cli.root import cli, exit_codes, load_config
               help="One log line per event on stderr, as text or JSON.")
 @common_options
 @click.pass_context
-def cri_proxy_command(ctx: click.Context, listen: str, relay: str, allow_remove_pinned: bool, log_format: str,
-                      **_: Any) -> int:
+def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: float, allow_remove_pinned: bool,
+                      log_format: str, **_: Any) -> int:
     """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
 
     Requests, answers, metadata, deadlines and status codes pass through unchanged, except
@@ -39,9 +43,9 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, allow_remove_
     RemoveImage of such an image is refused (FAILED_PRECONDITION, naming the pin and the fix)
     unless --allow-remove-pinned; the pins are read again for each. Every RemoveImage, with the
     calling process, goes into the deletion journal (--history-dir).
-    The pins are read again at most every 2 seconds, when an image call comes; if they cannot
-    be read, answers pass through unchanged. A change to its config files (checked every 2 s)
-    or SIGHUP reloads the config; SIGTERM stops it.
+    The pins are read again at most every 2 seconds (--refresh), when an image call comes;
+    if they cannot be read, answers pass through unchanged. A change to its config files
+    (checked every 2 s) or SIGHUP reloads the config; SIGTERM stops it.
     --metrics-address serves Prometheus metrics, /healthz and /readyz (ready while the pins
     can be read).
     """
@@ -51,7 +55,7 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, allow_remove_
     from pinctl.render import output
     from pinctl.render.log import Log
 
-    request = services.ProxyRequest(listen, find_relay(relay), allow_remove_pinned)
+    request = services.ProxyRequest(listen, find_relay(relay), allow_remove_pinned, refresh)
     log = Log(log_format)
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")

@@ -10,9 +10,9 @@ How a request is decided:
    runtime answers as it always does.
 2. The pins are read now (PinnedSet.rows_now), never taken from the cache: a label added a moment
    ago defends the image, one removed a moment ago does not.
-3. A pin that counts (the label in the namespace the runtime reads, a policy pattern, a Docker
-   config label, the sandbox image, the runtime's own pinned_images, or the runtime reporting it
-   pinned itself) refuses the call with FAILED_PRECONDITION and one line naming the image, the
+3. A pin the proxy's answers report (the label in the namespace the runtime reads, a policy
+   pattern, a Docker config label, the sandbox image, or the runtime reporting it pinned itself,
+   by its own pinned_images or otherwise) refuses the call with FAILED_PRECONDITION and one line naming the image, the
    pin and the fix; --allow-remove-pinned forwards it instead (and the journal says it was pinned).
 
 When the pins or the image cannot be read, the call is forwarded: the proxy never stops the
@@ -120,9 +120,9 @@ def describe(reason: Reason, row: ImageRow) -> Pin:
 
 
 def find_pin(rows: Sequence[ImageRow], image_id: str, names: Sequence[str],
-             label_namespace: Optional[str]) -> Optional[Pin]:
-    """The first pin that keeps the image the runtime named (by its ID, or by one of its names
-    for an image whose ID pinctl has no rows for), as the proxy's answers report it pinned."""
+             keeps: Callable[[Reason, ImageRow], bool]) -> Optional[Pin]:
+    """The first reason that keeps the image the runtime named (by its ID, or by one of its
+    names for an image whose ID pinctl has no rows for), as the proxy's answers match images."""
     known = {row.image_id for row in rows if row.image_id}
     wanted = set(names)
     for row in rows:
@@ -130,7 +130,7 @@ def find_pin(rows: Sequence[ImageRow], image_id: str, names: Sequence[str],
         if not same:
             continue
         for reason in row.reasons:
-            if counts(reason.kind, row, label_namespace) or reason.kind in RUNTIME_CONFIG_KINDS:
+            if keeps(reason, row):
                 return describe(reason, row)
     return None
 
@@ -177,9 +177,14 @@ class RemoveGuard:
             self.log("warning", "cannot read the pins; forwarding RemoveImage unchecked", image=ref)
             return Decision(ref, image_id)
         rows, runtime_name = read
-        pin = find_pin(rows, image_id, names, RUNTIME_NAMESPACES.get(runtime_name))
+        # Defended: what the proxy's own answers report pinned, no more (the kubelet never asks
+        # to remove what it lists pinned, and crictl rmi --all skips it): what pinctl pins, and
+        # what the runtime pins itself, named by its config where pinctl read that.
+        label_namespace = RUNTIME_NAMESPACES.get(runtime_name)
+        pin = find_pin(rows, image_id, names, lambda reason, row: counts(reason.kind, row, label_namespace))
         if pin is None and runtime_pinned:
-            pin = Pin(f"the runtime's own pin ({runtime_name} reports it pinned)", "unpin it in the runtime")
+            pin = find_pin(rows, image_id, names, lambda reason, _: reason.kind in RUNTIME_CONFIG_KINDS) or Pin(
+                f"the runtime's own pin ({runtime_name} reports it pinned)", "unpin it in the runtime")
         if pin is None:
             return Decision(ref, image_id)
         if self.allow_pinned:
