@@ -100,10 +100,6 @@ class ContainerdImporter:
         except grpc.RpcError as err:
             raise _grpc.translate(err, "containerd", self.address, timeout or self.timeout) from None
 
-    def _code(self, err: Exception) -> Any:
-        code = getattr(err, "code", None)
-        return code() if callable(code) else None
-
     def __enter__(self) -> ContainerdImporter:
         from pinctl.proto import leases_pb2
 

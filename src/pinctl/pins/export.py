@@ -122,10 +122,6 @@ def _id_names(p: Pattern, names: tuple[str, ...], runtime: str, notes: list[str]
     return list(names)
 
 
-def _toml_list(items: Sequence[str]) -> str:
-    return "[\n" + "".join(f"  {json.dumps(item)},\n" for item in items) + "]"
-
-
 def _expanded(pattern: Pattern, present: Optional[Sequence[str]], why: str, notes: list[str]) -> list[str]:
     if present is None:
         notes.append(f"{pattern.text!r} ({pattern.source}): {why}; left out, since --offline lists no images")
