@@ -76,14 +76,18 @@ type forwarder struct {
 func (fw *forwarder) handle(_ any, in grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(in)
 	var err error
+	refused := false
 	if method == removeImage && fw.removals != nil {
-		err = fw.remove(in)
+		refused, err = fw.remove(in)
 	} else {
 		err = fw.forward(method, in, nil)
 	}
 	code := status.Code(err)
 	if code == codes.Canceled && in.Context().Err() != nil {
 		code = codes.OK // the caller went away (a follower of GetContainerEvents): not the runtime's error
+	}
+	if refused {
+		code = codes.OK // pinctl's refusal (counted there), not the runtime's error
 	}
 	fw.stats.call(method, code)
 	return err

@@ -152,21 +152,21 @@ func (r *removals) done(id uint64, err error) {
 	r.ctl.send(message{Type: "removed", ID: id, Code: int(st.Code()), Message: st.Message()})
 }
 
-// remove holds a RemoveImage until pinctl decides, then refuses it or forwards it.
-func (fw *forwarder) remove(in grpc.ServerStream) error {
+// remove holds a RemoveImage until pinctl decides, then refuses it (refused true) or forwards it.
+func (fw *forwarder) remove(in grpc.ServerStream) (refused bool, err error) {
 	request := &frame{}
 	if err := in.RecvMsg(request); err != nil {
-		return err
+		return false, err
 	}
 	defer request.release()
 	id, v := fw.removals.decide(in.Context(), request.data.Materialize(), callerOf(in.Context()))
 	if v.refuse {
-		return status.Error(codes.FailedPrecondition, v.message)
+		return true, status.Error(codes.FailedPrecondition, v.message)
 	}
 	if in.Context().Err() != nil {
-		return status.FromContextError(in.Context().Err()).Err()
+		return false, status.FromContextError(in.Context().Err()).Err()
 	}
-	err := fw.forward(removeImage, in, request)
+	err = fw.forward(removeImage, in, request)
 	fw.removals.done(id, err)
-	return err
+	return false, err
 }

@@ -42,7 +42,8 @@ func TestRemoveImageIsDecidedByPinctlAndCarriesTheCaller(t *testing.T) {
 	toPinctl, fromRelay := io.Pipe()
 	ctl := newControl(fromRelay)
 	removals := newRemovals(ctl)
-	server, conn, err := newRelay(upstream, newPinCache(ctl, time.Hour, time.Second), newCounters(), ctl, removals)
+	stats := newCounters()
+	server, conn, err := newRelay(upstream, newPinCache(ctl, time.Hour, time.Second), stats, ctl, removals)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,5 +111,16 @@ func TestRemoveImageIsDecidedByPinctlAndCarriesTheCaller(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("no outcome reported")
 		}
+	}
+	// The refusal is pinctl's, not the runtime's: only the runtime's NotFound counts as its error.
+	// (A call is counted once its handler returns, just after its answer went out.)
+	for counted := stats.snapshot(); counted.Calls[removeImage] != 3; counted = stats.snapshot() {
+		if ctx.Err() != nil {
+			t.Fatalf("counted %+v", counted)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if counted := stats.snapshot(); len(counted.UpstreamErrors) != 1 || counted.UpstreamErrors["5"] != 1 {
+		t.Fatalf("counted %+v", counted)
 	}
 }
