@@ -37,6 +37,11 @@ function __fish_pinctl_ask --argument-names kind
                 set i (math $i + 1)
             case '--docker-host=*'
                 set -a pass $word
+            case --history-dir
+                set -a pass "--history-dir=$next"
+                set i (math $i + 1)
+            case '--history-dir=*'
+                set -a pass $word
             case --timeout
                 set -a pass "--timeout=$next"
                 set i (math $i + 1)
@@ -64,6 +69,10 @@ function __fish_pinctl_pinned_refs --description 'Pinned image references pinctl
     __fish_pinctl_ask refs ls -q --pinned
 end
 
+function __fish_pinctl_deleted_refs --description 'Image references pinctl history -q --all lists'
+    __fish_pinctl_ask refs history -q --all
+end
+
 function __fish_pinctl_namespaces --description 'containerd namespaces pinctl namespaces -q lists'
     __fish_pinctl_ask namespaces namespaces -q
 end
@@ -74,38 +83,39 @@ complete -c pinctl -e
 complete -c pinctl -f
 
 # pinctl
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a check -d 'Compare what pinctl expects with what the CRI runtime tells the kubelet'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a completion -d 'Print the completion script for SHELL'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a config -d 'Show and check pinctl\'s configuration and pin policy'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a cri-proxy -d 'Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a fleet -d 'What the pinctl agents of a Kubernetes cluster report on their Nodes'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a gc -d 'What the kubelet\'s image garbage collector will do on this node'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a help -d 'Show the help of COMMAND (pinctl pin --help) with examples of it, or pinctl\'s own'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a import -d 'Import image archives (docker save, OCI layout; tar, gzip or zstd) through the runtime'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a ls -d 'List image references, whether each is pinned and why'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a namespaces -d 'List containerd\'s namespaces; those pinctl reads by default are marked'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a options -d 'List the options every command takes (as kubectl options does)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a pin -d 'Pin images: add io.cri-containerd.pinned=pinned'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a prune -d 'Delete unused images as the kubelet\'s GC would, never one that must stay'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a pull -d 'Pull images through the runtime that will use them, within a disk budget'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a sync -d 'Label every image the policy covers, once'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -a unpin -d 'Unpin images: remove io.cri-containerd.pinned'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l version -d 'Show the version and exit'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -s h -l help -d 'Show this message and exit'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -s a -l address -r -F -d 'containerd socket'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l timeout -x -d 'Seconds to wait for each answer from the engine (0.05 to 86400)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image and (containerd 2.x) pinned_images from'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l crio-config -r -F -d 'CRI-O config to read pinned_images and pause_image from (its drop-ins: PATH.d)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l import-dir -r -F -d 'A directory of image archives for sync to import and pin (repeatable)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l history-dir -r -F -d 'Directory of the deletion journal (sync --watch, cri-proxy, history)'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l metrics-address -x -d 'Serve Prometheus metrics (/metrics), /healthz and /readyz on HOST:PORT; an empty HOST...'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
-complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help import ls namespaces options pin prune pull sync unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a check -d 'Compare what pinctl expects with what the CRI runtime tells the kubelet'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a completion -d 'Print the completion script for SHELL'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a config -d 'Show and check pinctl\'s configuration and pin policy'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a cri-proxy -d 'Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a fleet -d 'What the pinctl agents of a Kubernetes cluster report on their Nodes'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a gc -d 'What the kubelet\'s image garbage collector will do on this node'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a help -d 'Show the help of COMMAND (pinctl pin --help) with examples of it, or pinctl\'s own'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a history -d 'Show the node\'s image deletions, newest first: when, the image, why pinctl wanted it,...'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a import -d 'Import image archives (docker save, OCI layout; tar, gzip or zstd) through the runtime'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a ls -d 'List image references, whether each is pinned and why'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a namespaces -d 'List containerd\'s namespaces; those pinctl reads by default are marked'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a options -d 'List the options every command takes (as kubectl options does)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a pin -d 'Pin images: add io.cri-containerd.pinned=pinned'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a prune -d 'Delete unused images as the kubelet\'s GC would, never one that must stay'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a pull -d 'Pull images through the runtime that will use them, within a disk budget'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a sync -d 'Label every image the policy covers, once'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -a unpin -d 'Unpin images: remove io.cri-containerd.pinned'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l version -d 'Show the version and exit'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l timeout -x -d 'Seconds to wait for each answer from the engine (0.05 to 86400)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image and (containerd 2.x) pinned_images from'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l crio-config -r -F -d 'CRI-O config to read pinned_images and pause_image from (its drop-ins: PATH.d)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l import-dir -r -F -d 'A directory of image archives for sync to import and pin (repeatable)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l history-dir -r -F -d 'Directory of the deletion journal (sync --watch, cri-proxy, history)'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l metrics-address -x -d 'Serve Prometheus metrics (/metrics), /healthz and /readyz on HOST:PORT; an empty HOST...'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n 'not __fish_seen_subcommand_from check completion config cri-proxy fleet gc help history import ls namespaces options pin prune pull sync unpin' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
 
 # pinctl check
 complete -c pinctl -n '__fish_seen_subcommand_from check' -l wait -x -d 'Poll until they agree, for at most SECONDS: a runtime may lag a label change'
@@ -265,6 +275,29 @@ complete -c pinctl -n '__fish_seen_subcommand_from gc; and __fish_seen_subcomman
 # pinctl help
 complete -c pinctl -n '__fish_seen_subcommand_from help' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from help' 
+
+# pinctl history
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l since -x -d 'Only entries since TIME: a span back from now (30m, 2h, 7d, 1d12h) or a moment...'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l wanted -d 'Only images pinctl wanted kept (policy, import_dirs, a pin)'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l all -d 'Also the RemoveImage requests cri-proxy saw (refused or passed on) and the restores of...'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -s o -l output -x -a 'table wide json' -d 'Output format'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -s q -l quiet -d 'Print only references, one per line'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -s h -l help -d 'Show this message and exit'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -s a -l address -r -F -d 'containerd socket'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l timeout -x -d 'Seconds to wait for each answer from the engine (0.05 to 86400)'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l containerd-config -r -F -d 'containerd config to read the CRI sandbox image and (containerd 2.x) pinned_images from'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l crio-config -r -F -d 'CRI-O config to read pinned_images and pause_image from (its drop-ins: PATH.d)'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l docker-host -x -d 'Docker daemon, as in DOCKER_HOST'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -s r -l runtime-endpoint -x -d 'CRI runtime socket (ls --cri, check)'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l pinned-image -x -d 'Add a pinned-image pattern (exact, glob \'repo/*\' or keyword \'*word*\'); repeatable'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l pattern-dialect -x -a 'pinctl crio' -d 'How patterns match: pinctl (strict) or crio (exactly as CRI-O)'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l import-dir -r -F -d 'A directory of image archives for sync to import and pin (repeatable)'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l history-dir -r -F -d 'Directory of the deletion journal (sync --watch, cri-proxy, history)'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l metrics-address -x -d 'Serve Prometheus metrics (/metrics), /healthz and /readyz on HOST:PORT; an empty HOST...'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l config -r -F -d 'pinctl config file; drop-ins come from config.d beside it'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -l from-crio -r -F -d 'Add CRI-O\'s pinned_images (crio dialect) from PATH and PATH.d/'
+complete -c pinctl -n '__fish_seen_subcommand_from history' -a '(__fish_pinctl_deleted_refs)'
 
 # pinctl import
 complete -c pinctl -n '__fish_seen_subcommand_from import' -l pin -d 'Pin each reference right after its own import succeeds (and only then)'

@@ -146,7 +146,14 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
     emitted |= keys_of(render_gc_plan()) | keys_of(render_prune()) | keys_of(render_pull())
     emitted |= keys_of(render_import()) | keys_of(render_fleet_status())
+    emitted |= keys_of(render_history())
     assert emitted == documented
+
+
+def render_history() -> dict:
+    from .test_history_table import render_history_json
+
+    return render_history_json()
 
 
 def render_import() -> dict:

@@ -27,7 +27,8 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     """Compare what pinctl expects with what the CRI runtime tells the kubelet.
 
     With REFs, only those images, asked one by one with the CRI's ImageStatus call, as the
-    kubelet does for an image it is about to use. Without, every image the runtime lists: the wanted pin (a label in k8s.io or moby, a policy
+    kubelet does for an image it is about to use (one it does not know is looked up in the
+    deletion journal: the cause says who deleted it, see pinctl history). Without, every image the runtime lists: the wanted pin (a label in k8s.io or moby, a policy
     pattern, a Docker config label, the sandbox image) is set against the CRI's pinned field,
     and each difference gets its likely cause and fix. The kubelet itself refreshes its view of
     the images every 5 minutes, so it may lag behind the runtime.
@@ -39,7 +40,7 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     policy = load_policy(cfg)
     if textfile:
         textfile_target(textfile, refs)
-    request = commands.CheckRequest(refs, wait, sizes=bool(textfile))
+    request = commands.CheckRequest(refs, wait, sizes=bool(textfile), history_dir=cfg.settings.history_dir)
     with output.check_progress(active=wait > 0) as progress:
         report = commands.check(open_node(cfg), policy, lambda: open_runtime(cfg), request, progress)
     output.print_check(report.result, fmt, waited=report.waited)
