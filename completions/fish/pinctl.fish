@@ -213,6 +213,8 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subco
 # pinctl cri-proxy
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l listen -r -F -d 'Serve the CRI on this unix socket (mode 0660), e.g'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l relay -x -d 'What forwards the calls: pinctl-cri-relay, the compiled relay (auto: when installed,...'
+complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l refresh -x -d 'Read the pins again for image answers when older than this (a RemoveImage always reads...'
+complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l allow-remove-pinned -d 'Forward RemoveImage of a pinned image too, not FAILED_PRECONDITION'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l log-format -x -a 'text json' -d 'One log line per event on stderr, as text or JSON'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -s h -l help -d 'Show this message and exit'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -s n -l namespace -x -a '(__fish_pinctl_namespaces)' -d 'containerd namespace, repeatable; \'all\' for every one'

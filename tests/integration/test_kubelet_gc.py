@@ -21,7 +21,8 @@ mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes w
 pick differently within it (gc_tie_scenario.py); a fresh kubelet's first pass, which runs
 before any static pod's container, and a kubelet restarted mid-window, its pull records too
 (gc_life_scenario.py); an image Docker refuses to delete, which fails the maximum-age step and
-skips the threshold step (gc_refused_scenario.py).
+skips the threshold step (gc_refused_scenario.py); a delete cri-proxy refuses in the age pass,
+which ends the kubelet's run before its threshold pass too (gc_proxy_refused_scenario.py).
 
 ``PINCTL_PERIODIC_SCENARIOS=name,name`` starts only those scenarios (a developer's run of one
 or two; the tests of the others then fail, saying so).
@@ -65,6 +66,7 @@ from tests.integration import (
     gc_crio_scenario,
     gc_ctd24_scenario,
     gc_life_scenario,
+    gc_proxy_refused_scenario,
     gc_refused_scenario,
     gc_repoint_scenario,
     gc_seed_scenario,
@@ -349,6 +351,7 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         **{name: gc_tie_scenario.tied_node(plan_for) for name in gc_tie_scenario.NODES},
         "first_pass": gc_life_scenario.first_pass(plan_for), "restart": gc_life_scenario.restarted(plan_for),
         "docker_refused": gc_refused_scenario.docker_refused,
+        "refused_age_pass": gc_proxy_refused_scenario.refused_in_age_pass(relay, plan_for),
     }
     only = [name for name in os.environ.get("PINCTL_PERIODIC_SCENARIOS", "").split(",") if name]
     if only:
@@ -546,6 +549,11 @@ def image_volume_kept(run: SecondRun) -> None:
     actions = {item["id"]: (item["action"], item["why"]) for item in notes["prune"]["results"]}
     assert actions[notes["data"]][0] == "kept" and "in use by main" in actions[notes["data"]][1]
     assert actions[notes["plain"]][0] == "would-remove"
+
+
+def test_a_delete_cri_proxy_refuses_ends_the_age_pass_run_before_the_threshold_pass(
+        periodic: dict[str, Outcome]) -> None:
+    gc_proxy_refused_scenario.assert_outcome(periodic["refused_age_pass"].get())
 
 
 def test_the_seed_users_labelled_image_survives_through_cri_proxy(periodic: dict[str, Outcome]) -> None:
