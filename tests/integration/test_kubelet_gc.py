@@ -8,24 +8,10 @@ what it deleted, in order, and the test compares: the same images, in the plan's
 order among the images the plan marks as a tie. What else the kubelet showed (its usage and
 amountToFree, its shortfall message, which images survived) is compared too.
 
-Scenarios: the threshold step stopping at the low threshold; exited containers of a static pod
-protecting their image; the minimum age counted from the kubelet's detection pass; the
-maximum age; a shortfall; pins against the real GC (containerd 1.6.20, where the label alone
-does not count, directly and through ``pinctl cri-proxy`` with a policy-only image too; containerd
-2.4.2 directly, where it does); an image mounted as a volume (ImageVolume) on containerd 2.1 and
-2.4.2; the kubelet's CRIListStreaming through ``pinctl cri-proxy``, each relay, on containerd
-2.4.2 (gc_ctd24_scenario.py); the seed user's node through
-cri-dockerd (gc_seed_scenario.py); a CRI-O node, its pins from the site's drop-in, ``pinctl
-pin`` and ``pinctl sync`` (gc_crio_scenario.py); tags re-pointed by an import and a pull
-mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes whose kubelets
-pick differently within it (gc_tie_scenario.py); a fresh kubelet's first pass, which runs
-before any static pod's container, and a kubelet restarted mid-window, its pull records too
-(gc_life_scenario.py); an image Docker refuses to delete, which fails the maximum-age step and
-skips the threshold step (gc_refused_scenario.py); a delete cri-proxy refuses in the age pass,
-which ends the kubelet's run before its threshold pass too (gc_proxy_refused_scenario.py).
-
-``PINCTL_PERIODIC_SCENARIOS=name,name`` starts only those scenarios (a developer's run of one
-or two; the tests of the others then fail, saying so).
+Scenarios, each in its gc_*_scenario.py or below (docs/testing-kubernetes.md says what each
+showed, and how PINCTL_PERIODIC_SCENARIOS runs a few): the threshold step, the ages, a shortfall,
+pins directly and through cri-proxy, image volumes, CRIListStreaming, cri-dockerd, CRI-O,
+re-pointed tags, ties, a first pass and a restart, deletes Docker or cri-proxy refuse.
 """
 
 from __future__ import annotations
