@@ -29,6 +29,14 @@ type message struct {
 	Fields  map[string]string `json:"fields,omitempty"`
 	// stats (to pinctl)
 	Stats *statsSnapshot `json:"stats,omitempty"`
+	// remove (to pinctl: the RemoveImage request's bytes, base64 in JSON, and its caller; from
+	// pinctl: Refuse with Message, or forward) and removed (to pinctl: the runtime's Code and
+	// Message for it)
+	Request []byte `json:"request,omitempty"`
+	PID     int32  `json:"pid,omitempty"`
+	Client  string `json:"client,omitempty"`
+	Refuse  bool   `json:"refuse,omitempty"`
+	Code    int    `json:"code,omitempty"`
 }
 
 type control struct {
@@ -52,7 +60,7 @@ func (c *control) log(level, text string, fields map[string]string) {
 
 // serve reads pinctl's messages until stdin ends, which means pinctl is gone: then stopped
 // is closed so that the relay stops serving too (a relay left behind would hold the socket).
-func (c *control) serve(in io.Reader, pins *pinCache, stats *counters, stopped chan<- struct{}) {
+func (c *control) serve(in io.Reader, pins *pinCache, stats *counters, removals *removals, stopped chan<- struct{}) {
 	scanner := bufio.NewScanner(in)
 	scanner.Buffer(make([]byte, 1<<20), 256<<20) // a node's pinned set in one line
 	for scanner.Scan() {
@@ -64,6 +72,8 @@ func (c *control) serve(in io.Reader, pins *pinCache, stats *counters, stopped c
 		switch m.Type {
 		case "pins":
 			pins.answered(m)
+		case "remove":
+			removals.answered(m)
 		case "invalidate":
 			pins.invalidate()
 			// pinctl waits for this before it logs the reload: a call after that line asks again.

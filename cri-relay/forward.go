@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -58,6 +59,10 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 func (rawCodec) Name() string { return "proto" }
 
+// The relay reads no message as protobuf: its "proto" codec, for the calls it makes upstream,
+// is the raw one.
+func init() { encoding.RegisterCodecV2(rawCodec{}) }
+
 var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
 type forwarder struct {
@@ -65,20 +70,31 @@ type forwarder struct {
 	pins     *pinCache
 	stats    *counters
 	ctl      *control
+	removals *removals // nil: RemoveImage is forwarded as any other call
 }
 
 func (fw *forwarder) handle(_ any, in grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(in)
-	err := fw.forward(method, in)
+	var err error
+	refused := false
+	if method == removeImage && fw.removals != nil {
+		refused, err = fw.remove(in)
+	} else {
+		err = fw.forward(method, in, nil)
+	}
 	code := status.Code(err)
 	if code == codes.Canceled && in.Context().Err() != nil {
 		code = codes.OK // the caller went away (a follower of GetContainerEvents): not the runtime's error
+	}
+	if refused {
+		code = codes.OK // pinctl's refusal (counted there), not the runtime's error
 	}
 	fw.stats.call(method, code)
 	return err
 }
 
-func (fw *forwarder) forward(method string, in grpc.ServerStream) error {
+// forward relays one call; first, when given, is its one request, read already (RemoveImage).
+func (fw *forwarder) forward(method string, in grpc.ServerStream, first *frame) error {
 	// The caller's deadline and cancellation go upstream with the context.
 	ctx, cancel := context.WithCancel(in.Context())
 	defer cancel()
@@ -87,7 +103,11 @@ func (fw *forwarder) forward(method string, in grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
-	go relayRequests(in, out)
+	if first == nil {
+		go relayRequests(in, out)
+	} else {
+		go sendOnly(first, out)
+	}
 	rewrite := method == listImages || method == streamImages || method == imageStatus
 	for first := true; ; first = false {
 		answer := &frame{}
@@ -113,6 +133,13 @@ func (fw *forwarder) forward(method string, in grpc.ServerStream) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// sendOnly sends a unary call's one request, read already, and closes the sending side.
+func sendOnly(request *frame, out grpc.ClientStream) {
+	if out.SendMsg(request) == nil {
+		_ = out.CloseSend()
 	}
 }
 

@@ -101,7 +101,7 @@ func startRelay(t *testing.T, socket, upstream string, wanted, known []string) *
 	pins := newPinCache(ctl, time.Hour, 10*time.Second)
 	pins.answered(message{Type: "pins", ID: 1, OK: true, IDs: wanted, KnownIDs: known}) // the first ask's answer
 	stats := newCounters()
-	server, conn, err := newRelay(upstream, pins, stats, ctl)
+	server, conn, err := newRelay(upstream, pins, stats, ctl, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,8 @@ func run(listen, upstream string, refresh, askTimeout time.Duration) error {
 	ctl := newControl(os.Stdout)
 	stats := newCounters()
 	pins := newPinCache(ctl, refresh, askTimeout)
-	server, conn, err := newRelay(upstream, pins, stats, ctl)
+	removals := newRemovals(ctl)
+	server, conn, err := newRelay(upstream, pins, stats, ctl, removals)
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func run(listen, upstream string, refresh, askTimeout time.Duration) error {
 		return err
 	}
 	stopped := make(chan struct{})
-	go ctl.serve(os.Stdin, pins, stats, stopped)
+	go ctl.serve(os.Stdin, pins, stats, removals, stopped)
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
@@ -77,19 +78,24 @@ func run(listen, upstream string, refresh, askTimeout time.Duration) error {
 }
 
 // newRelay makes the relay's server, forwarding to the runtime's socket over conn.
-func newRelay(upstream string, pins *pinCache, stats *counters, ctl *control) (*grpc.Server, *grpc.ClientConn, error) {
+func newRelay(upstream string, pins *pinCache, stats *counters, ctl *control,
+	removals *removals) (*grpc.Server, *grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("unix://"+upstream, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// Reconnect to a restarted runtime within a second, not gRPC's default of up to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}),
-			grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
+		// The codec by its registered name (init in forward.go), not forced per call: a forced
+		// codec makes grpc-go send content-type application/grpc+proto, and CRI-O's socket
+		// (cmux, matching application/grpc exactly) resets such a connection.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
 	if err != nil {
 		return nil, nil, err
 	}
 	conn.Connect() // now, as the first call would: not on the kubelet's first call
-	fw := &forwarder{upstream: conn, pins: pins, stats: stats, ctl: ctl}
-	server := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(fw.handle),
+	fw := &forwarder{upstream: conn, pins: pins, stats: stats, ctl: ctl, removals: removals}
+	// peerCredentials: each connection's caller (pid, process name) for the journal of RemoveImage.
+	server := grpc.NewServer(grpc.Creds(peerCredentials{}), grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.UnknownServiceHandler(fw.handle),
 		grpc.MaxRecvMsgSize(messageBytes), grpc.MaxSendMsgSize(messageBytes))
 	return server, conn, nil
 }

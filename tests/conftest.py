@@ -58,9 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if "PINCTL_CACHE_DIR" not in os.environ:
         os.environ["PINCTL_CACHE_DIR"] = tempfile.mkdtemp(prefix="pinctl-test-cache-")
         config.add_cleanup(lambda: shutil.rmtree(os.environ.pop("PINCTL_CACHE_DIR"), ignore_errors=True))
-    # sync --watch writes every deletion it sees into the journal (history_dir): the suite's
-    # watchers share one of the suite's own, never the machine's /var/lib/pinctl/history. Tests of
-    # the journal itself name their own.
+    # Likewise the deletion journal: a watcher or cri-proxy started without a history_dir of its
+    # own writes the suite's, never the machine's /var/lib/pinctl/history.
     if "PINCTL_HISTORY_DIR" not in os.environ:
         os.environ["PINCTL_HISTORY_DIR"] = tempfile.mkdtemp(prefix="pinctl-test-history-")
         config.add_cleanup(lambda: shutil.rmtree(os.environ.pop("PINCTL_HISTORY_DIR"), ignore_errors=True))

@@ -31,6 +31,12 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("What the CRI tells the kubelet, against what pinctl wants", "pinctl check"),
         ("One image", "pinctl check example.test/epsilon:3.1"),
     ],
+    "history": [
+        ("Which images went from the node, who deleted them and why, newest first", "pinctl history"),
+        ("Why one image went", "pinctl history example.test/epsilon:3.1"),
+        ("Only images pinctl wanted kept, in the last day", "pinctl history --wanted --since 1d"),
+        ("Also the RemoveImage requests cri-proxy refused or passed on, and restores", "pinctl history --all"),
+    ],
     "fleet status": [
         ("Has every node applied the policy ConfigMap? A row per node", "pinctl fleet status"),
         ("In CI after kubectl apply: wait until every node has", "pinctl fleet status --wait 10m"),

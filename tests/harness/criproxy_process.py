@@ -18,13 +18,21 @@ from tests.harness.containerd import ContainerdDaemon
 class ProxyProcess:
     """`pinctl cri-proxy` as a process, on a short socket path (unix paths are limited to 108 bytes)."""
 
-    def __init__(self, daemon: ContainerdDaemon, upstream: str, *extra: str, env: dict[str, str] | None = None,
+    def __init__(self, daemon: ContainerdDaemon | None, upstream: str, *extra: str, env: dict[str, str] | None = None,
                  listen: str | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="px", dir="/tmp")
         self.path = listen or os.path.join(self.dir, "cri.sock")
         self.log = Path(self.dir) / "proxy.log"
-        full_env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address,
-                    "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path), **(env or {})}
+        # Its own deletion journal (and presence mark), read by the tests through .history.
+        self.history = Path(self.dir) / "history"
+        if daemon is None:  # a node without containerd (CRI-O): as an operator there runs pinctl
+            base = {key: value for key, value in os.environ.items()
+                    if key not in ("CONTAINERD_ADDRESS", "PINCTL_CONTAINERD_CONFIG", "CONTAINERD_NAMESPACE",
+                                   "DOCKER_HOST", "PINCTL_CONFIG")}
+        else:
+            base = {**os.environ, "CONTAINERD_ADDRESS": daemon.address,
+                    "PINCTL_CONTAINERD_CONFIG": str(daemon.config_path)}
+        full_env = {**base, "PINCTL_HISTORY_DIR": str(self.history), **(env or {})}
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pinctl", "cri-proxy", "--listen", self.path, "-r", f"unix://{upstream}",

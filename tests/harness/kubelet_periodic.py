@@ -386,20 +386,24 @@ def deletions_agree(plan: Mapping[str, Any], removed: Sequence[str]) -> Optional
     then the space step skips the ones the plan calls too young or used now, deletes the rest
     and stops once the freed CRI sizes reach ``amount_to_free`` (no limit in ``all_unused``).
     Within a tie the kubelet's own order is taken, so a plan that deleted other members of a
-    tie which straddles the stop still agrees; across ties the order must be the plan's.
+    tie which straddles the stop still agrees; across ties the order must be the plan's. An image
+    the plan says the runtime refuses (``refused_because``) is tried and frees nothing.
     """
     rank = {image_id: index for index, image_id in enumerate(removed)}
     order: list[dict[str, Any]] = []
     for group in tie_groups(plan):
         order += sorted(group, key=lambda entry: (rank.get(entry["id"], len(rank)), entry["position"]))
-    walked = [entry["id"] for entry in order if entry["fate"] == "deleted_age"]
+    # The kubelet logs each delete before it asks the runtime: a refused one is in ``removed`` too.
+    walked = [entry["id"] for entry in order if entry["fate"] in ("deleted_age", "refused_age")]
     amount = plan["amount_to_free"]
     if amount is not None or plan["mode"] == "all_unused":
         freed = 0
         for entry in order:
-            if entry["fate"] in ("deleted_age", "too_young", "used_now"):
+            if entry["fate"] in ("deleted_age", "refused_age", "too_young", "used_now"):
                 continue
             walked.append(entry["id"])
+            if entry["refused_because"] is not None:
+                continue  # refused: nothing freed, on to the next
             freed += entry["size"]
             if amount is not None and freed >= amount:
                 break

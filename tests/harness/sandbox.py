@@ -190,11 +190,16 @@ def run_pinctl_ls(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
     env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(policy)}
     # The daemon's own config tells pinctl which image is the CRI sandbox image.
     env["PINCTL_CONTAINERD_CONFIG"] = str(daemon.config_path)
+    env["PINCTL_HISTORY_DIR"] = str(history_dir(daemon.base_dir))
     argv = [str(pinctl), "ls"]
     print(f"\n$ {' '.join(argv)}", flush=True)
     result = subprocess.run(argv, env=env, check=False)
     if result.returncode != 0:
         print(f"(pinctl ls exited {result.returncode})")
+
+
+def history_dir(base: pathlib.Path) -> pathlib.Path:
+    return base / "history"
 
 
 def print_instructions(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
@@ -206,6 +211,8 @@ def print_instructions(daemon: ContainerdDaemon, policy: pathlib.Path) -> None:
         f"export PINCTL_CONTAINERD_CONFIG={daemon.config_path}\n"
         # The same socket serves the CRI: without it, every CRI command says which one it picked.
         f"export CONTAINER_RUNTIME_ENDPOINT=unix://{daemon.address}\n"
+        # The deletion journal sync --watch writes and pinctl history reads, beside the rest.
+        f"export PINCTL_HISTORY_DIR={history_dir(daemon.base_dir)}\n"
         f"export PATH={REPO}/.venv/bin:$PATH\n"
         f"# ctr for comparison: {daemon.bin_dir}/ctr -a {daemon.address} -n k8s.io images ls\n"
         f"# Archives to import (docs/pull-and-import.md): cd {folder}; pinctl import --pin {' '.join(SAMPLE_ARCHIVES)}\n"

@@ -65,8 +65,9 @@ def relay_proxies() -> Iterator[Callable[..., ProxyProcess]]:
 def proxy_factory(forwarding: str) -> Iterator[Callable[..., ProxyProcess]]:
     started: list[ProxyProcess] = []
 
-    def start(daemon: ContainerdDaemon, *extra: str, upstream: str | None = None, **kwargs: object) -> ProxyProcess:
-        proxy = ProxyProcess(daemon, upstream or daemon.address, "--relay", forwarding, *extra,
+    def start(daemon: ContainerdDaemon | None, *extra: str, upstream: str | None = None, **kwargs: object) -> ProxyProcess:
+        target = upstream if upstream is not None else daemon.address if daemon is not None else ""
+        proxy = ProxyProcess(daemon, target, "--relay", forwarding, *extra,
                              **kwargs)  # type: ignore[arg-type]
         started.append(proxy)
         proxy.wait_serving()

@@ -8,24 +8,17 @@ what it deleted, in order, and the test compares: the same images, in the plan's
 order among the images the plan marks as a tie. What else the kubelet showed (its usage and
 amountToFree, its shortfall message, which images survived) is compared too.
 
-Scenarios: the threshold step stopping at the low threshold; exited containers of a static pod
-protecting their image; the minimum age counted from the kubelet's detection pass; the
-maximum age; a shortfall; pins against the real GC (containerd 1.6.20, where the label alone
-does not count, directly and through ``pinctl cri-proxy`` with a policy-only image too; containerd
-2.4.2 directly, where it does); an image mounted as a volume (ImageVolume) on containerd 2.1 and
-2.4.2; the kubelet's CRIListStreaming through ``pinctl cri-proxy``, each relay, on containerd
-2.4.2 (gc_ctd24_scenario.py); the seed user's node through
-cri-dockerd (gc_seed_scenario.py); a CRI-O node, its pins from the site's drop-in, ``pinctl
-pin`` and ``pinctl sync`` (gc_crio_scenario.py); tags re-pointed by an import and a pull
-mid-window (gc_repoint_scenario.py); a tie the walk stops inside, on two nodes whose kubelets
-pick differently within it (gc_tie_scenario.py); a fresh kubelet's first pass, which runs
-before any static pod's container, and a kubelet restarted mid-window, its pull records too
-(gc_life_scenario.py).
+Scenarios, each in its gc_*_scenario.py or below (docs/testing-kubernetes.md says what each
+showed, and how PINCTL_PERIODIC_SCENARIOS runs a few): the threshold step, the ages, a shortfall,
+pins directly and through cri-proxy, image volumes, CRIListStreaming, cri-dockerd, CRI-O,
+re-pointed tags, ties, a first pass and a restart, deletes Docker or cri-proxy refuse.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import os
 import pathlib
 import threading
 import time
@@ -59,6 +52,8 @@ from tests.integration import (
     gc_crio_scenario,
     gc_ctd24_scenario,
     gc_life_scenario,
+    gc_proxy_refused_scenario,
+    gc_refused_scenario,
     gc_repoint_scenario,
     gc_seed_scenario,
     gc_tie_scenario,
@@ -341,7 +336,12 @@ def start_periodic(request: pytest.FixtureRequest) -> None:
         "repointed": gc_repoint_scenario.repointed(plan_for),
         **{name: gc_tie_scenario.tied_node(plan_for) for name in gc_tie_scenario.NODES},
         "first_pass": gc_life_scenario.first_pass(plan_for), "restart": gc_life_scenario.restarted(plan_for),
+        "docker_refused": gc_refused_scenario.docker_refused,
+        "refused_age_pass": gc_proxy_refused_scenario.refused_in_age_pass(relay, plan_for),
     }
+    only = [name for name in os.environ.get("PINCTL_PERIODIC_SCENARIOS", "").split(",") if name]
+    if only:
+        scenarios = {name: scenarios[name] for name in only}
     _STARTED.update(began=time.monotonic(), outcomes={})
     thread = threading.Thread(target=lambda: _STARTED["outcomes"].update(run_all(scenarios, base, build)),
                               name="periodic-gc", daemon=True)
@@ -355,7 +355,8 @@ def periodic(request: pytest.FixtureRequest) -> Iterator[dict[str, Outcome]]:
     if "error" in _STARTED:
         raise _STARTED["error"]
     _STARTED["thread"].join()
-    outcomes: dict[str, Outcome] = _STARTED["outcomes"]
+    outcomes: dict[str, Outcome] = collections.defaultdict(
+        lambda: Outcome(failure="not started: PINCTL_PERIODIC_SCENARIOS names other scenarios"), _STARTED["outcomes"])
     print(f"periodic GC scenarios: {time.monotonic() - _STARTED['began']:.0f}s from their start; "
           + ", ".join(f"{name} {outcome.seconds:.0f}s" for name, outcome in outcomes.items()))
     for outcome in outcomes.values():
@@ -536,6 +537,11 @@ def image_volume_kept(run: SecondRun) -> None:
     assert actions[notes["plain"]][0] == "would-remove"
 
 
+def test_a_delete_cri_proxy_refuses_ends_the_age_pass_run_before_the_threshold_pass(
+        periodic: dict[str, Outcome]) -> None:
+    gc_proxy_refused_scenario.assert_outcome(periodic["refused_age_pass"].get())
+
+
 def test_the_seed_users_labelled_image_survives_through_cri_proxy(periodic: dict[str, Outcome]) -> None:
     run = periodic["seed"].get()
     agreed(run)
@@ -585,3 +591,10 @@ def test_a_restarted_kubelet_dates_every_image_from_its_new_start(periodic: dict
     gc_life_scenario.assert_restart(run)
     agreed(run)
     same_figures(run)
+
+
+def test_an_image_docker_refuses_fails_the_age_step_and_the_threshold_step_does_not_run(
+        periodic: dict[str, Outcome]) -> None:
+    run = periodic["docker_refused"].get()
+    gc_refused_scenario.assert_outcome(run)
+    agreed(run)

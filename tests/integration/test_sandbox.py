@@ -145,6 +145,7 @@ def test_a_stopped_sandbox_starts_again_as_the_user_left_it(base: Path) -> None:
     first = run_script(base)
     address = sandbox._read_state(base)["address"]
     assert f"export CONTAINER_RUNTIME_ENDPOINT=unix://{address}" in first.stdout.splitlines()
+    assert f"export PINCTL_HISTORY_DIR={base}/history" in first.stdout.splitlines()
     ctr_label(base, OTHER, "pinned")  # the user's pin
     for stop_signal in ("KILL", "TERM"):  # killed (its socket left behind), then stopped cleanly
         pid = daemon_pid(base)

@@ -233,6 +233,23 @@ def test_bash_offers_only_pinned_refs_to_unpin(sandbox: Sandbox, engine: Contain
     assert bash_complete(sandbox, "pinctl unpin registry.example/", load) == []
 
 
+def test_bash_and_fish_complete_history_from_the_journal(sandbox: Sandbox) -> None:
+    """history's REF is mostly an image that is gone: the names come from the deletion journal
+    (history -q --all), and a --history-dir typed on the line is passed on."""
+    from pinctl.journal import Deletion
+    from pinctl.journal.store import Journal
+
+    journal = sandbox.tmp / "history"
+    gone = "example.test/shells/gone:1"
+    Journal(str(journal)).append(Deletion(time.time(), "containerd", "k8s.io", (gone,), "sha256:" + "ab" * 32))
+    assert bash_complete(sandbox, f"pinctl history --history-dir {journal} example.test/sh") == [gone]
+    assert sandbox.calls() == [f"history -q --all --history-dir={journal}"]
+    sandbox.reset_calls()
+    sandbox.env["PINCTL_HISTORY_DIR"] = str(journal)
+    assert fish_complete(sandbox, "pinctl history example.test/") == [gone]
+    assert sandbox.calls() == ["history -q --all"]
+
+
 def test_bash_is_silent_and_quick_without_a_daemon(sandbox: Sandbox) -> None:
     start = time.monotonic()
     assert bash_complete(sandbox, "pinctl pin ex") == []  # bash_complete asserts an empty stderr
@@ -326,6 +343,20 @@ ZSH_SETUPS = {
     "fpath": "fpath=({prefix}/share/zsh/site-functions $fpath); ",
     "source": "",  # sourced after compinit, below
 }
+
+
+def test_zsh_completes_history_from_the_journal(sandbox: Sandbox, terminal: Callable[[list[str]], Terminal]) -> None:
+    from pinctl.journal import Deletion
+    from pinctl.journal.store import Journal
+
+    journal = sandbox.tmp / "history"
+    Journal(str(journal)).append(Deletion(time.time(), "containerd", "k8s.io", ("example.test/shells/gone:1",)))
+    sandbox.env["PINCTL_HISTORY_DIR"] = str(journal)
+    term = zsh_terminal(sandbox, terminal, ZSH_SETUPS["fpath"].format(prefix=sandbox.prefix))
+    sandbox.reset_calls()
+    term.type("pinctl history example.test/shells/g", "Tab")
+    term.wait_for(r"^% pinctl history example\.test/shells/gone:1$")
+    assert sandbox.calls() == ["history -q --all"]
 
 
 @pytest.mark.parametrize("setup", list(ZSH_SETUPS))

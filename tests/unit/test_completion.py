@@ -101,6 +101,13 @@ def test_only_unpin_completes_pinned_refs() -> None:
     assert [key for key, found in kinds.items() if "pinned-refs" in found] == ["pinctl unpin"]
 
 
+def test_history_completes_the_names_the_journal_holds() -> None:
+    kinds = {node.key: [arg.value.kind for arg in node.args] for node in completion.tree.tree(cli).walk()}
+    assert [key for key, found in kinds.items() if "deleted-refs" in found] == ["pinctl history"]
+    for shell in completion.SHELLS:
+        assert " ".join(completion.calls.DELETED_REFS_CALL) in completion.render(shell, cli)
+
+
 @pytest.mark.parametrize("shell", completion.SHELLS)
 def test_short_engine_options_are_passed_on_by_their_long_name(shell: str) -> None:
     # pinctl reads "-a=/x" as the socket "=/x": every typed name must reach it as --address=.

@@ -108,6 +108,7 @@ WRONG_TYPES = [
     ("metrics_address", "9736", "must be a string, got 9736"),
     ("history_dir", "7", "must be a non-empty string, got 7"),
     ("kubelet_log", "7", "must be a string, got 7"),
+    ("kubelet_root_dir", "7", "must be a non-empty string, got 7"),
     ("import_dirs", '"/var/lib/pinctl/images"', 'must be a list of strings, got "/var/lib/pinctl/images"'),
 ]
 

@@ -40,6 +40,7 @@ def test_defaults_when_the_default_file_is_missing() -> None:
         "containerd_address": Value("/run/containerd/containerd.sock", "default"),
         "containerd_config": Value(None, "default"),
         "crio_config": Value(None, "default"),
+        "kubelet_root_dir": Value("/var/lib/kubelet", "default"),
         "timeout": Value(2.0, "default"),
         "docker_host": Value(None, "default"),
         "docker_containerd_address": Value(None, "default"),
@@ -69,6 +70,7 @@ namespaces = ["k8s.io", "moby"]
 containerd_address = "/run/example/containerd.sock"
 containerd_config = "/etc/example/containerd.toml"
 crio_config = "/etc/example/crio.conf"
+kubelet_root_dir = "/srv/example/kubelet"
 timeout = 7
 docker_host = "unix:///run/example-docker.sock"
 docker_containerd_address = "/run/example-docker/containerd.sock"
@@ -86,6 +88,7 @@ metrics_address = "127.0.0.1:9736"
         "containerd_address": "/run/example/containerd.sock",
         "containerd_config": "/etc/example/containerd.toml",
         "crio_config": "/etc/example/crio.conf",
+        "kubelet_root_dir": "/srv/example/kubelet",
         "timeout": 7.0,
         "docker_host": "unix:///run/example-docker.sock",
         "docker_containerd_address": "/run/example-docker/containerd.sock",

@@ -166,11 +166,12 @@ def test_gc_plan_json_envelope() -> None:
     body = doc["gc"]
     assert sorted(body) == ["amount_to_free", "at_risk", "eviction", "filesystem", "freed_bytes", "kubelet_started",
                             "kubelet_started_source", "message", "mode", "now", "order", "outcome", "protected",
-                            "runtime", "settings", "simulated", "ties", "usage_percent"]
+                            "refusals_source", "runtime", "settings", "simulated", "skipped_threshold", "ties",
+                            "usage_percent"]
     assert body["settings"]["high_threshold_percent"] == {"value": 85, "source": "kubelet default"}
     assert sorted(body["order"][0]) == ["deleted", "fate", "first_detected", "first_detected_source", "id",
-                                        "last_used", "last_used_source", "position", "refs", "running_total",
-                                        "size", "tie", "tie_group"]
+                                        "last_used", "last_used_source", "position", "refs", "refused_because",
+                                        "running_total", "size", "tie", "tie_group"]
     assert sorted(body["protected"][0]) == ["containers", "eligible_at", "id", "reasons", "refs", "size"]
 
 

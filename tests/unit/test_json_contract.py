@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -102,8 +103,14 @@ def render_check() -> dict:
     from pinctl.backends.cri import CriImage, RuntimeVersion
     from pinctl.check.compare import check
 
+    from pinctl.check.compare import judge_kubelet
+    from pinctl.check.credentials import KubeletPolicy
+    from pinctl.check.pull_records import RecordsRead
+
     result = check([ROW], [CriImage(ROW.image_id or "", (ROW.ref,), (), 1, False)],
                    RuntimeVersion("containerd", "1.7.24", "v1"), "unix:///run/containerd/containerd.sock")
+    judge_kubelet(result, KubeletPolicy("AlwaysVerify", (), True, "/var/lib/kubelet/config.yaml"),
+                  "/var/lib/kubelet/config.yaml", [], lambda ids, names: RecordsRead("/var/lib/kubelet/image_manager", True))
     buf = io.StringIO()
     output.print_check(result, "json", out=buf)
     return json.loads(buf.getvalue())
@@ -111,11 +118,16 @@ def render_check() -> dict:
 
 def test_check_envelope() -> None:
     doc = render_check()
-    assert sorted(doc) == ["agree", "images", "pinctl_result_version", "runtime"]
+    assert sorted(doc) == ["agree", "images", "kubelet", "pinctl_result_version", "runtime"]
     assert doc["agree"] is False and doc["runtime"]["name"] == "containerd"
+    assert sorted(doc["kubelet"]) == ["allowlist", "feature_gate", "kubelet_config", "kubelet_problems", "policy",
+                                      "policy_source", "records_dir", "warned_images"]
     [item] = doc["images"]
-    assert sorted(item) == ["agrees", "cause", "cri_pinned", "fix", "id", "reasons", "refs", "wanted"]
+    assert sorted(item) == ["agrees", "cause", "cri_pinned", "fix", "id", "kubelet_checks", "reasons", "refs", "wanted"]
     assert item["wanted"] is True and item["cri_pinned"] is False and "not caught up" in item["cause"]
+    [judged] = item["kubelet_checks"]
+    assert sorted(judged) == ["fix", "image_name", "reason", "verdict", "why"]
+    assert judged["verdict"] == "pulls" and judged["reason"] == "no-record"
 
 
 def test_config_and_lint_envelopes() -> None:
@@ -146,7 +158,14 @@ def test_every_emitted_key_is_documented_and_back() -> None:
     emitted |= keys_of({k: v for k, v in render_config().items() if k != "config"})
     emitted |= keys_of(render_gc_plan()) | keys_of(render_prune()) | keys_of(render_pull())
     emitted |= keys_of(render_import()) | keys_of(render_fleet_status())
+    emitted |= keys_of(render_history())
     assert emitted == documented
+
+
+def render_history() -> dict:
+    from .test_history_table import render_history_json
+
+    return render_history_json()
 
 
 def render_import() -> dict:
@@ -196,11 +215,14 @@ def render_gc_plan() -> dict:
     from pinctl.gc.model import GcSettings
     from pinctl.render import gc as gc_output
 
-    from .test_gc_service import NOW, FakeDomain, node_images, row_for
+    from .test_gc_refusals import RefusingDomain
+    from .test_gc_service import NOW, node_images, row_for
 
     images, containers = node_images()
     rows = [row_for(images[0], Reason("label", images[0].refs[0]))]
-    report = gc.gc_plan(FakeDomain(images, containers, 90), rows, SourcedGcSettings(GcSettings(), {}), NOW)
+    # A maximum age and a delete the runtime refuses: skipped_threshold and refused_because are set.
+    domain = RefusingDomain({images[1].id: "Docker refuses to delete it"}, images, containers, 90)
+    report = gc.gc_plan(domain, rows, SourcedGcSettings(GcSettings(max_age=timedelta(hours=1)), {}), NOW)
     buf = io.StringIO()
     gc_output.print_gc_plan(report, "json", buf)
     return json.loads(buf.getvalue())

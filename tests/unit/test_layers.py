@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("pinctl.config",)),
     ("backends", ("pinctl.backends", "pinctl.kubeapi")),
     ("pure logic", ("pinctl.pins", "pinctl.gc.model", "pinctl.gc.estimate", "pinctl.gc.eviction", "pinctl.gc.kubelet",
-                    "pinctl.fleet")),
+                    "pinctl.gc.refusals", "pinctl.fleet")),
     ("node", ("pinctl.node", "pinctl.journal")),
     ("shared below capabilities", ("pinctl.landing", "pinctl.service")),
     ("capabilities", CAPABILITIES := ("pinctl.check", "pinctl.gc.plan", "pinctl.pull", "pinctl.imports")),

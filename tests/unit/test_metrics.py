@@ -21,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pinctl.backends.cri import CriImage, RuntimeVersion
+from pinctl.journal import REQUEST_OUTCOMES
 from pinctl.check import compare as check
 from pinctl.criproxy import stats as proxystats
 from pinctl.errors import EngineUnreachable, PinctlError, UsageError
@@ -404,7 +405,8 @@ def test_the_doc_lists_the_label_values_the_code_has() -> None:
               "pinctl_cri_mismatches": check.MISMATCHES, "pinctl_drift_references": figures.DRIFTS,
               "pinctl_cri_proxy_pin_reads_total": proxystats.READ_RESULTS,
               "pinctl_cri_proxy_passed_through_total": proxystats.PASSED_THROUGH,
-              "pinctl_cri_proxy_pinned_keys": proxystats.KEY_KINDS}
+              "pinctl_cri_proxy_pinned_keys": proxystats.KEY_KINDS,
+              "pinctl_cri_proxy_remove_requests_total": REQUEST_OUTCOMES}
     for name, wanted in values.items():
         listed = re.findall(r"`([a-z-]+)`", rows[name][1].split(":", 1)[1])
         assert listed == list(wanted), name

@@ -196,6 +196,7 @@ def test_figures_and_their_exposition(proxy: tuple[criproxy.Proxy, FakeNode, Clo
     stats.calls["ListImages"] += 3
     stats.upstream_errors["UNAVAILABLE"] += 2
     stats.images_marked = 5
+    served.guard.outcomes["refused"] += 2
     found = proxystats.proxy_figures(served, stats)
     assert found.ready and found.pinned_keys is None and found.pins_age is None and found.runtime is None
     served.pins.current()
@@ -212,6 +213,8 @@ def test_figures_and_their_exposition(proxy: tuple[criproxy.Proxy, FakeNode, Clo
     assert got[("pinctl_cri_proxy_pin_reads_total", (("result", "failed"),))] == 0
     assert got[("pinctl_cri_proxy_passed_through_total", (("reason", "pins-unreadable"),))] == 0
     assert got[("pinctl_cri_proxy_images_marked_total", ())] == 5
+    assert got[("pinctl_cri_proxy_remove_requests_total", (("outcome", "refused"),))] == 2
+    assert got[("pinctl_cri_proxy_remove_requests_total", (("outcome", "forwarded"),))] == 0
     assert got[("pinctl_cri_proxy_pinned_keys", (("kind", "id"),))] == 1
     # The wanted images' references and digests: a:1 and n:1, and sha256:m-a:1 and sha256:m-n:1.
     assert got[("pinctl_cri_proxy_pinned_keys", (("kind", "name"),))] == 4

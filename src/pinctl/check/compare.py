@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence, get_args
 
+from pinctl.check import credentials as kubelet_credentials
 from pinctl.check import dockerd
+from pinctl.check.credentials import Judgement, KubeletPolicy
 from pinctl.node.crio import RELOAD_ANY_CRIO
 from pinctl.model import (
     CRI_NAMESPACE,
@@ -31,6 +33,7 @@ from pinctl.pins import labels as pin_labels
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, Listing, RuntimeVersion
+    from pinctl.check.pull_records import RecordsRead
     from pinctl.pins.containerd_entries import DeadEntry
     from pinctl.backends.cri_dockerd import CriDockerd
     from pinctl.node.crio import CrioSite
@@ -76,10 +79,37 @@ class CheckItem:
     cause: Optional[str] = None
     fix: Optional[str] = None
     mismatch: Optional[Mismatch] = None
+    # The names check was asked about that are this image (as a pod would write them).
+    asked: list[str] = field(default_factory=list)
+    # Its repository digests as the CRI lists them (name@sha256:...).
+    digests: list[str] = field(default_factory=list)
+    # What the kubelet does with the image on disk, name by name (pinned and wanted images only).
+    kubelet: list[Judgement] = field(default_factory=list)
 
     @property
     def agrees(self) -> bool:
         return self.cause is None
+
+    @property
+    def kubelet_warning(self) -> Optional[Judgement]:
+        """The name the kubelet will not run from disk for every pod, if any (the worst)."""
+        found = kubelet_credentials.worst(self.kubelet)
+        return found if found is not None and kubelet_credentials.warns(found) else None
+
+    def pod_names(self) -> list[str]:
+        """The names a pod may use for it: those asked, then the runtime's (an image ID is none)."""
+        return [name for name in dict.fromkeys([*self.asked, *self.refs]) if name != self.image_id]
+
+
+@dataclass(frozen=True)
+class KubeletView:
+    """The kubelet's credential verification as check read it: its policy, the config file it came
+    from (None: none read, its defaults), its records' directory, and each problem in one line."""
+
+    policy: KubeletPolicy
+    config: Optional[str]
+    records: str
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -87,10 +117,15 @@ class CheckResult:
     endpoint: str
     runtime: RuntimeVersion
     items: list[CheckItem]
+    kubelet: Optional[KubeletView] = None
 
     @property
     def agree(self) -> bool:
         return all(item.agrees for item in self.items)
+
+    @property
+    def kubelet_warnings(self) -> int:
+        return sum(item.kubelet_warning is not None for item in self.items)
 
 
 def check(
@@ -144,7 +179,32 @@ def check_runtime(
     statuses = {ref: runtime.image_status(ref) for ref in refs}
     listed = list({s.id: s for s in statuses.values() if s is not None}.values())
     unknown = [ref for ref, status in statuses.items() if status is None]
-    return check(rows, listed, version, runtime.endpoint, unknown, frontend, crio, config_pins)
+    result = check(rows, listed, version, runtime.endpoint, unknown, frontend, crio, config_pins)
+    for item in result.items:
+        item.asked = [ref for ref, status in statuses.items() if status is not None and status.id == item.image_id]
+    return result
+
+
+# Reads the kubelet's records of these image IDs and names (check/pull_records.read_records, bound
+# to the root dir; a fake in unit tests).
+RecordsReader = Callable[[Sequence[str], Sequence[str]], "RecordsRead"]
+
+
+def judge_kubelet(result: CheckResult, policy: KubeletPolicy, config: Optional[str], policy_problems: Sequence[str],
+                  read_records: RecordsReader) -> None:
+    """Set what the kubelet does with each image pinctl wants kept or the runtime pins, by each
+    name a pod may use for it; the records of those images alone are read."""
+    judged = [item for item in result.items if item.image_id and (item.desired or item.cri_pinned)]
+    names = [name for item in judged for name in item.pod_names()]
+    # A record under a repository digest never counts, but says the kubelet pulled the image.
+    records = read_records([key for item in judged for key in (item.image_id, *item.digests)], names)
+    for item in judged:
+        pulled = records.pulled.get(item.image_id)
+        misfiled = next((found for digest in item.digests
+                         if isinstance(found := records.pulled.get(digest), kubelet_credentials.PulledRecord)), None)
+        item.kubelet = [kubelet_credentials.judge(policy, name, pulled, records.intents.get(name), misfiled)
+                        for name in item.pod_names()]
+    result.kubelet = KubeletView(policy, config, records.directory, [*policy_problems, *records.problems])
 
 
 class Clock(Protocol):
@@ -214,7 +274,7 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
     reasons = _reasons(rows)
     desired = any(r.kind in WANTED_KINDS for r in reasons)
     refs = list(cri.repo_tags or cri.repo_digests or (cri.id,))
-    item = CheckItem(cri.id, refs, desired, cri.pinned, reasons)
+    item = CheckItem(cri.id, refs, desired, cri.pinned, reasons, digests=_digest_names(cri))
     if desired and not cri.pinned:
         item.mismatch, item.cause, item.fix = _why_not_pinned(reasons, site, refs[0])
     elif cri.pinned and not desired and site.runtime.name == DOCKER:
@@ -239,6 +299,14 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
         item.fix = ("it is likely the runtime's sandbox image or in its own pinned_images config; "
                     "show them with --containerd-config")
     return item
+
+
+def _digest_names(cri: CriImage) -> list[str]:
+    """Its repository digests as the CRI lists them, and each of its names with those digests:
+    Docker lists one repository's digest only, where a pull answers the pulled name's."""
+    digests = {name.split("@", 1)[1] for name in cri.repo_digests if "@" in name}
+    made = [f"{kubelet_credentials.repository(tag)}@{digest}" for tag in cri.repo_tags for digest in sorted(digests)]
+    return list(dict.fromkeys([*cri.repo_digests, *made]))
 
 
 def _reasons(rows: Sequence[ImageRow]) -> list[Reason]:

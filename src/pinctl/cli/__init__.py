@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence, TextIO
 import click
 
 # The command modules register their commands on the root group as they are imported.
-from pinctl.cli import check, completion, config, criproxy, gc, importing, ls, pin, pull, sync  # noqa: F401
+from pinctl.cli import check, config, criproxy, gc, history, importing, ls, pin, pull, sync  # noqa: F401
 from pinctl.cli.options import COMMON_OPTIONS_HEADING, SOURCE_OPTIONS, CommonOption, setting_options  # noqa: F401
 from pinctl.cli.root import PinctlCommand, cli  # noqa: F401
 from pinctl.display import closest

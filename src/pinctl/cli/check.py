@@ -17,20 +17,28 @@ from pinctl.model import OutputFormat
 @click.argument("refs", nargs=-1, metavar="[REF]...")
 @click.option("--wait", type=Seconds(0), default=0, metavar="SECONDS",
               help="Poll until they agree, for at most SECONDS: a runtime may lag a label change.")
+@click.option("--kubelet-config", metavar="PATH",
+              help="The kubelet's config file, for its credential checks. Default: "
+                   "/var/lib/kubelet/config.yaml when it exists.")
 @textfile_option("the images per namespace and pin state, policy coverage and drift, and the disagreements "
                  "by cause")
 @output_options(quiet=False, help_text="Output format; table shows only disagreements.")
 @common_options
 @click.pass_context
-def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile: Optional[str], fmt: OutputFormat,
-                  **_: Any) -> int:
+def check_command(ctx: click.Context, refs: Sequence[str], wait: float, kubelet_config: Optional[str],
+                  textfile: Optional[str], fmt: OutputFormat, **_: Any) -> int:
     """Compare what pinctl expects with what the CRI runtime tells the kubelet.
 
     With REFs, only those images, asked one by one with the CRI's ImageStatus call, as the
-    kubelet does for an image it is about to use. Without, every image the runtime lists: the wanted pin (a label in k8s.io or moby, a policy
+    kubelet does for an image it is about to use (one it does not know is looked up in the
+    deletion journal: the cause says who deleted it, see pinctl history). Without, every image the runtime lists: the wanted pin (a label in k8s.io or moby, a policy
     pattern, a Docker config label, the sandbox image) is set against the CRI's pinned field,
     and each difference gets its likely cause and fix. The kubelet itself refreshes its view of
     the images every 5 minutes, so it may lag behind the runtime.
+
+    With a kubelet here, each pinned image is also judged by its credential checks
+    (KEP-2535): will a pod run the copy on disk, or make the kubelet pull it again?
+    Those warnings leave the exit code alone.
     """
     from pinctl import commands
     from pinctl.render import output
@@ -39,7 +47,8 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, textfile
     policy = load_policy(cfg)
     if textfile:
         textfile_target(textfile, refs)
-    request = commands.CheckRequest(refs, wait, sizes=bool(textfile))
+    request = commands.CheckRequest(refs, wait, sizes=bool(textfile), history_dir=cfg.settings.history_dir,
+                                    kubelet_config=kubelet_config, kubelet_root_dir=cfg.settings.kubelet_root_dir)
     with output.check_progress(active=wait > 0) as progress:
         report = commands.check(open_node(cfg), policy, lambda: open_runtime(cfg), request, progress)
     output.print_check(report.result, fmt, waited=report.waited)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from pinctl.cli.options import common_options
+from pinctl.cli.options import Seconds, common_options
 from pinctl.cli.root import cli, exit_codes, load_config
 
 
@@ -19,23 +19,25 @@ from pinctl.cli.root import cli, exit_codes, load_config
               help="What forwards the calls: pinctl-cri-relay, the compiled relay (auto: when installed, beside "
                    "pinctl or on PATH), or Python's gRPC (python: adds about 1 ms to a ListImages of 1,000 images "
                    "and waits for each pin read).")
+@click.option("--refresh", metavar="SECONDS", type=Seconds(0.5, 3600.0), default=2.0, show_default=True,
+              help="Read the pins again for image answers when older than this (a RemoveImage always reads them).")
+@click.option("--allow-remove-pinned", is_flag=True, envvar="PINCTL_ALLOW_REMOVE_PINNED",
+              help="Forward RemoveImage of a pinned image too, not FAILED_PRECONDITION. "
+                   "Env: PINCTL_ALLOW_REMOVE_PINNED.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="One log line per event on stderr, as text or JSON.")
 @common_options
 @click.pass_context
-def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: str, **_: Any) -> int:
+def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: float, allow_remove_pinned: bool,
+                      log_format: str, **_: Any) -> int:
     """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
 
-    Requests, answers, metadata, deadlines and status codes pass through unchanged, except
-    that ListImages, StreamImages and ImageStatus report pinned: true for every image pinctl
-    wants kept (the pin label in the namespace the runtime reads, a policy pattern, a Docker
-    config label, the sandbox image), so runtimes that ignore the label keep them too. Nothing
-    is ever unpinned.
-    The pins are read again at most every 2 seconds, when an image call comes; if they cannot
-    be read, answers pass through unchanged. A change to its config files (checked every 2 s)
-    or SIGHUP reloads the config; SIGTERM stops it.
-    --metrics-address serves Prometheus metrics, /healthz and /readyz (ready while the pins
-    can be read).
+    Calls pass through unchanged, except that ListImages, StreamImages and ImageStatus report
+    pinned: true for every image pinctl wants kept (the pin label, a policy pattern, a Docker
+    config label, the sandbox image), and RemoveImage of such an image is refused, naming the
+    pin. Every RemoveImage goes into the deletion journal (--history-dir) with its caller.
+    If the pins cannot be read, calls pass through. Config file changes or SIGHUP reload the
+    config; SIGTERM stops it. --metrics-address serves metrics, /healthz and /readyz.
     """
     from pinctl.commands import services
     from pinctl.criproxy.relay import find_relay
@@ -43,7 +45,7 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, log_format: s
     from pinctl.render import output
     from pinctl.render.log import Log
 
-    request = services.ProxyRequest(listen, find_relay(relay))
+    request = services.ProxyRequest(listen, find_relay(relay), allow_remove_pinned, refresh)
     log = Log(log_format)
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")

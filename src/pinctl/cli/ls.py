@@ -35,12 +35,17 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     names the one with the label. WHY also lists every policy pattern covering the image
     and where it came from, and labels that look like pins but are not. The table shows an
     image's names; its sha256:<id> reference only with --id-refs, or when it has no name.
+    A REF that matches nothing, and a name the policy wants that the node lacks, are looked up
+    in the deletion journal: a line on stderr says who deleted it and when (pinctl history).
     """
     from pinctl import commands
     from pinctl.render import output
 
     cfg = load_config(ctx)
-    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect)
+    # A wanted image that is not on the node is looked up in the deletion journal (a table's
+    # reader asks why it is missing; a script reading -q does not).
+    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect, cfg.settings.history_dir,
+                             point_absent=not quiet and not filters)
     node = open_node(cfg)
     if quiet and query.names_only_will_do and not cri:
         output.print_names(commands.ls_names(node))
@@ -49,7 +54,11 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     result = commands.ls(node, load_policy(cfg), query, runtime)
     output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri, id_refs=id_refs)
     for term in result.unmatched:  # as pin would say it; listing nothing is no failure
-        output.warn(f"ls: no image matches {term}; pinctl ls lists them all")
+        went = result.went.get(term)
+        output.warn(f"ls: no image matches {term}: {went}" if went else
+                    f"ls: no image matches {term}; pinctl ls lists them all")
+    for line in result.deleted_wanted:
+        output.warn(f"ls: {line}")
     return EXIT_OK
 
 

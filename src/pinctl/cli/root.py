@@ -258,3 +258,17 @@ def help_command(ctx: click.Context, command: Sequence[str]) -> int:
     examples = examples_text(" ".join(here.command_path.split()[1:]))
     click.echo(here.get_help() + (f"\n\n{examples}" if examples else ""), nl=not examples)
     return 0
+
+
+@cli.command("completion", epilog=exit_codes("0 ok", "2 unknown shell"))
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]), metavar="SHELL")
+def completion_command(shell: str) -> int:
+    """Print the completion script for SHELL.
+
+    The script is static: completing commands and options starts no Python. Only image
+    references and namespaces are asked of pinctl itself (pinctl ls -q, pinctl namespaces -q).
+    """
+    from pinctl import completion
+
+    click.echo(completion.render(shell, cli), nl=False)
+    return 0

@@ -2,7 +2,7 @@
 these, prints the result and exits with the code the result carries. Guards (an empty policy
 before a prune), polling (check --wait) and filters live here, not in click. The long-running
 commands (sync --watch, cri-proxy) are in commands.services, and fleet status, which asks the
-Kubernetes API, in commands.fleet.
+Kubernetes API, in commands.fleet; history, which reads the deletion journal, in commands.history.
 
 Each function imports the capability it calls when it runs: one command loads what it uses, not
 every capability (that would add some 60 ms to `pinctl ls`).
@@ -42,6 +42,10 @@ class LsQuery:
     pinned: Optional[bool] = None
     drift: bool = False
     dialect: str = "pinctl"
+    # The deletion journal's directory ("": none is read), and whether the policy's exact names
+    # missing from the node are looked up in it too (filter terms that match nothing always are).
+    history_dir: str = ""
+    point_absent: bool = False
 
     @property
     def names_only_will_do(self) -> bool:
@@ -53,6 +57,10 @@ class LsResult:
     rows: list[ImageRow]
     errors: list[dict[str, str]] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)  # filter terms that match no image
+    # An unmatched term the deletion journal names -> how it went, and where to read more.
+    went: dict[str, str] = field(default_factory=dict)
+    # The policy's exact names missing from the node that the journal says were deleted, one line each.
+    deleted_wanted: list[str] = field(default_factory=list)
 
 
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
@@ -65,7 +73,38 @@ def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImag
     if runtime is not None:
         annotate_cri(listing.rows, runtime.list_images())
     rows = filter_rows(listing.rows, query.filters, query.pinned, query.drift, query.dialect)
-    return LsResult(rows, listing.errors, unmatched_terms(listing.rows, query.filters, query.dialect))
+    lost = {term: said for term in query.filters for said in unmatched_terms(listing.rows, [term], query.dialect)}
+    result = LsResult(rows, listing.errors, list(lost.values()))
+    if query.history_dir:
+        _point_at_journal(result, lost, listing.rows, policy, query)
+    return result
+
+
+# At most this many lines name wanted images the journal says were deleted; the rest are counted.
+DELETED_WANTED_LINES = 5
+
+
+def _point_at_journal(result: LsResult, lost: dict[str, str], rows: Sequence[ImageRow], policy: Policy,
+                      query: LsQuery) -> None:
+    """Where ls names an image that is not on the node, the journal's newest word on it. The
+    journal is read only when there is such an image: a filter term that matched nothing, or
+    (point_absent) an exact name of the policy no image has."""
+    from pinctl.commands.history import absent_exact_patterns, latest_deletions, pointer
+    from pinctl.pins.patterns import is_pattern
+
+    terms = [term for term in lost if not is_pattern(term)]
+    absent = absent_exact_patterns(policy.patterns, (reason.detail for row in rows for reason in row.reasons
+                                                     if reason.kind == REASON_PATTERN)) if query.point_absent else []
+    if not terms and not absent:
+        return
+    found = latest_deletions(query.history_dir, [*terms, *(pattern.text for pattern in absent)])
+    result.went = {lost[term]: pointer(term, found[term]) for term in terms if term in found}
+    lines = [f"{pattern.text}, wanted by the policy ({pattern.source or 'pattern'}), is not on the node: "
+             f"{pointer(pattern.text, found[pattern.text])}" for pattern in absent if pattern.text in found]
+    if len(lines) > DELETED_WANTED_LINES:
+        more = len(lines) - DELETED_WANTED_LINES + 1
+        lines[DELETED_WANTED_LINES - 1:] = [f"and {more} more wanted images deleted: pinctl history --wanted"]
+    result.deleted_wanted = lines
 
 
 def ls_names(node: Node) -> list[str]:
@@ -202,6 +241,10 @@ class CheckRequest:
     refs: Sequence[str] = ()
     wait: float = 0.0
     sizes: bool = False
+    history_dir: str = ""  # the deletion journal, for a REF the runtime does not know ("": not read)
+    # The kubelet's config file (None: its default file when there) and root dir (its records).
+    kubelet_config: Optional[str] = None
+    kubelet_root_dir: str = "/var/lib/kubelet"
 
 
 def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeImages, RuntimeVersion]],
@@ -224,9 +267,34 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
         site = crio.check_site(rows) if (crio := node.crio()) is not None else None
         return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins())
 
+    from pinctl.check import pull_records
+
+    kubelet = pull_records.kubelet_side(request.kubelet_config, request.kubelet_root_dir)
     wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)
+    if request.history_dir and request.refs:
+        _unknown_from_journal(result, request.history_dir)
+    if kubelet is not None:  # what it does with the pinned images, once their pins are settled
+        checking.judge_kubelet(result, kubelet.policy, kubelet.config, kubelet.problems, kubelet.read)
     return CheckReport(result, waited if wait > 0 else None, rows, node.selected_namespaces())
+
+
+def _unknown_from_journal(result: CheckResult, directory: str) -> None:
+    """A REF the runtime knows no image by: if the deletion journal has it, its cause says who
+    deleted it, and its fix where to read why."""
+    from pinctl.check.compare import MISMATCH_UNKNOWN_IMAGE
+    from pinctl.commands.history import latest_deletions, went
+
+    unknown = [item for item in result.items if item.mismatch == MISMATCH_UNKNOWN_IMAGE]
+    if not unknown:
+        return
+    found = latest_deletions(directory, [item.refs[0] for item in unknown])
+    for item in unknown:
+        deletion = found.get(item.refs[0])
+        if deletion is not None:
+            name = item.refs[0]
+            item.cause = f"the runtime knows no image by this name: it was {went(deletion)}"
+            item.fix = f"pinctl history {name} says who and why; pinctl pull {name} (or import) brings it back"
 
 
 def namespaces(node: Node) -> list[tuple[str, bool]]:

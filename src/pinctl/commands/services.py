@@ -187,6 +187,8 @@ class ProxyRequest:
 
     listen: str
     relay: Optional[str]
+    allow_remove_pinned: bool = False
+    refresh_seconds: float = 2.0  # criproxy.pins.REFRESH_SECONDS
 
 
 def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: LogFn, warn: Callable[[str], None],
@@ -213,6 +215,8 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
         return ProxySetup(lambda: open_node(cfg, warn, absent_ok=True), compile_policy(cfg.patterns),
                           watched_paths(cfg))
 
-    proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay)
+    proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay,
+                  allow_remove_pinned=request.allow_remove_pinned, history_dir=first.settings.history_dir,
+                  refresh_seconds=request.refresh_seconds)
     with served(proxy):
         return proxy.run()

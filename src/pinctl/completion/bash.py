@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from pinctl.completion import template
-from pinctl.completion.calls import NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed, call_words
+from pinctl.completion.calls import (DELETED_REFS_CALL, NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed,
+                                    call_words)
 from pinctl.completion.template import sq
 from pinctl.completion.tree import CommandNode, Value
 
@@ -104,6 +105,8 @@ def _action(value: Value) -> str:
         return '_pinctl_ask "$2" ' + call_words(REFS_CALL) + ' "${nspass[@]}"'
     if value.kind == "pinned-refs":
         return '_pinctl_ask "$2" ' + call_words(PINNED_REFS_CALL) + ' "${nspass[@]}"'
+    if value.kind == "deleted-refs":
+        return '_pinctl_ask "$2" ' + call_words(DELETED_REFS_CALL) + ' "${nspass[@]}"'
     if value.kind == "namespaces":
         return '_pinctl_ask "$2" ' + call_words(NAMESPACES_CALL)
     return ":"

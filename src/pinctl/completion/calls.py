@@ -13,10 +13,12 @@ from pinctl.completion.tree import NAMESPACE_OPTION, CommandNode, is_short
 
 REFS_CALL = ("ls", "-q")
 PINNED_REFS_CALL = ("ls", "-q", "--pinned")
+# history's REF is mostly an image that is gone: the journal's names, not the node's.
+DELETED_REFS_CALL = ("history", "-q", "--all")
 NAMESPACES_CALL = ("namespaces", "-q")
 # Options that choose the engine or config a call reads: typed ones are passed on, so that
 # completing `pinctl -a /other.sock pin <TAB>` lists the images of the engine being talked to.
-PASS_THROUGH = ("--address", "--timeout", "--config", "--docker-host")
+PASS_THROUGH = ("--address", "--timeout", "--config", "--docker-host", "--history-dir")
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import Sequence
 
 from pinctl.completion import template
-from pinctl.completion.calls import NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed, call_words
+from pinctl.completion.calls import (DELETED_REFS_CALL, NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed,
+                                    call_words)
 from pinctl.completion.tree import CommandNode, Opt, Value, is_short
 
 # What a value or an argument of each kind completes to, beyond fixed words and files.
 _ASKED = {
     "refs": "(__fish_pinctl_refs)",
     "pinned-refs": "(__fish_pinctl_pinned_refs)",
+    "deleted-refs": "(__fish_pinctl_deleted_refs)",
     "namespaces": "(__fish_pinctl_namespaces)",
 }
 
@@ -31,6 +33,7 @@ def render(root: CommandNode, passed: Sequence[Passed]) -> str:
     words = {
         "REFS": call_words(REFS_CALL),
         "PINNED_REFS": call_words(PINNED_REFS_CALL),
+        "DELETED_REFS": call_words(DELETED_REFS_CALL),
         "NAMESPACES": call_words(NAMESPACES_CALL),
     }
     static = template.fill(template.read("pinctl.fish"), {"ARMS": _passed_arms(passed)}, words)

@@ -19,6 +19,8 @@ import click
 PROG = "pinctl"
 # Commands whose REF arguments complete to pinned references only: unpinning any other does nothing.
 PINNED_REFS_COMMANDS = frozenset({("unpin",)})
+# Commands whose REF arguments complete to the names the deletion journal holds.
+DELETED_REFS_COMMANDS = frozenset({("history",)})
 NAMESPACE_OPTION = "--namespace"
 _PATH_METAVARS = frozenset({"PATH", "FILE", "DIR", "SOCKET"})
 # Words written into the scripts unquoted (names, choices): nothing a shell would expand.
@@ -31,7 +33,8 @@ class Value:
     """What an option's value or an argument completes to.
 
     kind is "words" (the choices in words), "files", "refs" (asked of pinctl ls -q),
-    "pinned-refs" (asked of pinctl ls -q --pinned), "namespaces" (asked of pinctl
+    "pinned-refs" (asked of pinctl ls -q --pinned), "deleted-refs" (asked of pinctl history -q
+    --all), "namespaces" (asked of pinctl
     namespaces -q) or "none". optional is true for click options that may be given bare
     (--from-crio or --from-crio PATH).
     """
@@ -171,6 +174,8 @@ def _argument_value(param: click.Argument, path: tuple[str, ...]) -> Value:
     value = _value(param)
     if value.kind == "refs" and path[1:] in PINNED_REFS_COMMANDS:
         return dataclasses.replace(value, kind="pinned-refs")
+    if value.kind == "refs" and path[1:] in DELETED_REFS_COMMANDS:
+        return dataclasses.replace(value, kind="deleted-refs")
     return value
 
 

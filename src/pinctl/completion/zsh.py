@@ -11,7 +11,8 @@ import re
 from typing import Optional, Sequence
 
 from pinctl.completion import template
-from pinctl.completion.calls import NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed, call_words
+from pinctl.completion.calls import (DELETED_REFS_CALL, NAMESPACES_CALL, PINNED_REFS_CALL, REFS_CALL, Passed,
+                                    call_words)
 from pinctl.completion.template import sq
 from pinctl.completion.tree import CommandNode, Opt, Value, is_short
 
@@ -19,6 +20,7 @@ _ACTIONS = {
     "files": "_files",
     "refs": "_pinctl_refs",
     "pinned-refs": "_pinctl_pinned_refs",
+    "deleted-refs": "_pinctl_deleted_refs",
     "namespaces": "_pinctl_namespaces",
     "none": " ",  # a value with nothing to offer: zsh shows its description only
 }
@@ -37,6 +39,7 @@ def render(root: CommandNode, passed: Sequence[Passed]) -> str:
     words = {
         "REFS": call_words(REFS_CALL),
         "PINNED_REFS": call_words(PINNED_REFS_CALL),
+        "DELETED_REFS": call_words(DELETED_REFS_CALL),
         "NAMESPACES": call_words(NAMESPACES_CALL),
         "ROOT_COMMAND": _function_name("_pinctl_cmd", root),
     }

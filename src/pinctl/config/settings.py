@@ -84,6 +84,11 @@ class Settings:
         None, help="CRI-O config to read pinned_images and pause_image from (its drop-ins: PATH.d).",
         example="/etc/crio/crio.conf", env="PINCTL_CRIO_CONFIG", flag="--crio-config", metavar="PATH",
         default_text="what the crio process behind the CRI socket runs with (`/etc/crio/crio.conf`)")
+    kubelet_root_dir: str = setting(
+        "/var/lib/kubelet", help="The kubelet's --root-dir, where check reads its image pull records "
+                                 "(image_manager/pulled and pulling).",
+        example="/var/lib/kubelet", env="PINCTL_KUBELET_ROOT_DIR", flag="--kubelet-root-dir", metavar="DIR",
+        flag_help="The kubelet's --root-dir: check reads its image pull records there.")
     docker_host: Optional[str] = setting(
         None, help="Docker daemon to talk to, as in DOCKER_HOST.", example="unix:///run/docker.sock",
         env="DOCKER_HOST", flag="--docker-host", metavar="HOST", flag_help="Docker daemon, as in DOCKER_HOST.",

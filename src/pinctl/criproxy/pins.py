@@ -73,7 +73,7 @@ class PinnedKeys:
 
 def pinned_keys(rows: Sequence[ImageRow], runtime_name: str) -> PinnedKeys:
     label_namespace = RUNTIME_NAMESPACES.get(runtime_name)
-    wanted = [row for row in rows if any(_counts(reason.kind, row, label_namespace) for reason in row.reasons)]
+    wanted = [row for row in rows if any(counts(reason.kind, row, label_namespace) for reason in row.reasons)]
     return PinnedKeys(frozenset(row.image_id for row in wanted if row.image_id),
                       frozenset(row.image_id for row in rows if row.image_id),
                       frozenset(key for row in wanted for key in (row.digest, row.ref) if key))
@@ -125,7 +125,8 @@ def settled(read: Packed, previous: Optional[PinnedKeys]) -> PinnedKeys:
     return keys
 
 
-def _counts(kind: str, row: ImageRow, label_namespace: Optional[str]) -> bool:
+def counts(kind: str, row: ImageRow, label_namespace: Optional[str]) -> bool:
+    """Whether a reason of the row makes the proxy report the image pinned."""
     if kind == REASON_LABEL:
         return label_namespace is not None and row.namespace == label_namespace
     return kind in (REASON_PATTERN, REASON_DOCKER_LABEL, REASON_SANDBOX)
@@ -289,6 +290,30 @@ class PinnedSet:
             self.ok_reads += 1
             self._read_ok_at = self._clock()
         self._read_at = self._clock()
+
+    def rows_now(self) -> Optional[tuple[list[ImageRow], str]]:
+        """The rows read now, not from the cache, with the runtime's name: a RemoveImage is
+        decided on what holds when it comes (a label added a moment ago defends the image, one
+        removed a moment ago no longer does). The keys are refreshed from the same read. None
+        when the pins cannot be read."""
+        with self._lock:
+            self.reads += 1
+            try:
+                if self._setup is None:
+                    self._setup = self._load()
+                if self._node is None:
+                    self._node = self._setup.open_node()
+                rows = self._node.rows(self._setup.policy, runtime_sizes=False).rows
+                runtime_name = self._runtime_name()
+                self._keys = settled(packed(pinned_keys(rows, runtime_name)), self._keys)
+            except Exception as err:  # noqa: BLE001 - the caller decides what an unreadable pin means
+                self._failed(err)
+                self._read_at = self._clock()
+                return None
+            self._failing = False
+            self.ok_reads += 1
+            self._read_ok_at = self._read_at = self._clock()
+            return list(rows), runtime_name
 
     def _read_keys(self, node: Node, policy: Policy) -> Packed:
         """The keys of a fresh read, packed: its rows and their strings are freed on return,

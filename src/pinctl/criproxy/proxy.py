@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
 
 from pinctl.criproxy.pins import (IMAGE_STATUS, LIST_IMAGES, REFRESH_SECONDS, STREAM_IMAGES, PinnedSet, ProxySetup,
                                   rewrite)
+from pinctl.criproxy.peers import PeerJoiner
 from pinctl.criproxy.relay import Relay
+from pinctl.criproxy.remove import REMOVE_IMAGE, Caller, JournalWriter, RemoveGuard, upstream_status
 from pinctl.criproxy.stats import (
     ANSWER_UNREADABLE,
     METHOD_LABELS,
@@ -39,6 +41,7 @@ from pinctl.criproxy.stats import (
     relay_stats,
 )
 from pinctl.errors import PinctlError, UsageError
+from pinctl.journal import REQUEST_FAILED, REQUEST_FORWARDED, REQUEST_REFUSED, presence
 from pinctl.model import LogFn
 from pinctl.service.configfiles import ConfigPoll
 from pinctl.service.memory import serve_for_long
@@ -80,10 +83,13 @@ class Forwarder:
     """A gRPC handler for every method: the request goes upstream as bytes, the answer (or the
     upstream's status code and message) comes back as it is, image answers with pins added."""
 
-    def __init__(self, channel: grpc.Channel, pins: PinnedSet, log: LogFn) -> None:
+    def __init__(self, channel: grpc.Channel, pins: PinnedSet, log: LogFn, guard: Optional[RemoveGuard] = None,
+                 callers: Callable[[grpc.ServicerContext], Caller] = lambda _: Caller()) -> None:
         self.channel = channel
         self.pins = pins
         self.log = log
+        self.guard = guard
+        self.callers = callers
         self._callables: dict[tuple[str, str], Any] = {}
 
     def _upstream(self, kind: str, method: str) -> Any:
@@ -114,6 +120,8 @@ class Forwarder:
     def _unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         import grpc
 
+        if method == REMOVE_IMAGE and self.guard is not None:
+            return self._remove(request, context)
         call = self._upstream(UNARY_UNARY, method)
         try:
             reply: bytes = call(request, **_call_options(context))
@@ -121,6 +129,25 @@ class Forwarder:
             _abort(context, err)
         if method in (LIST_IMAGES, IMAGE_STATUS):
             return self._with_pins(method, reply)
+        return reply
+
+    def _remove(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """RemoveImage: refused when the image is pinned, else forwarded; journaled either way."""
+        import grpc
+
+        assert self.guard is not None
+        caller = self.callers(context)
+        decision = self.guard.decide(request)
+        if decision.refused:
+            self.guard.record(decision, caller, REQUEST_REFUSED)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, decision.message)
+        try:
+            reply: bytes = self._upstream(UNARY_UNARY, REMOVE_IMAGE)(request, **_call_options(context))
+        except grpc.RpcError as err:
+            call: Any = err
+            self.guard.record(decision, caller, REQUEST_FAILED, f"{call.code().name}: {call.details() or ''}")
+            _abort(context, err)
+        self.guard.record(decision, caller, REQUEST_FORWARDED)
         return reply
 
     def _with_pins(self, method: str, reply: bytes) -> bytes:
@@ -236,7 +263,8 @@ class Proxy:
     """The server on listen, forwarding to the runtime at upstream (a unix socket path)."""
 
     def __init__(self, listen: str, upstream: str, load: Callable[[], ProxySetup], log: LogFn,
-                 refresh_seconds: float = REFRESH_SECONDS, relay: Optional[str] = None) -> None:
+                 refresh_seconds: float = REFRESH_SECONDS, relay: Optional[str] = None,
+                 allow_remove_pinned: bool = False, history_dir: Optional[str] = None) -> None:
         import grpc
 
         if same_socket(listen, upstream):
@@ -252,9 +280,13 @@ class Proxy:
         # The relay keeps the pins for refresh_seconds itself, and asks for them when stale.
         self.pins = PinnedSet(load, self.runtime_name, log, 0.0 if relay else refresh_seconds)
         self.refresh_seconds = refresh_seconds
-        self.forwarder = Forwarder(self.channel, self.pins, log)
+        self.history_dir = history_dir
+        self.journal = JournalWriter(history_dir, log) if history_dir else None
+        self.guard = RemoveGuard(self.pins, upstream_status(self.channel), allow_remove_pinned, self.journal, log)
+        self.forwarder = Forwarder(self.channel, self.pins, log, self.guard)
         self._stop = threading.Event()
         self._server: Optional[grpc.Server] = None
+        self._joiner: Optional[PeerJoiner] = None
         self._relay: Optional[Relay] = None
         self._poll: Optional[ConfigPoll] = None
         self._relay_counted = ProxyStats()
@@ -289,29 +321,45 @@ class Proxy:
         self._inode = (info.st_dev, info.st_ino)
         self.log("info", "serving the CRI", listen=self.listen, upstream=self.upstream,
                  forwarding=self.relay_binary or "python")
+        self._mark_serving()
+
+    def _mark_serving(self) -> None:
+        """Tell the watcher a proxy serves: a deletion with no RemoveImage journaled was then
+        done outside the CRI. A mark that cannot be written is a warning, not a stop."""
+        if self.history_dir is None:
+            return
+        try:
+            presence.mark_serving(self.history_dir, self.listen, self.upstream)
+        except OSError as err:
+            self.log("warning", "cannot mark the proxy serving in the journal's directory", error=str(err))
 
     def _start_relay(self, binary: str) -> None:
-        self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.refresh_seconds)
+        self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.refresh_seconds,
+                            self.guard)
         self._relay.start()
 
     def _start_server(self) -> None:
         import grpc
 
+        try:
+            joiner = PeerJoiner(self.listen, SOCKET_MODE)
+        except OSError as err:
+            raise UsageError(f"--listen {self.listen}: cannot listen there ({err.strerror})",
+                             "check that its directory exists and is writable") from None
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="cri-proxy"),
                              handlers=[_Handler(self.forwarder)], options=SERVER_OPTIONS)
-        previous = os.umask(0o777 & ~SOCKET_MODE)
         try:
-            bound = server.add_insecure_port(f"unix://{self.listen}")
-        except RuntimeError as err:
-            raise UsageError(f"--listen {self.listen}: cannot listen there ({err})",
-                             "check that its directory exists and is writable") from None
-        finally:
-            os.umask(previous)
+            bound = server.add_insecure_port(f"unix://{joiner.inner}")
+        except RuntimeError:
+            bound = 0
         if not bound:
-            raise UsageError(f"--listen {self.listen}: cannot listen there",
-                             "check that its directory exists and is writable")
+            joiner.close()
+            raise UsageError(f"--listen {self.listen}: cannot serve gRPC behind it ({joiner.inner})",
+                             "check that the temporary directory is writable")
         server.start()
-        self._server = server
+        self.forwarder.callers = lambda context: joiner.caller(context.peer())
+        joiner.start()
+        self._server, self._joiner = server, joiner
 
     def running(self) -> bool:
         serving = self._server is not None or (self._relay is not None and self._relay.exited() is None)
@@ -383,13 +431,25 @@ class Proxy:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._joiner is not None:
+            self._joiner.stop_accepting()
         if self._server is not None:
             self._server.stop(grace=2.0).wait()
             self._server = None
+        if self._joiner is not None:
+            self._joiner.close()
+            self._joiner = None
         if self._relay is not None:
             self._relay.stop()
             self._relay = None
         self._remove_socket()
+        if self.history_dir is not None:
+            try:
+                presence.clear(self.history_dir)
+            except OSError as err:
+                self.log("warning", "cannot clear the proxy's mark in the journal's directory", error=str(err))
+        if self.journal is not None:
+            self.journal.close()
         self.pins.close()
         self.channel.close()
         self.log("info", "stopped")

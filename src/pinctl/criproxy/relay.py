@@ -6,14 +6,23 @@ ListImages of 1,000 images through it takes 1.3x as long as direct); the relay a
 that, and a pin read here (150 ms of Python for 1,000 images) never holds up the calls it
 forwards. pinctl keeps what needs its libraries: reading the pins, the config, the log.
 
-The channel is JSON lines: the relay's stdout brings `ready`, `pins` (a request), `log` and
-`stats` and `invalidated` (answers); its stdin takes `pins` (an answer), `invalidate` and `stats`
-(requests, each answered with its id).
+The channel is JSON lines: the relay's stdout brings `ready`, `pins` and `remove` (requests),
+`removed` (a forwarded RemoveImage's outcome), `log`, and `stats` and `invalidated` (answers);
+its stdin takes `pins` and `remove` (answers), `invalidate` and `stats` (requests, each answered
+with its id).
+
+A RemoveImage is decided here, not in the relay (remove.py): the relay holds the call, sends
+its request bytes with the caller's pid and name (from the socket's peer credentials), and
+forwards or refuses as told; then it sends the runtime's status code, and this process appends
+the journal entry. One writer of the journal, in pinctl's own format and lock, rather than a
+second implementation of both in Go; and the decision needs a fresh read of the pins with
+their reasons, which only this process can make.
 When pinctl goes, the relay's stdin ends and it stops too.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -27,6 +36,10 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional
 from pinctl.errors import RelayFailed, UsageError
 from pinctl.model import LogFn
 
+from pinctl.criproxy.stats import ERROR_CODES
+from pinctl.criproxy.remove import Caller, Decision, RemoveGuard, forwarded_outcome
+from pinctl.journal import REQUEST_FAILED, REQUEST_REFUSED
+
 if TYPE_CHECKING:
     from pinctl.criproxy.pins import PinnedKeys
 
@@ -35,6 +48,7 @@ READY_SECONDS = 10.0
 STOP_SECONDS = 5.0
 STATS_SECONDS = 2.0
 READER_NICENESS = 10
+MAX_REMOVING = 256
 PinsAnswer = Callable[[], Optional["PinnedKeys"]]
 
 
@@ -57,7 +71,7 @@ class Relay:
     """One pinctl-cri-relay process, serving listen and forwarding to upstream."""
 
     def __init__(self, binary: str, listen: str, upstream: str, pins: PinsAnswer, log: LogFn,
-                 refresh_seconds: float) -> None:
+                 refresh_seconds: float, guard: Optional[RemoveGuard] = None) -> None:
         self.binary = binary
         self.argv = [binary, "--listen", listen, "--upstream", upstream, "--refresh", f"{refresh_seconds}s"]
         self.pins = pins
@@ -70,6 +84,9 @@ class Relay:
         self._answers: dict[int, dict[str, Any]] = {}  # by request id: stats, invalidated
         self._answer_arrived = threading.Condition()
         self._request_id = 0
+        self.guard = guard
+        # A RemoveImage decided and forwarded, by the relay's id, until its outcome comes.
+        self._removing: dict[int, tuple[Decision, Caller]] = {}
 
     def start(self) -> None:
         self._ready.clear()
@@ -162,6 +179,11 @@ class Relay:
             threading.Thread(target=self._answer_pins, args=(message.get("id", 0),), daemon=True).start()
         elif kind == "log":
             self.log(message.get("level", "info"), message.get("message", ""), **message.get("fields", {}))
+        elif kind == "remove":
+            # A fresh read of the pins: the reader goes on meanwhile, as for "pins".
+            threading.Thread(target=self._answer_remove, args=(message,), daemon=True).start()
+        elif kind == "removed":
+            self._removed(message)
         elif kind in ("stats", "invalidated"):
             with self._answer_arrived:
                 self._answers[message.get("id", 0)] = message
@@ -180,3 +202,38 @@ class Relay:
                                         "names": sorted(keys.names)}
         self._send({"type": "pins", "id": request_id, "ok": keys is not None, **sets})
         self._last_sent = keys
+
+    def _answer_remove(self, message: dict[str, Any]) -> None:
+        """A RemoveImage the relay holds: refuse or forward, decided here on pins read now."""
+        request_id = message.get("id", 0)
+        caller = Caller(int(message.get("pid") or 0), str(message.get("client") or ""))
+        if self.guard is None:
+            self._send({"type": "remove", "id": request_id})
+            return
+        try:
+            request = base64.b64decode(message.get("request") or "")
+        except ValueError:
+            request = b""
+        decision = self.guard.decide(request)
+        if decision.refused:
+            self.guard.record(decision, caller, REQUEST_REFUSED)
+            self._send({"type": "remove", "id": request_id, "refuse": True, "message": decision.message})
+            return
+        with self._answer_arrived:
+            if len(self._removing) >= MAX_REMOVING:  # outcomes that never came (a relay replaced)
+                self._removing.pop(next(iter(self._removing)))
+            self._removing[request_id] = (decision, caller)
+        self._send({"type": "remove", "id": request_id})
+
+    def _removed(self, message: dict[str, Any]) -> None:
+        """The runtime's answer to a RemoveImage the relay forwarded: journaled."""
+        with self._answer_arrived:
+            found = self._removing.pop(message.get("id", 0), None)
+        if found is None or self.guard is None:
+            return
+        decision, caller = found
+        number = int(message.get("code") or 0)  # gRPC's numeric code
+        code = "OK" if number == 0 else ERROR_CODES[number - 1] if number <= len(ERROR_CODES) else str(number)
+        outcome = forwarded_outcome(code)
+        error = f"{code}: {message.get('message', '')}" if outcome == REQUEST_FAILED else ""
+        self.guard.record(decision, caller, outcome, error)

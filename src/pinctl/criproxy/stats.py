@@ -19,7 +19,7 @@ tests/unit/test_proxystats.py counts from eight threads at once to hold this to 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, Optional, get_args
 
 from pinctl.display import visible
@@ -132,6 +132,8 @@ class ProxyFigures:
     runtime: Optional[Runtime]
     config_reloads: dict[str, int]
     last_reload_ok: bool
+    # RemoveImage by outcome (journal.REQUEST_OUTCOMES): decided in this process on both paths.
+    remove_requests: dict[str, int] = field(default_factory=dict)
 
 
 def relay_stats(counted: dict[str, Any]) -> ProxyStats:
@@ -166,4 +168,5 @@ def proxy_figures(proxy: Proxy, stats: Optional[ProxyStats] = None) -> ProxyFigu
         runtime=Runtime(*proxy.runtime) if proxy.runtime else None,
         config_reloads=dict(pins.reloads),
         last_reload_ok=pins.last_reload_ok,
+        remove_requests=dict(proxy.guard.outcomes),
     )

@@ -19,6 +19,12 @@ skipping images used at the GC time or younger than ``imageMinimumGCAge``, until
 freed reach ``capacity*(100 - low) // 100 - available``; less is ``FreeDiskSpaceFailed``.
 High 100 with no maximum age switches image GC off. The eviction manager's
 ``DeleteUnusedImages`` is ``freeSpace`` with no limit and no age step (``mode="all_unused"``).
+
+A delete the runtime refuses (``refusals``: its ``RemoveImage`` fails, say Docker's conflict
+with a container outside Kubernetes): ``freeOldImages`` tries every image past the maximum
+age, then returns the errors, and ``GarbageCollect`` returns before its threshold step;
+``freeSpace`` goes on with the next image, counts nothing for the refused one, and returns the
+errors at its end, so the run ends in that error instead of ``FreeDiskSpaceFailed``.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from pinctl.gc.records import (
     Percent,
     ProtectedImage,
     Protection,
+    SkippedThreshold,
     UnmatchedContainer,
 )
 from pinctl.gc.ties import tie_groups
@@ -67,6 +74,12 @@ SHORTFALL_MESSAGE_BEFORE_1_35 = (
     "Attempted to free {amount} bytes, but only found {freed} bytes eligible to free."
 )
 INVALID_CAPACITY_MESSAGE = "invalid capacity 0 on image filesystem"
+# The errors GarbageCollect returns when the runtime refuses a delete; the runtime's own error
+# texts follow the colon (each RemoveImage's, joined by the kubelet's aggregate).
+AGE_REFUSED_MESSAGE = "wanted to free images older than {max_age}, encountered errors in image deletion: "
+SPACE_REFUSED_MESSAGE = "wanted to free {amount} bytes, but freed {freed} bytes space with errors in image deletion: "
+# DeleteUnusedImages asks freeSpace for math.MaxInt64 bytes.
+ALL_UNUSED_AMOUNT = (1 << 63) - 1
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -83,6 +96,7 @@ def plan_gc(
     wanted: Optional[Mapping[str, str]] = None,
     simulated_usage: Optional[Percent] = None,
     mode: GcMode = "threshold",
+    refusals: Optional[Mapping[str, str]] = None,
 ) -> GcPlan:
     """Model one kubelet GC run (``GarbageCollect``, or ``DeleteUnusedImages`` for ``all_unused``).
 
@@ -90,16 +104,18 @@ def plan_gc(
     the maximum age); unknown means assume it has. ``wanted`` maps image ids to why they should
     stay (pinctl labels, policy): those the runtime does not pin are reported in ``at_risk``.
     ``simulated_usage`` replaces the filesystem's available bytes so usage is that percent.
+    ``refusals`` maps image ids to why the runtime will refuse to delete them.
     """
     settings.validate()
     listed = _unique(images)
     containers = tuple(containers)
     users = _users_by_image(containers, listed)
     used_fs = fs.at_usage(simulated_usage) if simulated_usage is not None else fs
-    run = _Run(settings, used_fs, now, kubelet_started, mode)
+    refused = refusals or {}
+    run = _Run(settings, used_fs, now, kubelet_started, mode, refused)
     candidates = eviction_order(listed.values(), users)
     fates = run.fates(candidates)
-    order = _order_entries(candidates, fates, used_fs)
+    order = _order_entries(candidates, fates, used_fs, refused)
     ties = tie_groups(order, run.amount_to_free)
     tied = {image_id for tie in ties for image_id in tie.image_ids}
     if tied:  # most nodes have none: no pass over the order then
@@ -124,6 +140,7 @@ def plan_gc(
         unmatched_containers=_unmatched(containers, listed),
         kubelet_message=run.message,
         ties=ties,
+        skipped_threshold=run.skipped,
     )
 
 
@@ -171,13 +188,16 @@ class _Run:
     """The decisions of one GC run over the ordered candidates (maximum-age step, then threshold step)."""
 
     def __init__(
-        self, settings: GcSettings, fs: ImageFs, now: datetime, kubelet_started: Optional[datetime], mode: GcMode
+        self, settings: GcSettings, fs: ImageFs, now: datetime, kubelet_started: Optional[datetime], mode: GcMode,
+        refusals: Mapping[str, str],
     ) -> None:
         self.settings, self.fs, self.now, self.kubelet_started, self.mode = settings, fs, now, kubelet_started, mode
+        self.refusals = refusals
         self.outcome = Outcome.ALL_UNUSED if mode == "all_unused" else Outcome.BELOW_THRESHOLD
         self.threshold_usage: Optional[int] = None
         self.amount_to_free: Optional[int] = None
         self.message: Optional[str] = None
+        self.skipped: Optional[SkippedThreshold] = None
 
     def fates(self, candidates: Sequence[GcImage]) -> dict[str, Fate]:
         fates = {image.id: Fate.NOT_REACHED for image in candidates}
@@ -192,11 +212,30 @@ class _Run:
 
     def _decide(self, candidates: Sequence[GcImage], fates: dict[str, Fate]) -> None:
         aged = self._age_step(candidates) if self.mode == "threshold" else []
-        fates.update({image.id: Fate.DELETED_AGE for image in aged})
-        remaining = [image for image in candidates if fates[image.id] is Fate.NOT_REACHED]
+        fates.update({image.id: Fate.REFUSED_AGE if image.id in self.refusals else Fate.DELETED_AGE for image in aged})
+        # freeOldImages hands on what it did not delete: the refused images too.
+        remaining = [image for image in candidates if fates[image.id] in (Fate.NOT_REACHED, Fate.REFUSED_AGE)]
+        if any(image.id in self.refusals for image in aged):
+            self._age_step_refused(remaining)
+            return
         bytes_to_free = self._threshold_target()
         if bytes_to_free is not None or self.mode == "all_unused":
             fates.update(self._free_space(remaining, bytes_to_free))
+
+    def _age_step_refused(self, remaining: Sequence[GcImage]) -> None:
+        """The run ends with the age step's error: no disk figures are read, no threshold step
+        runs. What that step would have done, had the usage called for it, is kept apart."""
+        self.outcome = Outcome.AGE_STEP_REFUSED
+        self.message = AGE_REFUSED_MESSAGE.format(max_age=go_duration(self.settings.max_age))
+        figures = _Run(self.settings, self.fs, self.now, self.kubelet_started, self.mode, self.refusals)
+        bytes_to_free = figures._threshold_target()
+        if bytes_to_free is None or figures.threshold_usage is None:
+            return
+        would = figures._free_space(remaining, bytes_to_free)
+        deleted = [image for image in remaining if would.get(image.id) is Fate.DELETED_SPACE]
+        freed = sum(image.size for image in deleted)
+        self.skipped = SkippedThreshold(figures.threshold_usage, bytes_to_free, tuple(image.id for image in deleted),
+                                        freed, freed >= bytes_to_free)
 
     def _skip_reason(self, image: GcImage) -> Optional[Fate]:
         """Why ``freeSpace`` passes over an image: used at the GC time, or younger than the minimum age."""
@@ -235,16 +274,27 @@ class _Run:
         """``freeSpace``: skip used-now and too-young images, stop once the freed total reaches the target."""
         fates: dict[str, Fate] = {}
         freed = 0
+        refused = False
         for image in remaining:
             skip = self._skip_reason(image)
             if skip is not None:
                 fates[image.id] = skip
                 continue
+            if image.id in self.refusals:  # tried, refused, not counted: on to the next
+                fates[image.id] = Fate.REFUSED_SPACE
+                refused = True
+                continue
             fates[image.id] = Fate.DELETED_SPACE
             freed += image.size
             if bytes_to_free is not None and freed >= bytes_to_free:
                 break
-        if bytes_to_free is not None:
+        if refused:
+            # The error ends the run before the shortfall check: no FreeDiskSpaceFailed.
+            if bytes_to_free is not None:
+                self.outcome = Outcome.SPACE_STEP_REFUSED
+            amount = ALL_UNUSED_AMOUNT if bytes_to_free is None else bytes_to_free
+            self.message = SPACE_REFUSED_MESSAGE.format(amount=amount, freed=freed)
+        elif bytes_to_free is not None:
             self._judge(bytes_to_free, freed)
         return fates
 
@@ -255,6 +305,31 @@ class _Run:
             self.outcome = Outcome.SHORTFALL
             capacity = format_size(self.fs.capacity_bytes)
             self.message = SHORTFALL_MESSAGE.format(usage=self.threshold_usage, capacity=capacity, freed=freed)
+
+
+def go_duration(value: timedelta) -> str:
+    """Go's ``time.Duration.String``, as the kubelet's messages print a duration: 4m0s, 1h0m0s, 1m30s, 1.5s."""
+    micros = abs(value // timedelta(microseconds=1))
+    sign = "-" if value < timedelta(0) else ""
+    if micros == 0:
+        return "0s"
+    if micros < 1_000_000:
+        unit, scale = ("ms", 1000) if micros >= 1000 else ("µs", 1)
+        return sign + _decimal(micros, scale) + unit
+    hours, rest = divmod(micros, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds = _decimal(rest, 1_000_000) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{seconds}"
+    return f"{sign}{minutes}m{seconds}" if minutes else sign + seconds
+
+
+def _decimal(value: int, scale: int) -> str:
+    whole, fraction = divmod(value, scale)
+    if not fraction:
+        return str(whole)
+    digits = len(str(scale)) - 1
+    return f"{whole}.{fraction:0{digits}d}".rstrip("0")
 
 
 def format_size(size: int) -> str:
@@ -275,12 +350,14 @@ def _too_young(image: GcImage, settings: GcSettings, now: datetime) -> bool:
 _Turn = tuple[Optional[int], Optional[int], Optional[int]]
 
 
-def _order_entries(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs: ImageFs) -> tuple[OrderEntry, ...]:
+def _order_entries(candidates: Sequence[GcImage], fates: Mapping[str, Fate], fs: ImageFs,
+                   refusals: Mapping[str, str]) -> tuple[OrderEntry, ...]:
     turns = _deletion_turns(candidates, fates, fs)
     entries = []
     for position, image in enumerate(candidates, start=1):
         turn: _Turn = turns.get(image.id, (None, None, None))
-        entries.append(OrderEntry(position, image, fates[image.id], *turn))  # ties: gc/ties.py
+        entries.append(OrderEntry(position, image, fates[image.id], *turn,  # ties: gc/ties.py
+                                  refused_because=refusals.get(image.id)))
     return tuple(entries)
 
 

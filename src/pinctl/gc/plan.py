@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Final, Iterable, Literal, NamedTuple
 from pinctl import refs as references
 from pinctl.backends import procfs
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, PinctlError, UsageError
-from pinctl.gc import estimate, eviction
+from pinctl.gc import estimate, eviction, refusals
 from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
 from pinctl.gc.kubelet import parse_duration, read_kubelet_config
@@ -59,6 +59,9 @@ class Observation:
     fs: ImageFs
     fs_source: str
     fs_path: str = ""  # what statfs read: measured again between prune's deletions
+    # Image IDs -> why the runtime will refuse to delete them (gc/refusals.py), and where pinctl looked.
+    refusals: dict[str, str] = field(default_factory=dict)
+    refusals_source: str = ""
 
 
 class GcDomain(Protocol):
@@ -132,14 +135,18 @@ def _earliest(created: dict[str, float], keys: Iterable[str]) -> Optional[dateti
 class CriDomain:
     """The CRI runtime the kubelet talks to: its images, containers and image filesystem."""
 
-    def __init__(self, runtime: CriRuntime, version: RuntimeVersion, arrivals: Optional[Arrivals] = None) -> None:
+    def __init__(self, runtime: CriRuntime, version: RuntimeVersion, arrivals: Optional[Arrivals] = None,
+                 docker: Optional[DockerEngine] = None) -> None:
         self.runtime = runtime
         self.version = version
         # When each image ID came to the node, on containerd (Node.arrivals in k8s.io).
         self.arrivals = arrivals
+        # Docker's own API, behind cri-dockerd: its containers outside Kubernetes make it refuse deletes.
+        self.docker = docker
         self.name = f"{version} at {runtime.endpoint}"
         # Each container's image mounts as observe read them (a container's mounts never change).
         self._mounts: dict[str, tuple[str, ...]] = {}
+        self.mountpoint = ""  # the image filesystem as observe found it
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
         filesystems = self.runtime.image_fs_info()
@@ -163,9 +170,26 @@ class CriDomain:
                                         started_at=utc(c.started_at), finished_at=utc(c.finished_at))
                       for c in listed]
         self._mounts = {c.id: c.image_mounts for c in listed}
+        self.mountpoint = mountpoint
+        refused, refused_source = self._refusals(images, {c.id for c in listed})
         fs = statfs(mountpoint, "the CRI's ImageFsInfo mount point")
         return Observation(images, containers, fs, f"statfs of {mountpoint}, the CRI's ImageFsInfo mount point",
-                           mountpoint)
+                           mountpoint, refused, refused_source)
+
+    def _refusals(self, images: Sequence[ObservedImage], cri_containers: set[str]) -> tuple[dict[str, str], str]:
+        """Which deletes the runtime will refuse, as far as pinctl can tell, and how it told."""
+        name = self.version.name
+        if name == refusals.CRIO and (stored := crio_storage.storage_containers(self.mountpoint)) is not None:
+            return refusals.predicted(name, images, storage=[c for c in stored if c.id not in cri_containers],
+                                      where=os.path.dirname(self.mountpoint))
+        if name == refusals.DOCKER and self.docker is not None:
+            try:
+                listed = self.docker.list_containers()
+            except EngineError as err:  # the plan stands without them, and says so
+                return {}, f"not read: Docker's containers could not be listed ({err})"
+            return refusals.predicted(name, images, docker=[c for c in listed if c.id not in cri_containers],
+                                      where=self.docker.host)
+        return refusals.predicted(name, images)
 
     def _arrived(self, mountpoint: str, image_ids: Sequence[str]) -> dict[str, datetime]:
         """When each image ID came to the node, as the runtime keeps it: the kubelet dates an
@@ -193,8 +217,9 @@ class CriDomain:
 
 
 def cri_domain(node: Node, runtime: CriRuntime, version: RuntimeVersion) -> CriDomain:
-    """The CRI runtime, its images dated by when each ID came to the node's k8s.io namespace."""
-    return CriDomain(runtime, version, lambda ids: node.arrivals(CRI_NAMESPACE, ids))
+    """The CRI runtime, its images dated by their arrival in k8s.io; behind cri-dockerd, Docker's API too."""
+    docker = node.docker_engine() if version.name == refusals.DOCKER else None
+    return CriDomain(runtime, version, lambda ids: node.arrivals(CRI_NAMESPACE, ids), docker)
 
 
 class DockerDomain:
@@ -216,7 +241,7 @@ class DockerDomain:
                       for c in self.engine.list_containers()]
         root = self.engine.root_dir_here()
         return Observation(images, containers, statfs(root, "Docker's data root"), f"statfs of {root}, Docker's data root",
-                           root)
+                           root, refusals_source="none: every Docker container keeps its image here")
 
     def users_now(self, image: GcImage) -> list[str]:
         names = {image.id, *image.refs}
@@ -249,6 +274,7 @@ class GcReport:
     kubelet_started_source: str
     estimates: list[estimate.Estimate] = field(default_factory=list)
     eviction: Optional[eviction.EvictionReport] = None
+    refusals_source: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -283,12 +309,13 @@ def gc_plan(domain: GcDomain, rows: Sequence[ImageRow], settings: SourcedGcSetti
     def run(mode: gcmodel.GcMode) -> GcPlan:
         return gcmodel.plan_gc([e.image for e in estimates], [c.as_gc_container() for c in seen.containers],
                                settings.settings, seen.fs, now, kubelet_started=started, wanted=wanted,
-                               simulated_usage=usage, mode=mode)
+                               simulated_usage=usage, mode=mode, refusals=seen.refusals)
 
     plan = run("threshold")
     evicting = _eviction_check(seen, plan, settings, kubelet)
     report = eviction.EvictionReport(evicting, run("all_unused") if evicting.met else None)
-    return GcReport(domain.name, plan, settings.sources, seen.fs_source, started, kubelet.source, estimates, report)
+    return GcReport(domain.name, plan, settings.sources, seen.fs_source, started, kubelet.source, estimates, report,
+                    seen.refusals_source)
 
 
 def _eviction_check(seen: Observation, plan: GcPlan, settings: SourcedGcSettings,
@@ -384,8 +411,10 @@ def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings,
     named = _named_by_containers(seen.images, seen.containers)
     estimates = estimate.estimate_images(seen.images, seen.containers, now)
     chosen, matched = _chosen(seen.images, request.images)
+    # A delete the runtime will refuse frees nothing: kept, so the walk goes on to what it can free.
     images = [replace(e.image, pinned=e.image.pinned or e.image.id in wanted or e.image.id in named
-                      or (chosen is not None and e.image.id not in chosen)) for e in estimates]
+                      or e.image.id in seen.refusals or (chosen is not None and e.image.id not in chosen))
+              for e in estimates]
     target = None if request.all_unused or chosen is not None else int(
         request.until_usage if request.until_usage is not None else settings.low_threshold_percent)
     prune_settings = _prune_settings(settings, target, request.older_than)
@@ -396,7 +425,7 @@ def plan_prune(domain: GcDomain, rows: Sequence[ImageRow], settings: GcSettings,
     # only those (the rest were never candidates).
     protected = sorted((p for p in plan.protected if chosen is None or p.image.id in chosen),
                        key=lambda p: gcmodel.eviction_key(p.image))
-    kept = [(p.image, _kept_why(p, wanted, named, seen.images)) for p in protected]
+    kept = [(p.image, _kept_why(p, wanted, named, seen.images, seen.refusals)) for p in protected]
     return PrunePlan(domain, plan, target, delete, kept, seen.fs_path, matched)
 
 
@@ -434,8 +463,11 @@ def _named_by_containers(images: Sequence[ObservedImage], containers: Sequence[O
 
 
 def _kept_why(item: gcmodel.ProtectedImage, wanted: dict[str, str], named: set[str],
-              images: Sequence[ObservedImage]) -> str:
+              images: Sequence[ObservedImage], refusals: Optional[dict[str, str]] = None) -> str:
     parts = []
+    refused = (refusals or {}).get(item.image.id)
+    if refused:
+        parts.append(refused)
     if item.containers:
         parts.append("in use by " + ", ".join(c.name or c.id[:12] for c in item.containers))
     elif item.image.id in named:

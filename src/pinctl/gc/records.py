@@ -44,10 +44,19 @@ class Fate(str, Enum):
     TOO_YOUNG = "too_young"  # skipped: younger than the minimum age
     USED_NOW = "used_now"  # skipped: last used at (or after) the GC time
     NOT_REACHED = "not_reached"  # enough was freed (or nothing needed) before its turn
+    # The kubelet asks the runtime to delete it and the runtime refuses (RemoveImage fails): in
+    # the maximum-age step that ends the run; in the threshold step the walk goes on past it.
+    REFUSED_AGE = "refused_age"
+    REFUSED_SPACE = "refused_space"
 
     @property
     def deleted(self) -> bool:
         return self in (Fate.DELETED_AGE, Fate.DELETED_SPACE)
+
+    @property
+    def refused(self) -> bool:
+        """The kubelet tries to delete it, and the runtime refuses."""
+        return self in (Fate.REFUSED_AGE, Fate.REFUSED_SPACE)
 
 
 class Outcome(str, Enum):
@@ -59,6 +68,12 @@ class Outcome(str, Enum):
     FREED_ENOUGH = "freed_enough"  # the threshold step reached the low threshold
     SHORTFALL = "shortfall"  # the threshold step could not free enough: FreeDiskSpaceFailed
     ALL_UNUSED = "all_unused"  # DeleteUnusedImages (eviction manager): every eligible image goes
+    # The runtime refuses a delete of the maximum-age step: freeOldImages returns an error and
+    # GarbageCollect ends there, before the threshold step (whatever the usage).
+    AGE_STEP_REFUSED = "age_step_refused"
+    # The runtime refuses a delete of the threshold step: freeSpace goes on with the next image and
+    # the run ends with an error, whatever it freed (no FreeDiskSpaceFailed event, no post-GC hooks).
+    SPACE_STEP_REFUSED = "space_step_refused"
 
 
 # --- inputs -----------------------------------------------------------------------------------------
@@ -189,6 +204,8 @@ class OrderEntry:
     available_after: Optional[int] = None
     # Equal lastUsed and firstDetected to a neighbour: the kubelet may swap them.
     tie: bool = False
+    # Why the runtime will refuse to delete it (its RemoveImage fails), whatever its fate this run.
+    refused_because: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -251,6 +268,20 @@ class TieGroup:
 
 
 @dataclass(frozen=True)
+class SkippedThreshold:
+    """The threshold step a refused delete of the maximum-age step kept from running this round:
+    what it would have read and freed (the kubelet tries again 5 minutes on, and fails the same
+    way while the refusal lasts)."""
+
+    usage_percent: int
+    amount_to_free: int
+    would_delete: tuple[str, ...]  # image IDs, in the order it would have deleted them
+    would_free_bytes: int
+    # Its would-be walk reached the low threshold (False: it too would have fallen short).
+    enough: bool
+
+
+@dataclass(frozen=True)
 class UnmatchedContainer:
     """A container whose image id matches no image: it protects nothing."""
 
@@ -280,6 +311,9 @@ class GcPlan:
     unmatched_containers: tuple[UnmatchedContainer, ...] = ()
     kubelet_message: Optional[str] = None
     ties: tuple[TieGroup, ...] = ()
+    # Set when a refused delete in the maximum-age step (outcome age_step_refused) keeps a
+    # threshold step that the usage calls for from running.
+    skipped_threshold: Optional[SkippedThreshold] = None
 
     @property
     def straddled_tie(self) -> Optional[TieGroup]:
@@ -313,8 +347,18 @@ class GcPlan:
 
     @property
     def enough(self) -> bool:
-        """False only when the threshold step ran and fell short."""
+        """False when the threshold step ran and fell short, or would have run and cannot."""
+        if self.outcome is Outcome.SPACE_STEP_REFUSED:
+            return self.amount_to_free is not None and self.space_freed_bytes >= self.amount_to_free
+        if self.outcome is Outcome.AGE_STEP_REFUSED:
+            return self.skipped_threshold is None
         return self.outcome is not Outcome.SHORTFALL
+
+    @property
+    def refused(self) -> tuple[OrderEntry, ...]:
+        """Images the kubelet tries to delete this run and the runtime refuses, in the order tried."""
+        return tuple(entry for entry in self.order if entry.fate is Fate.REFUSED_AGE) + tuple(
+            entry for entry in self.order if entry.fate is Fate.REFUSED_SPACE)
 
     @property
     def projected_available(self) -> int:

@@ -57,11 +57,15 @@ def _group(number: int, run: Sequence[OrderEntry], need: Optional[int]) -> TieGr
     sizes = [entry.image.size for entry in run]
     deleted = [entry.image.size for entry in run if entry.fate.deleted]
     fewest, most, freed_min, freed_max = len(deleted), len(deleted), sum(deleted), sum(deleted)
-    walked = all(entry.fate in (Fate.DELETED_SPACE, Fate.NOT_REACHED) for entry in run)
+    walked = all(entry.fate in (Fate.DELETED_SPACE, Fate.NOT_REACHED, Fate.REFUSED_SPACE) for entry in run)
+    # A member the runtime refuses to delete frees nothing, whenever the walk tries it.
+    freeable = [entry.image.size for entry in run if entry.refused_because is None]
     straddled = False
-    if walked and need is not None and 0 < need <= sum(sizes):
-        fewest, most, freed_min, freed_max = stop_range(sizes, need)
-        straddled = fewest < len(run)  # else every order deletes the whole tie
+    if walked and need is not None and 0 < need <= sum(freeable):
+        fewest, most, freed_min, freed_max = stop_range(freeable, need)
+        # Else every order deletes the whole tie; but whether the walk tries a refused member
+        # before it stops is chance too.
+        straddled = fewest < len(freeable) or len(freeable) < len(run)
     return TieGroup(
         number=number,
         positions=tuple(entry.position for entry in run),

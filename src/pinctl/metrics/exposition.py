@@ -117,6 +117,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "ImageStatus) passed through without pinctl's pins, by reason.", ("reason",)),
     MetricSpec("pinctl_cri_proxy_images_marked_total", "counter", "proxy", "Images cri-proxy reported pinned in "
                "answers where the runtime did not."),
+    MetricSpec("pinctl_cri_proxy_remove_requests_total", "counter", "proxy", "RemoveImage calls cri-proxy saw, by "
+               "outcome: forwarded (the runtime answered OK), failed (it answered an error), refused (the image is "
+               "pinned: answered FAILED_PRECONDITION).", ("outcome",)),
     MetricSpec("pinctl_cri_proxy_pinned_keys", "gauge", "proxy", "The pinned set as last read: the wanted images' "
                "IDs, and their references and digests (matched when the runtime's ID is one pinctl lacks).",
                ("kind",)),
@@ -233,6 +236,8 @@ def proxy_families(found: ProxyFigures) -> list[Metric]:
         _family("pinctl_cri_proxy_pin_reads_total", [((result,), n) for result, n in found.pin_reads.items()]),
         _family("pinctl_cri_proxy_passed_through_total", [((why,), n) for why, n in found.passed_through.items()]),
         _one("pinctl_cri_proxy_images_marked_total", found.images_marked),
+        _family("pinctl_cri_proxy_remove_requests_total",
+                [((outcome,), n) for outcome, n in found.remove_requests.items()]),
         *config_families(found.config_reloads, found.last_reload_ok),
     ]
     if found.pinned_keys is not None:

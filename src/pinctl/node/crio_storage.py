@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 IMAGES_SUFFIX = "-images"
 # A node with 10,000 images writes about 10 MiB of images.json; far larger is not a store.
@@ -44,6 +44,38 @@ def arrival_times(image_store: str) -> dict[str, datetime]:
               if isinstance(layer.get("id"), str) and (when := parse_time(layer.get("created"))) is not None}
     return {image["id"]: stored[image["layer"]] for image in images
             if isinstance(image.get("id"), str) and isinstance(image.get("layer"), str) and image["layer"] in stored}
+
+
+class StorageContainer(NamedTuple):
+    """A container containers/storage holds: CRI-O's own (its containers, its pods' infra
+    containers) or another program's sharing the store (podman, buildah)."""
+
+    id: str
+    image_id: str
+    name: str
+
+
+def storage_containers(image_store: str) -> Optional[list[StorageContainer]]:
+    """Every container of the store whose image store is at ``image_store``, read from
+    ``<driver>-containers/containers.json`` and ``volatile-containers.json`` beside it
+    (containers/storage v1.58, ``containers.go``). The store refuses to delete an image any of
+    them was made from (``DeleteImage``: ErrImageUsedByContainer). None when the store cannot be
+    read; a transient store keeps its containers under the run root, which is not read."""
+    store = os.path.normpath(image_store)
+    name = os.path.basename(store)
+    if not name.endswith(IMAGES_SUFFIX) or len(name) == len(IMAGES_SUFFIX):
+        return None
+    directory = os.path.join(os.path.dirname(store), f"{name[: -len(IMAGES_SUFFIX)]}-containers")
+    if not os.path.isdir(directory):
+        return None
+    found = []
+    for file_name in ("containers.json", "volatile-containers.json"):
+        for entry in _records(os.path.join(directory, file_name)):
+            container_id, image_id, names = entry.get("id"), entry.get("image"), entry.get("names")
+            if isinstance(container_id, str) and isinstance(image_id, str) and image_id:
+                first = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+                found.append(StorageContainer(container_id, image_id, first))
+    return found
 
 
 def _records(path: str) -> list[Mapping[str, Any]]:

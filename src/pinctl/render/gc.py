@@ -28,6 +28,10 @@ OUTCOME_TEXT = {
     "freed_enough": "the GC would run now and free enough to reach the low threshold",
     "shortfall": "the GC would run now and could not free enough",
     "all_unused": "every unused image would go",
+    "age_step_refused": "the runtime will refuse a delete of the maximum-age step: the kubelet ends this run there, "
+                        "before its threshold step",
+    "space_step_refused": "the GC would run now; the runtime will refuse a delete, which the kubelet passes over, "
+                          "and the run ends in that error",
 }
 # The images at the head of the deletion order shown without -o wide, whatever their fate.
 FIRST_IN_LINE = 3
@@ -37,6 +41,8 @@ FATE_TEXT = {
     "too_young": "skipped: too young",
     "used_now": "skipped: in use",
     "not_reached": "not reached",
+    "refused_age": "delete refused (past the maximum age)",
+    "refused_space": "delete refused, passed over",
 }
 
 
@@ -79,6 +85,11 @@ def print_gc_plan(report: GcReport, fmt: OutputFormat, out: Optional[TextIO] = N
         out.write("\nWANTED BUT NOT PINNED BY THE RUNTIME\n")
         _table(["IMAGE", "IMAGE ID", "WANTED BECAUSE"], [_risk_cells(risk) for risk in plan.at_risk], wide, out,
                RISK_FIT)
+    skipped = plan.skipped_threshold
+    if skipped is not None:
+        warn(f"gc plan: the runtime will refuse {counted(len(plan.refused), 'delete')} of the kubelet's maximum-age "
+             f"step, so its threshold step does not run this round although usage is {skipped.usage_percent}%; "
+             "every run fails the same way while the refusal lasts")
     if plan.wanted_deleted:
         maybe = sum(risk.may_go for risk in plan.wanted_deleted)
         verb = "may be deleted" if maybe == len(plan.wanted_deleted) else "would be deleted"
@@ -102,8 +113,8 @@ def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
     chance = set(tie.image_ids) if tie is not None else set()
     # The head of the order too: what goes first once the GC runs, when nothing goes now.
     shown = plan.order if wide else [e for index, e in enumerate(plan.order)
-                                     if index < FIRST_IN_LINE or e.fate.deleted or e.image.id in wanted
-                                     or e.image.id in chance]
+                                     if index < FIRST_IN_LINE or e.fate.deleted or e.fate.refused
+                                     or e.image.id in wanted or e.image.id in chance]
     young = {p.image.id: p.eligible_at for p in plan.protected if p.eligible_at is not None}
     if shown:
         # Which rows these are (the first in line, what goes, what pinctl wants kept) is in the columns.
@@ -182,15 +193,39 @@ def _summary_lines(report: GcReport, wide: bool) -> list[str]:
         frees = low if low == high else f"{low} to {high}"
         lines.append(f"To free:     {human_size(max(plan.amount_to_free, 0))} to reach {s.low_threshold_percent}%; "
                      f"the order below frees {frees}")
+    if plan.skipped_threshold is not None:
+        lines.append(f"Skipped:     {skipped_line(plan)}")
     if tie is not None:
         lines.append(f"Tie:         {tie_line(tie, wide)}")
+    lines += [f"Refused:     {_name(entry.image.refs, entry.image.id)}: {entry.refused_because}"
+              for entry in plan.order if entry.refused_because is not None and (wide or entry.fate.refused)]
+    if wide or any(entry.refused_because for entry in plan.order):
+        lines.append(f"Refusals:    {report.refusals_source or 'not read'}")
     if plan.kubelet_message:
-        lines.append(f"Warning:     {plan.kubelet_message}")
+        # The kubelet's error goes on with each refusal as the runtime words it.
+        errors = "<each refusal, in the runtime's words>" if plan.refused else ""
+        lines.append(f"Warning:     {plan.kubelet_message}{errors}")
     if report.eviction is not None:
         lines.append(f"Eviction:    {eviction_line(report.eviction)}")
     lines.append("Times:       pinctl estimates the kubelet's first-detected and last-used times "
                  "(see docs/gc-model.md)")
     return lines
+
+
+def skipped_line(plan: GcPlan) -> str:
+    """The threshold step a refused delete of the age step keeps from running, and what it would have done."""
+    skipped = plan.skipped_threshold
+    assert skipped is not None
+    high, low = plan.settings.high_threshold_percent, plan.settings.low_threshold_percent
+    step = f"the threshold step (usage {skipped.usage_percent}% >= {high}%) does not run this round"
+    need = f"{human_size(max(skipped.amount_to_free, 0))} to free to reach {low}%"
+    if not skipped.would_delete:
+        # pinctl counts every unused image as unused since the kubelet's start: past any maximum age.
+        return (f"{step} ({need}); pinctl sees nothing it would free beyond the age step, but the kubelet's walk "
+                "would also take images it saw in use less than the maximum age ago")
+    reach = "enough" if skipped.enough else "not enough"
+    return (f"{step} ({need}); it would have freed {human_size(skipped.would_free_bytes)} "
+            f"({counted(len(skipped.would_delete), 'image')}), {reach}")
 
 
 def eviction_line(report: EvictionReport) -> str:
@@ -232,6 +267,8 @@ def _order_cells(entry: OrderEntry, at_risk: bool, eligible_at: Optional[datetim
     fate = FATE_TEXT.get(entry.fate.value, entry.fate.value)
     if entry.fate.value == "too_young" and eligible_at is not None:
         fate += f" until {_iso(eligible_at)}"
+    if entry.refused_because is not None and not entry.fate.refused:
+        fate += " (a delete would be refused)"
     return [str(entry.position), _name(image.refs, image.id), refs.short_id(image.id), human_size(image.size),
             freed, fate, "at risk" if at_risk else "-"]
 
@@ -300,11 +337,26 @@ def gc_dict(report: GcReport) -> dict[str, Any]:
         "kubelet_started": _iso(report.kubelet_started),
         "kubelet_started_source": report.kubelet_started_source,
         "message": plan.kubelet_message,
+        "refusals_source": report.refusals_source,
+        "skipped_threshold": _skipped_dict(plan),
         "order": _entry_dicts(plan, estimates),
         "ties": [_tie_dict(tie) for tie in plan.ties],
         "protected": [_protected_dict(item) for item in plan.protected],
         "at_risk": [_risk_dict(risk) for risk in plan.at_risk],
         "eviction": _eviction_dict(report.eviction, estimates) if report.eviction is not None else None,
+    }
+
+
+def _skipped_dict(plan: GcPlan) -> Optional[dict[str, Any]]:
+    skipped = plan.skipped_threshold
+    if skipped is None:
+        return None
+    return {
+        "usage_percent": skipped.usage_percent,
+        "amount_to_free": skipped.amount_to_free,
+        "would_delete": list(skipped.would_delete),
+        "would_free_bytes": skipped.would_free_bytes,
+        "enough": skipped.enough,
     }
 
 
@@ -369,6 +421,7 @@ def _entry_dict(entry: OrderEntry, estimate: Any, tie_group: Optional[int]) -> d
         "size": image.size,
         "fate": entry.fate.value,
         "deleted": entry.fate.deleted,
+        "refused_because": entry.refused_because,
         "running_total": entry.running_total,
         "tie": entry.tie,
         "tie_group": tie_group,

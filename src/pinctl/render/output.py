@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from pinctl import refs
+from pinctl.check import credentials
 from pinctl.display import exact, visible
 from pinctl.model import (
     ACTION_ADOPTED,
@@ -354,34 +355,82 @@ def print_problems(problems: Sequence[Problem], fmt: OutputFormat, out: Optional
 
 def print_check(result: CheckResult, fmt: OutputFormat, out: Optional[TextIO] = None,
                 waited: Optional[float] = None) -> None:
-    """Every disagreement with its cause and fix; JSON and wide list the agreeing images too.
-    waited: how long check --wait polled, said in the verdict."""
+    """Every disagreement with its cause and fix, and every pinned image the kubelet will pull again
+    (its KUBELET cell; the whole sentence and fix on stderr); JSON and wide list the agreeing
+    images too. waited: how long check --wait polled, said in the verdict."""
     out = out or sys.stdout
     runtime = {"endpoint": result.endpoint, "name": result.runtime.name, "version": result.runtime.version}
     if fmt == FORMAT_JSON:
         items = [_check_dict(item) for item in result.items]
-        write_envelope(out, runtime=runtime, agree=result.agree, images=items)
+        write_envelope(out, runtime=runtime, agree=result.agree, kubelet=_kubelet_dict(result), images=items)
         return
-    shown = result.items if fmt == FORMAT_WIDE else [i for i in result.items if not i.agrees]
+    judged = result.kubelet is not None
+    shown = result.items if fmt == FORMAT_WIDE else [
+        i for i in result.items if not i.agrees or i.kubelet_warning is not None]
     if shown and out.isatty():
-        _print_check_fitted(shown, out, ellipsis="" if fmt == FORMAT_WIDE else _ellipsis(out))
+        _print_check_fitted(shown, out, ellipsis="" if fmt == FORMAT_WIDE else _ellipsis(out), judged=judged)
     elif shown:
-        cells = [[i.refs[0], refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
-                  i.cause or "agrees", i.fix or "-"] for i in shown]
-        print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", "CAUSE", "FIX"], cells, out)
+        cells = [[_check_name(i), refs.short_id(i.image_id), _yes(i.desired), _yes(i.cri_pinned),
+                  *([_kubelet_cell(i)] if judged else []), i.cause or "agrees", i.fix or "-"] for i in shown]
+        print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", *(["KUBELET"] if judged else []), "CAUSE", "FIX"],
+                    cells, out)
     bad = sum(not i.agrees for i in result.items)
     verdict = "agree" if not bad else f"disagree on {bad} of {len(result.items)} image{'s' if len(result.items) != 1 else ''}"
     after = f" (after {waited:.1f} s)" if waited is not None else ""
     warn(f"check: pinctl and {result.runtime} at {result.endpoint} {verdict}{after}")
+    # On a terminal the table's notes say each name's sentence; into a pipe, stderr does.
+    _warn_kubelet(result, per_name=not (shown and out.isatty()))
 
 
-def _print_check_fitted(shown: Sequence[CheckItem], out: TextIO, ellipsis: str) -> None:
+def _warn_kubelet(result: CheckResult, per_name: bool) -> None:
+    """Each pinned image the kubelet will not run from disk for every pod: a line per name, with
+    what it does and the fix; then each problem with its config or records, and a count."""
+    view = result.kubelet
+    if view is None:
+        return
+    for item in result.items:
+        for judged in item.kubelet if per_name else ():
+            if credentials.warns(judged):
+                fix = f"; fix: {judged.fix}" if judged.fix else ""
+                warn(f"check: kubelet: {judged.name} ({refs.short_id(item.image_id)}): {judged.why}{fix}")
+    for problem in view.problems:
+        warn(f"check: {problem}")
+    count = result.kubelet_warnings
+    policy = f"the kubelet's {view.policy.policy} ({view.policy.source})"
+    warn(f"check: {policy}: {count} pinned image{'s' if count != 1 else ''} not run from disk by every pod" if count
+         else f"check: {policy}: every pinned image runs from disk")
+
+
+def _check_name(item: CheckItem) -> str:
+    """The image's name in the table: the one the kubelet will pull again, else its first."""
+    warned = item.kubelet_warning
+    return warned.name if warned is not None else item.refs[0]
+
+
+_KUBELET_CELLS = {"uses": "uses", "credentials": "with credentials", "pulls": "pulls again", "unknown": "unknown"}
+
+
+def _kubelet_cell(item: CheckItem) -> str:
+    found = credentials.worst(item.kubelet)
+    return _KUBELET_CELLS[found.verdict] if found is not None else "-"
+
+
+def _print_check_fitted(shown: Sequence[CheckItem], out: TextIO, ellipsis: str, judged: bool = False) -> None:
     """Cause and fix are sentences and commands: each gets its own lines under the image, whole."""
-    cells = [[abbreviate(i.refs[0], ellipsis) if ellipsis else i.refs[0], refs.short_id(i.image_id), _yes(i.desired),
-              _yes(i.cri_pinned)] for i in shown]
-    notes = [[("cause", i.cause), ("fix", i.fix or "-")] if i.cause else [] for i in shown]
-    print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED"], cells, out, notes=notes,
-                fit=CHECK_FIT if ellipsis else NO_FIT)
+    cells = [[abbreviate(_check_name(i), ellipsis) if ellipsis else _check_name(i), refs.short_id(i.image_id), _yes(i.desired),
+              _yes(i.cri_pinned), *([_kubelet_cell(i)] if judged else [])] for i in shown]
+    notes = [[*([("cause", i.cause), ("fix", i.fix or "-")] if i.cause else []), *_kubelet_notes(i)] for i in shown]
+    print_table(["IMAGE", "IMAGE ID", "WANTED", "CRI PINNED", *(["KUBELET"] if judged else [])], cells, out,
+                notes=notes, fit=CHECK_FIT if ellipsis else NO_FIT)
+
+
+def _kubelet_notes(item: CheckItem) -> list[tuple[str, str]]:
+    """Under the row, each name the kubelet will not run from disk: what it does, and the fix."""
+    found: list[tuple[str, str]] = []
+    for judged in item.kubelet:
+        if credentials.warns(judged):
+            found += [("kubelet", f"{judged.name}: {judged.why}"), *([("kubelet fix", judged.fix)] if judged.fix else [])]
+    return found
 
 
 CHECK_FIT = table.give_way("IMAGE", drop=["IMAGE ID"])
@@ -401,7 +450,18 @@ def _check_dict(item: CheckItem) -> dict[str, Any]:
         "agrees": item.agrees,
         "cause": item.cause,
         "fix": item.fix,
+        "kubelet_checks": [{"image_name": j.name, "verdict": j.verdict, "reason": j.reason, "why": j.why, "fix": j.fix}
+                           for j in item.kubelet],
     }
+
+
+def _kubelet_dict(result: CheckResult) -> Optional[dict[str, Any]]:
+    view = result.kubelet
+    if view is None:
+        return None
+    return {"policy": view.policy.policy, "policy_source": view.policy.source, "allowlist": list(view.policy.allowlist),
+            "feature_gate": view.policy.gate_enabled, "kubelet_config": view.config, "records_dir": view.records,
+            "kubelet_problems": list(view.problems), "warned_images": result.kubelet_warnings}
 
 
 @contextmanager

@@ -31,6 +31,12 @@ _pinctl_pinned_refs() {
   _wanted images expl 'pinned image reference' compadd -a refs
 }
 
+_pinctl_deleted_refs() {
+  local -a refs expl
+  refs=(${(f)"$(_pinctl_ask refs @DELETED_REFS@)"})
+  _wanted images expl 'image reference the deletion journal names' compadd -a refs
+}
+
 _pinctl_namespaces() {
   local -a names expl
   names=(${(f)"$(_pinctl_ask namespaces @NAMESPACES@)"})

@@ -31,6 +31,10 @@ function __fish_pinctl_pinned_refs --description 'Pinned image references pinctl
     __fish_pinctl_ask refs @PINNED_REFS@
 end
 
+function __fish_pinctl_deleted_refs --description 'Image references pinctl history -q --all lists'
+    __fish_pinctl_ask refs @DELETED_REFS@
+end
+
 function __fish_pinctl_namespaces --description 'containerd namespaces pinctl namespaces -q lists'
     __fish_pinctl_ask namespaces @NAMESPACES@
 end
