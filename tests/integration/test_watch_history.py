@@ -327,3 +327,38 @@ def test_a_wanted_image_an_exact_policy_reference_names_is_pulled_back(engine: s
             watcher.proc.wait()
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("daemon", ["containerd-1.7"], ids=["ctd17"], indirect=True)
+def test_the_real_cri_proxy_names_crictl_and_outside_the_cri(daemon: ContainerdDaemon, crictl: Path,
+                                                              tmp_path: Path) -> None:
+    """cri-proxy and the watcher share one journal: a crictl rmi through the proxy is crictl's, a
+    ctr images rm beside it is outside the CRI."""
+    from tests.harness.criproxy_process import ProxyProcess
+
+    plain, other = images.load_images(daemon, tmp_path / "archives", [
+        images.recipe("example.test/px/plain:1", seed="px-plain"), images.recipe(OTHER, seed="px-other")])
+    proxy = ProxyProcess(daemon, daemon.address).wait_serving()
+    try:
+        history = proxy.history
+        config = tmp_path / "config.toml"
+        config.write_text('pinned_images = ["example.test/keep/*"]\n')
+        watcher = WatchProcess(daemon, config, env={"PINCTL_HISTORY_DIR": str(history)})
+        try:
+            watcher.wait_log("full sync")
+            Crictl(crictl, proxy.path, tmp_path / "crictl").run("rmi", "example.test/px/plain:1")
+            daemon.ctr("images", "rm", OTHER)
+            found = wait_deletions(history, 2)
+            entries = Journal(str(history)).read().entries
+            proxy_log = proxy.log.read_text()
+        finally:
+            watcher.proc.kill()
+            watcher.proc.wait()
+    finally:
+        proxy.stop()
+    through = naming(found, "example.test/px/plain:1")
+    assert (through.deleter, through.client, through.image_id) == ("cri-client", "crictl", plain.image_id), (
+        entries, proxy_log)
+    assert "crictl" in through.evidence and "cri-proxy saw" in through.evidence
+    beside = naming(found, OTHER)
+    assert beside.deleter == DELETER_OUTSIDE_CRI and beside.image_id == other.image_id

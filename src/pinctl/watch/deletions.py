@@ -24,7 +24,7 @@ from pinctl.watch.index import FLAG_CRI, FLAG_LABEL, FLAG_SYNC, Gone
 
 # After the last reference of an image went, wait this long for more of its references and for
 # cri-proxy's entry of the RemoveImage (written once the runtime answered) before writing.
-SETTLE_S = 2.0
+SETTLE_S = 3.0
 # Pending deletions held at most: past it the oldest are written at once (a prune of thousands).
 PENDING_MAX = 4096
 WANTED_PIN = "pin"
