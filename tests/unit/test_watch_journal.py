@@ -391,3 +391,11 @@ def test_requests_are_read_from_the_journals_end_past_corrupt_and_newer_lines(tm
     assert os.path.getsize(history / "journal.jsonl") > deletions.REQUESTS_TAIL
     found = rec._requests(clock.now - 60)
     assert [(r.ref, r.pid) for r in found] == [("example.test/b:1", 7)]
+
+
+def test_the_watchers_own_label_write_changes_the_flags_and_keeps_the_target() -> None:
+    index = filled()
+    assert index.relabel("k8s.io", "example.test/a:latest", {PIN_LABEL: "pinned", MANAGED_LABEL: "true"})
+    assert not index.relabel("k8s.io", "example.test/unknown:1", {PIN_LABEL: "pinned"})
+    gone = index.take("k8s.io", "example.test/a:latest")
+    assert gone is not None and (gone.digest, gone.image_id, gone.flags) == (DIGEST_A2, ID_A, FLAG_LABEL | FLAG_SYNC)

@@ -106,6 +106,15 @@ class ImageIndex:
     def put(self, namespace: str, name: str, digest: str, labels: Mapping[str, str]) -> None:
         self._put(self._refs.setdefault(namespace, {}), namespace, name, digest, labels)
 
+    def relabel(self, namespace: str, name: str, labels: Mapping[str, str]) -> bool:
+        """New labels on a known reference whose target is known not to have moved; False if unknown."""
+        refs = self._refs.get(namespace)
+        entry = refs.get(name) if refs is not None else None
+        if refs is None or entry is None:
+            return False
+        self._put(refs, namespace, name, digest_of(entry), labels)
+        return True
+
     def _put(self, refs: dict[str, Entry], namespace: str, name: str, digest: str,
              labels: Mapping[str, str]) -> None:
         # Interned: the references of one image (and their events) share one copy of its digest.

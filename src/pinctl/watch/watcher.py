@@ -114,6 +114,9 @@ class Watcher:
         # Told every deletion recorded, after the metric counted it (restore, the Node's Events).
         self.on_deleted: Callable[[Deletion], None] = lambda _deletion: None
         self._crio_listed_at: Optional[float] = None  # when CRI-O's image list was last read
+        # References the watcher itself just labelled: their write was guarded to the record as
+        # read, so the update event it causes moves no target, and needs no read to keep the index.
+        self._own_writes: set[tuple[str, str]] = set()
         # Wanted images deleted anyway: restored (watch.restore), imports at the next full sync,
         # pulls one at a time by a thread of their own.
         self.restorer = Restorer()
@@ -368,11 +371,16 @@ class Watcher:
             latest.setdefault((index, namespace), {})[name] = labels  # the latest event of a name wins
         for (index, namespace), by_name in latest.items():
             store = followed[index].store
-            # Every record is read, to keep the index's target and pins current (a name imported
-            # again with other content comes as an update); only those that may need a change are planned.
-            read = store.get_images(namespace, list(by_name))
-            tracking.index_records(self.index, store, namespace, read)
+            # Every record is read, to keep the index's target and pins current (a tag pulled again,
+            # a name imported again with other content: both come as updates), except those of the
+            # watcher's own label writes; only those that may need a change are planned.
             names = {n for n, labels in by_name.items() if self._may_need_change(n, labels)}
+            own = {n for n, labels in by_name.items() if n not in names and (namespace, n) in self._own_writes
+                   and self.index.relabel(namespace, n, labels)}
+            self._own_writes.difference_update((namespace, n) for n in own)
+            wanted = [n for n in by_name if n not in own]
+            read = store.get_images(namespace, wanted) if wanted else []
+            tracking.index_records(self.index, store, namespace, read)
             records = [record for record in read if record.name in names]
             if records:
                 plan = pinning.make_batch_sync_plan(store, namespace, records, self.settings.policy, self.prune)
@@ -500,8 +508,11 @@ class Watcher:
 
     def _report(self, results: list[ItemResult]) -> None:
         self.state.counted(results)
+        if len(self._own_writes) > BATCH_MAX * 8:
+            self._own_writes.clear()  # marks whose events never came (a record deleted meanwhile)
         for r in results:
             if r.action in CHANGES:
+                self._own_writes.add((r.namespace, r.ref))
                 self.log("info", r.action, namespace=r.namespace, ref=r.ref)
             elif r.action == ACTION_CHANGED_UNDER_US:
                 # Its own event follows; the next batch decides again from the record as it is.
