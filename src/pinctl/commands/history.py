@@ -312,5 +312,5 @@ def summary_counts(entries: Sequence[Entry]) -> Mapping[str, int]:
     return counts
 
 
-KINDS_IN_WORDS = {KIND_DELETED: ("deletion", "deletions"), KIND_REMOVE_REQUEST: ("RemoveImage", "RemoveImages"),
+KINDS_IN_WORDS = {KIND_DELETED: ("deletion", "deletions"), KIND_REMOVE_REQUEST: ("RemoveImage request", "RemoveImage requests"),
                   KIND_RESTORED: ("restore", "restores")}
