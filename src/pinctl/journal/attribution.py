@@ -1,7 +1,7 @@
 """Who deleted an image, as far as the node can tell: a deletion joined to the RemoveImage
 calls cri-proxy saw before it. Pure: the caller reads the journal and the proxy's mark.
 
-The rules (docs/history-recording.md says them to operators):
+The rules (docs/history.md, "The rules, exactly", says them to operators):
 
 - a RemoveImage that cri-proxy forwarded and the runtime answered OK, naming the image's ID
   (or a prefix of it) or one of its references, at most JOIN_BEFORE_S before the first
