@@ -312,6 +312,14 @@ def test_check_of_a_deleted_image_names_who_deleted_it(tmp_path: Path) -> None:
     assert report.exit_code == EXIT_ERROR
 
 
+def test_check_of_an_absent_name_a_pattern_covers_says_it_is_wanted(tmp_path: Path) -> None:
+    request = commands.CheckRequest(("example.test/gone:1", "other.test/gone:1"), history_dir=str(tmp_path))
+    report = commands.check(node_of(store_with_images()), policy_of("example.test/*"),
+                            lambda: (StatusRuntime(0), RUNTIME), request, lambda *_: None, FakeClock())
+    wanted = {item.refs[0]: item.desired for item in report.result.items if item.refs[0].endswith("gone:1")}
+    assert wanted == {"example.test/gone:1": True, "other.test/gone:1": False}
+
+
 # -- the command line -------------------------------------------------------------------------
 
 

@@ -272,11 +272,25 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
     kubelet = pull_records.kubelet_side(request.kubelet_config, request.kubelet_root_dir)
     wait = request.wait
     result, waited = checking.wait_for_agreement(read, wait, clock or checking.SystemClock(), progress)
+    _unknown_wanted(result, policy)
     if request.history_dir and request.refs:
         _unknown_from_journal(result, request.history_dir)
     if kubelet is not None:  # what it does with the pinned images, once their pins are settled
         checking.judge_kubelet(result, kubelet.policy, kubelet.config, kubelet.problems, kubelet.read)
     return CheckReport(result, waited if wait > 0 else None, rows, node.selected_namespaces())
+
+
+def _unknown_wanted(result: CheckResult, policy: Policy) -> None:
+    """A REF the runtime knows no image by is still wanted when a pattern names it: WANTED says
+    so, as ls --drift would once it arrives."""
+    from pinctl.check.compare import MISMATCH_UNKNOWN_IMAGE
+    from pinctl.pins import plans as pinning
+
+    unknown = [item for item in result.items if item.mismatch == MISMATCH_UNKNOWN_IMAGE]
+    if unknown:
+        wanted = pinning.wanted_names(policy, [item.refs[0] for item in unknown])
+        for item in unknown:
+            item.desired = item.refs[0] in wanted
 
 
 def _unknown_from_journal(result: CheckResult, directory: str) -> None:
