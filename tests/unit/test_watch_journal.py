@@ -4,6 +4,7 @@ The watcher against real runtimes: tests/integration/test_watch_history.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -305,6 +306,9 @@ def test_restore_imports_pulls_or_says_why_not() -> None:
     job, entry = restorer.decide(deleted(("pattern example.test/a:1",), DELETER_KUBELET), p)
     assert job is None and entry is not None and "kubelet" in entry.detail
     assert restorer.decide(deleted(()), p) == (None, None)
+    untagged = dataclasses.replace(deleted(("pattern example.test/b:*",), refs=("example.test/b:1",)), image_gone=False)
+    job, entry = restorer.decide(untagged, p)
+    assert job is None and entry is not None and "only its names went" in entry.detail
 
 
 def test_an_image_deleted_again_soon_after_its_restore_is_not_restored_again_and_the_back_off_doubles() -> None:

@@ -105,6 +105,10 @@ class Restorer:
         pulled = exact_refs(policy, refs)
         if pulled:
             return Job(deletion, HOW_PULL, pulled), None
+        if not deletion.image_gone:
+            return None, self._skipped(deletion, "only its names went: the image stays under its ID, unpinned, and no "
+                                                 "exact reference of the policy names it; tag it again (ctr images "
+                                                 "tag) and sync pins it")
         return None, self._skipped(deletion, "nothing gives it back: no import_dirs archive holds it, and no exact "
                                              "reference of the policy names it (a glob or a hand pin names no one "
                                              "image to pull)")
