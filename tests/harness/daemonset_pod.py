@@ -256,6 +256,8 @@ def container_config(found: PodPlan, image: str, sources: Mapping[str, pathlib.P
         if mount.source not in sources:
             raise ManifestNotHandled(f"the test gives no stand-in for {mount.kind} {mount.source}")
         host = sources[mount.source]
+        if mount.host_type == "DirectoryOrCreate":  # what the kubelet does before it starts the pod
+            os.makedirs(host, mode=0o755, exist_ok=True)
         check = HOST_PATH_TYPES.get(mount.host_type)
         if check is not None and not check(os.stat(host).st_mode):
             raise ManifestNotHandled(f"hostPath {mount.source} ({host}) is not a {mount.host_type}")

@@ -105,7 +105,8 @@ def test_the_daemonsets_pod_runs_as_the_manifest_says(node: NetnsPodsDaemon, age
     volume = ConfigMapVolume(tmp_path / "configmap", default_mode=config_mount.default_mode)
     volume.write(configmap_data())
     sources = {"/run/containerd": node.socket_dir,
-               "/var/lib/containerd": node.data_dir / "root", config_mount.source: volume.root}
+               "/var/lib/containerd": node.data_dir / "root", config_mount.source: volume.root,
+               "/var/lib/pinctl/history": tmp_path / "history"}
     work = tmp_path / "archives"
     load(node, work, AT_START)
     port = found.ports["metrics"]

@@ -233,7 +233,7 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
     volume = ConfigMapVolume(tmp_path / "configmap", default_mode=config_mount.default_mode)
     volume.write(yaml.safe_load(CONFIGMAP.read_text())["data"])
     stand_ins = {"/run/containerd": node.daemon.socket_dir, "/var/lib/containerd": node.daemon.data_dir / "root",
-                 config_mount.source: volume.root}
+                 config_mount.source: volume.root, "/var/lib/pinctl/history": tmp_path / "history"}
     node.load_images([images.recipe(ref, seed=ref) for ref in (COVERED, NOT_COVERED)])
     port = kubelet.free_port()
     pod = static_pod(daemonset, stand_ins, port)

@@ -48,10 +48,12 @@ def test_the_container_config_mounts_each_stand_in(tmp_path: Path) -> None:
     (tmp_path / "root").mkdir()
     (tmp_path / "config").mkdir()
     sources = {"/run/containerd": tmp_path / "run", "/var/lib/containerd": tmp_path / "root",
-               "pinctl-config": tmp_path / "config"}
+               "pinctl-config": tmp_path / "config", "/var/lib/pinctl/history": tmp_path / "history"}
     config = Reader(encode(daemonset_pod.container_config(found, "pinctl:0.1.0", sources, "pinctl.log")))
     mounts = {Reader(raw).text(1): Reader(raw) for raw in config.all_bytes(7)}
     assert mounts["/run/containerd"].text(2) == str(tmp_path / "run")
+    # The journal's directory is made as the kubelet makes a DirectoryOrCreate hostPath, and writable.
+    assert (tmp_path / "history").is_dir() and mounts["/var/lib/pinctl/history"].integer(3) == 0
     assert mounts["/etc/pinctl"].integer(3) == 1 and mounts["/run/containerd"].integer(5) == 1
     assert config.texts(4) == list(found.args)
     security = config.message(15).message(2)

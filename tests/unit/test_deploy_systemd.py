@@ -133,6 +133,7 @@ def check_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[list[str]
     assert "/run" in unit_paths(service.get("ReadOnlyPaths", [])), (
         "ReadOnlyPaths=/run is missing: MountAPIVFS= (implied) leaves /run writable otherwise"
     )
+    assert_journal_writable(service)
 
     assert get("Type") in ("simple", "exec"), f"Type={get('Type')}: pinctl does not speak sd_notify"
     assert get("Restart") == "on-failure"
@@ -145,6 +146,12 @@ def check_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[list[str]
         names = " ".join(unit_section.get(key, [])).split()
         assert "containerd.service" in names, f"{key}= lacks containerd.service"
     assert "multi-user.target" in " ".join(unit.get("Install", {}).get("WantedBy", [])).split()
+
+
+def assert_journal_writable(service: dict[str, list[str]]) -> None:
+    """The deletion journal's default directory, which both services write (pinctl history)."""
+    states = ["/var/lib/" + d for d in " ".join(service.get("StateDirectory", [])).split()]
+    assert "/var/lib/pinctl/history" in states, "the journal's directory is not made writable by StateDirectory="
 
 
 def test_unit(parse: Callable[[list[str]], Parsed]) -> None:
@@ -225,6 +232,7 @@ def check_proxy_unit(unit: dict[str, dict[str, list[str]]], parse: Callable[[lis
     assert os.path.dirname(listen) in runtime_dirs, "the socket's directory is not made by RuntimeDirectory="
     assert upstream.removeprefix("unix://") in writable, f"{upstream} is not in ReadWritePaths={writable}"
     assert "/run" in unit_paths(service.get("ReadOnlyPaths", [])), "ReadOnlyPaths=/run is missing"
+    assert_journal_writable(service)
     assert get("Type") in ("simple", "exec")
     assert get("Restart") in ("on-failure", "always")
     assert 0 < seconds(get("RestartSec") or "0") <= 2, "the kubelet waits for the proxy: restart fast"
@@ -277,8 +285,9 @@ def test_proxy_unit_systemd_analyze_security(tmp_path: pathlib.Path) -> None:
     ("--metrics-address 127.0.0.1:9737", "--metrics-address 0.0.0.0:9737"),
     (" --metrics-address 127.0.0.1:9737", ""),
     ("--metrics-address 127.0.0.1:9737", "--metrics-address 127.0.0.1:9736"),
+    ("StateDirectory=pinctl/history\n", ""),
 ], ids=["no-before-kubelet", "no-runtime-dir", "socket-dir-ro", "upstream-ro", "private-network", "no-inet", "mdwe",
-        "typo", "slow-restart", "ip-allow-any", "metrics-everywhere", "no-metrics", "sync-port"])
+        "typo", "slow-restart", "ip-allow-any", "metrics-everywhere", "no-metrics", "sync-port", "no-journal"])
 def test_proxy_unit_check_fails(edit: tuple[str, str], parse: Callable[[list[str]], Parsed]) -> None:
     text = PROXY_UNIT.read_text()
     assert edit[0] in text
@@ -308,8 +317,9 @@ def _unit_without(key: str) -> str:
     UNIT.read_text().replace(" --metrics-address 127.0.0.1:9736", ""),
     UNIT.read_text().replace("IPAddressAllow=localhost\n", "IPAddressAllow=any\n"),
     UNIT.read_text().replace("[Install]", "PrivateNetwork=yes\n\n[Install]"),
+    _unit_without("StateDirectory"),
 ], ids=["mdwe", "rw-socket", "ro-run", "reload", "caps", "text-log", "typo", "other-socket", "user", "stop",
-        "metrics-everywhere", "no-metrics", "ip-allow-any", "private-network"])
+        "metrics-everywhere", "no-metrics", "ip-allow-any", "private-network", "no-journal"])
 def test_unit_check_fails(broken: str, parse: Callable[[list[str]], Parsed]) -> None:
     with pytest.raises((AssertionError, click.UsageError)):
         check_unit(read_unit(broken), parse)

@@ -172,3 +172,34 @@ def test_a_mark_that_does_not_parse_counts_as_no_proxy(tmp_path: object) -> None
     with open(os.path.join(str(tmp_path), presence.PRESENCE), "w") as stream:
         stream.write('{"pid": "x"')
     assert presence.serving(str(tmp_path)) is None
+
+
+def test_a_pid_reused_by_another_process_is_not_the_proxy(tmp_path: object) -> None:
+    directory = str(tmp_path)
+    presence.mark_serving(directory, "/a", "/b")
+    path = os.path.join(directory, presence.PRESENCE)
+    with open(path) as stream:
+        data = json.load(stream)
+    assert data["start_ticks"] is not None
+    data["start_ticks"] += 1  # this pid, but a process that started at another moment
+    with open(path, "w") as stream:
+        json.dump(data, stream)
+    assert presence.serving(directory) is None
+    assert presence.serving(directory, alive_only=False) is not None
+
+
+def test_a_proxy_in_another_pid_namespace_is_serving_while_its_heartbeat_is_fresh(tmp_path: object) -> None:
+    directory = str(tmp_path)
+    presence.mark_serving(directory, "/a", "/b")
+    path = os.path.join(directory, presence.PRESENCE)
+    with open(path) as stream:
+        data = json.load(stream)
+    data.update(pid=999_999_999, pid_namespace="pid:[1]")  # the host's proxy, seen from a pod
+    with open(path, "w") as stream:
+        json.dump(data, stream)
+    assert presence.serving(directory) is not None
+    stale = os.path.getmtime(path) - presence.STALE_S - 1
+    os.utime(path, (stale, stale))
+    assert presence.serving(directory) is None  # killed: no heartbeat for three periods
+    presence.touch(directory)
+    assert presence.serving(directory) is not None

@@ -332,6 +332,18 @@ class Proxy:
             presence.mark_serving(self.history_dir, self.listen, self.upstream)
         except OSError as err:
             self.log("warning", "cannot mark the proxy serving in the journal's directory", error=str(err))
+            return
+        if not any(t.name == "presence-heartbeat" for t in threading.enumerate()):
+            threading.Thread(target=self._heartbeat, args=(self.history_dir,), name="presence-heartbeat",
+                             daemon=True).start()
+
+    def _heartbeat(self, directory: str) -> None:
+        """Keep the mark fresh for a watcher in another PID namespace (presence.STALE_S)."""
+        while not self._stop.wait(presence.HEARTBEAT_S):
+            try:
+                presence.touch(directory)
+            except OSError:
+                pass  # a mark removed under us is written again at the next (re)start
 
     def _start_relay(self, binary: str) -> None:
         self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.refresh_seconds,
