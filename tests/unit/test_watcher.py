@@ -97,3 +97,37 @@ def test_stop_ends_the_loop_and_the_poll_at_once(running: Any) -> None:
         time.sleep(0.01)
     assert done == [0] and log.lines[-1][0] == "stopped"
     assert not any(t.name == "pinctl-config-poll" for t in threading.enumerate())
+
+
+class LockedStream:
+    """A stream whose cancel() takes a lock the main thread may hold, as gRPC's channel does."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.cancelled = threading.Event()
+        self.deadlocked = False
+
+    def cancel(self) -> None:
+        if not self.lock.acquire(timeout=5.0):
+            self.deadlocked = True
+            return
+        self.lock.release()
+        self.cancelled.set()
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+
+def test_a_stop_asked_while_the_main_thread_holds_grpcs_lock_still_cancels_the_streams(tmp_path: Path) -> None:
+    """SIGTERM's handler runs on the main thread, which may be inside a gRPC call holding its
+    channel's lock: stop() must not take that lock on the same thread (it never returned)."""
+    config = tmp_path / "config.toml"
+    config.write_text("# ok\n")
+    watcher = Watcher(setup_loader(config), Logged(), prune=False)
+    lock = threading.Lock()
+    stream = LockedStream(lock)
+    watcher._streams = [stream]
+    with lock:  # the main thread in a gRPC call, as the handler interrupts it
+        watcher.stop()
+        assert not stream.cancelled.is_set()
+    assert stream.cancelled.wait(10.0) and not stream.deadlocked

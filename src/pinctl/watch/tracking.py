@@ -42,10 +42,15 @@ def index_view(index: ImageIndex, view: NamespaceView) -> list[Gone]:
     return missing
 
 
-def index_records(index: ImageIndex, store: ImageStore, namespace: str, records: Sequence[StoredImage]) -> None:
-    """Records an event batch read: their names, targets and labels; new targets resolved."""
+def note_records(index: ImageIndex, namespace: str, records: Sequence[StoredImage]) -> None:
+    """Records an event batch read: their names, targets and labels. Their new targets are
+    resolved later (resolve), when no event waits: a manifest read per new image would hold up
+    the pins of the next batch of a burst."""
     for record in records:
         index.put(namespace, record.name, record.target.digest, record.labels)
+
+
+def resolve(index: ImageIndex, store: ImageStore, namespace: str, records: Iterable[StoredImage]) -> None:
     _resolve(index, store, namespace, records)
 
 

@@ -48,8 +48,9 @@ from pinctl.watch.restore import Restorer
 from pinctl.service.memory import serve_for_long
 
 if TYPE_CHECKING:
-    from pinctl.backends import ImageEventStream
+    from pinctl.backends import ImageEventStream, ImageStore
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.model import StoredImage
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.node.crio import CrioNode
     from pinctl.node.sources import DockerSource, Followed, Node
@@ -117,6 +118,8 @@ class Watcher:
         # References the watcher itself just labelled: their write was guarded to the record as
         # read, so the update event it causes moves no target, and needs no read to keep the index.
         self._own_writes: set[tuple[str, str]] = set()
+        # Records of event batches whose new targets (image ID, size) are not resolved yet.
+        self._unresolved: list[tuple[ImageStore, str, Sequence[StoredImage]]] = []
         # Wanted images deleted anyway: restored (watch.restore), imports at the next full sync,
         # pulls one at a time by a thread of their own.
         self.restorer = Restorer()
@@ -176,8 +179,12 @@ class Watcher:
         return imports.paths() if imports is not None else ()
 
     def _interrupt(self) -> None:
-        for stream in list(self._streams):
-            stream.cancel()
+        """Cancel the event streams, on a thread of its own: SIGTERM and SIGHUP run their handler
+        on the main thread between two bytecodes, perhaps while it holds a lock of gRPC's channel
+        that cancel() takes too, and the stop then never came (seen in a benchmark)."""
+        streams = list(self._streams)
+        if streams:
+            threading.Thread(target=_cancel_all, args=(streams,), name="pinctl-interrupt", daemon=True).start()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -265,7 +272,10 @@ class Watcher:
                 self.state.events += len(batch)
                 mine = [e for e in batch if e[0] < len(followed) and followed[e[0]].watches(e[1][0])]
                 self._sync_batch(followed, [e for e in mine if e[1][1] in CHANGING_TOPICS])
-                self._record_deletions([e for e in mine if e[1][1] == DELETE_TOPIC])
+                deletions = [e for e in mine if e[1][1] == DELETE_TOPIC]
+                if deletions or events.empty():  # image IDs known before a deletion needs them
+                    self._resolve_new_targets()
+                self._record_deletions(deletions)
                 if docker is not None:
                     self._record_docker(docker, [e[1][2] for e in batch if e[0] == len(followed)])
         finally:
@@ -380,11 +390,17 @@ class Watcher:
             self._own_writes.difference_update((namespace, n) for n in own)
             wanted = [n for n in by_name if n not in own]
             read = store.get_images(namespace, wanted) if wanted else []
-            tracking.index_records(self.index, store, namespace, read)
             records = [record for record in read if record.name in names]
-            if records:
+            if records:  # pins first: indexing a new image reads its manifest, which the pin need not wait for
                 plan = pinning.make_batch_sync_plan(store, namespace, records, self.settings.policy, self.prune)
                 self._report(pinning.apply_plan(plan, dry_run=False))
+            tracking.note_records(self.index, namespace, read)
+            self._unresolved.append((store, namespace, read))
+
+    def _resolve_new_targets(self) -> None:
+        pending, self._unresolved = self._unresolved, []
+        for store, namespace, records in pending:
+            tracking.resolve(self.index, store, namespace, records)
 
     # -- deletions ----------------------------------------------------------------------------
 
@@ -539,6 +555,11 @@ def _error_kind(err: PinctlError) -> SyncError:
     if isinstance(err, _StreamEnded):
         return SYNC_STREAM_ENDED
     return SYNC_UNREACHABLE if isinstance(err, EngineUnreachable) else SYNC_ENGINE
+
+
+def _cancel_all(streams: Sequence[ImageEventStream]) -> None:
+    for stream in streams:
+        stream.cancel()
 
 
 def _read_into(index: int, stream: Iterable[ImageEvent], events: queue.Queue[Optional[SourcedEvent] | PinctlError]) -> None:
