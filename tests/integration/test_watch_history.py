@@ -228,10 +228,11 @@ def test_crictl_rmi_on_crio_is_recorded_from_its_list(crio: CrioDaemon, crio_cri
                                stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
     try:
         deadline = time.monotonic() + 90
-        while not any(image.pinned and keep in image.repo_tags for image in crio_crictl.images()):
+        # "full sync" is logged once CRI-O's list is read: a deletion from then on is seen.
+        while not ("full sync" in log_path.read_text()
+                   and any(image.pinned and keep in image.repo_tags for image in crio_crictl.images())):
             assert time.monotonic() < deadline and watcher.poll() is None, log_path.read_text()
             time.sleep(0.2)
-        time.sleep(1)  # the watcher's first list after its sync (it lists at once; this is margin)
         crio_crictl.run("rmi", keep)
         crio_crictl.run("rmi", other)
         found = wait_deletions(history, 2, timeout=90)

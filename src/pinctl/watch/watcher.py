@@ -301,9 +301,9 @@ class Watcher:
                     self.log("warning", note)
                 self.state.synced([])
                 self._delay = BACKOFF_FIRST
+                self._crio_deletions(crio)  # before the log line: from "full sync" on, a deletion is seen
                 changed = sum(r.action in CHANGES for r in done.results)
                 self.log("info", "full sync", runtime=crio.describe(), changed=changed, covered=len(done.results))
-                self._crio_deletions(crio)
                 resync_at = time.monotonic() + CRIO_RESYNC_SECONDS
                 while time.monotonic() < resync_at:
                     due = self.recorder.seconds_to_due()
