@@ -47,7 +47,6 @@ REQUEST_OUTCOMES = (REQUEST_FORWARDED, REQUEST_FAILED, REQUEST_REFUSED)
 RESTORE_DONE = "restored"
 RESTORE_FAILED = "failed"
 RESTORE_SKIPPED = "skipped"  # not tried: over the disk budget, no source to restore from
-RESTORE_OUTCOMES = (RESTORE_DONE, RESTORE_FAILED, RESTORE_SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ class Restore:
 
     time: float
     refs: tuple[str, ...]
-    outcome: str  # one of RESTORE_OUTCOMES
+    outcome: str  # RESTORE_DONE, RESTORE_FAILED or RESTORE_SKIPPED
     how: str = ""  # "import ARCHIVE", "pull"
     image_id: str = ""
     detail: str = ""  # the error, or why it was skipped
