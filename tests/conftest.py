@@ -8,6 +8,7 @@ which does the same on the releases whose CRI honours pin labels (1.7, 2.1 and 2
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import pathlib
@@ -24,7 +25,7 @@ _ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from tests.harness import cri, debs, images  # noqa: E402
+from tests.harness import cri, debs, images, work_units  # noqa: E402
 from tests.harness.containerd import ContainerdDaemon, DaemonError  # noqa: E402
 from tests.harness.engine_fixtures import containerd21, containerd24, cri_dockerd_043, crictl, docker_images  # noqa: E402, F401  (more engines)
 from tests.harness.crio_fixtures import crio, crio_crictl, crio_registry  # noqa: E402, F401  (CRI-O)
@@ -39,6 +40,8 @@ ENGINE_IDS = {"containerd-1.7": "ctd17", "containerd-1.6": "ctd16"}
 # honours labels runs on both.
 MODERN_CONTAINERD = {"containerd17": "ctd17", "containerd21": "ctd21", "containerd24": "ctd24"}
 _namespace_counter = itertools.count()
+# The environment variables pytest_configure set to directories of the suite's own.
+SUITE_DIRS_MARK = "PINCTL_TEST_SUITE_DIRS"
 
 
 class _Daemon(Protocol):
@@ -55,23 +58,42 @@ def pytest_configure(config: pytest.Config) -> None:
     # pinctl keeps what image manifests resolve to in a file (backends/targets.py): every pinctl
     # the suite runs shares the suite's own, as a node's runs share theirs, and never the
     # machine's /var/cache/pinctl. Tests of the cache itself name their own.
-    if "PINCTL_CACHE_DIR" not in os.environ:
-        os.environ["PINCTL_CACHE_DIR"] = tempfile.mkdtemp(prefix="pinctl-test-cache-")
-        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop("PINCTL_CACHE_DIR"), ignore_errors=True))
     # Likewise the deletion journal: a watcher or cri-proxy started without a history_dir of its
-    # own writes the suite's, never the machine's /var/lib/pinctl/history.
-    if "PINCTL_HISTORY_DIR" not in os.environ:
-        os.environ["PINCTL_HISTORY_DIR"] = tempfile.mkdtemp(prefix="pinctl-test-history-")
-        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop("PINCTL_HISTORY_DIR"), ignore_errors=True))
+    # own writes the suite's, never the machine's /var/lib/pinctl/history. Under pytest-xdist each
+    # worker makes its own (the variables the controller made are marked, and replaced), so a
+    # test that reads the journal sees only what its own worker's tests wrote.
+    suite_made = set(os.environ.get(SUITE_DIRS_MARK, "").split(","))
+    for variable, prefix in (("PINCTL_CACHE_DIR", "pinctl-test-cache-"), ("PINCTL_HISTORY_DIR", "pinctl-test-history-")):
+        if variable in os.environ and variable not in suite_made:
+            continue
+        os.environ[variable] = tempfile.mkdtemp(prefix=prefix)
+        config.add_cleanup(functools.partial(_remove_suite_dir, variable, os.environ[variable]))
+        suite_made.add(variable)
+    os.environ[SUITE_DIRS_MARK] = ",".join(sorted(suite_made - {""}))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _remove_suite_dir(variable: str, path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    if os.environ.get(variable) == path:
+        del os.environ[variable]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Everything under tests/integration is integration, marked or not, so
     # `-m "not integration"` reliably gives the fast unit suite.
     integration_dir = pathlib.Path(__file__).parent / "integration"
     for item in items:
         if integration_dir in item.path.parents:
             item.add_marker(pytest.mark.integration)
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker: the units of work longest first (sorted() is stable, so within a
+        # unit, and among units of one rank, the collected order stays). Every worker sorts alike.
+        items[:] = sorted(items, key=lambda item: work_units.rank(work_units.unit_of(item.nodeid)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    return work_units.make_scheduler(config, log)
 
 
 def engine_unavailable(reason: str) -> NoReturn:

@@ -15,23 +15,25 @@ import pytest
 from tests.conftest import engine_unavailable
 from tests.harness import cri, debs, images
 from tests.harness.containerd import ContainerdDaemon, DaemonError
+from tests.harness.work_units import CLUSTER_MODULES, PERIODIC_MODULE
 
-# Its scenarios wait 5 minutes for the kubelet's second GC run: they start with the first
-# integration test and the module's tests run after the last other one, so the other integration
-# tests fill the wait. Not the unit tests: some set os.environ, which the scenarios' pinctl and
-# daemons inherit.
-PERIODIC_MODULE = "test_kubelet_gc.py"
-# The modules of the session's control plane: from the first of them to the session's end, its
-# four processes and the fleet's nodes (four kubelets, four runtimes) run, and the fleet's setup
-# loads pinctl's image on every node. They come last among the integration tests, before the
-# periodic module: away from the scenarios' busiest minutes, which come first.
-CLUSTER_MODULES = frozenset(("test_cluster.py", "test_fleet.py", "test_fleet_prometheus.py", "test_fleet_status.py",
-                             "test_node_status_rbac.py",
-                             "test_prometheus3.py"))
+# In one process (no xdist): the periodic GC module's scenarios wait 5 minutes for the kubelet's
+# second GC run: they start with the first integration test and the module's tests run after the
+# last other one, so the other integration tests fill the wait. Not the unit tests: some set
+# os.environ, which the scenarios' pinctl and daemons inherit. The cluster modules (the session's
+# control plane and its fleet) come last among the integration tests, before the periodic module:
+# away from the scenarios' busiest minutes, which come first.
 INTEGRATION = Path(__file__).resolve().parent
 
 
+def under_xdist(config: pytest.Config) -> bool:
+    """In a pytest-xdist worker: tests/harness/work_units.py orders the work then, not this module."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if under_xdist(config):
+        return
     periodic = [item for item in items if item.path.name == PERIODIC_MODULE]
     cluster = [item for item in items if item.path.name in CLUSTER_MODULES and INTEGRATION in item.path.parents]
     rest = [item for item in items if item.path.name != PERIODIC_MODULE and item not in cluster]
@@ -43,7 +45,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", autouse=True)
 def periodic_head_start(request: pytest.FixtureRequest) -> None:
-    """The periodic GC run started in the background, when its module is among the tests."""
+    """The periodic GC run started in the background, when its module is among the tests. Under
+    xdist its module is the first unit sent out, and its own fixture starts it."""
+    if under_xdist(request.config):
+        return
     if any(item.path.name == PERIODIC_MODULE for item in request.session.items):
         from tests.integration.test_kubelet_gc import start_periodic
 

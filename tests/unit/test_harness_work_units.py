@@ -1,0 +1,44 @@
+"""How scripts/test splits the suite over xdist workers (tests/harness/work_units.py), and the
+port slices that keep two workers' servers apart (tests/harness/ports.py)."""
+
+from __future__ import annotations
+
+import pathlib
+
+from tests.harness import ports, work_units
+
+TESTS = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_a_module_is_one_unit_and_the_cluster_modules_are_one_together() -> None:
+    assert work_units.unit_of("tests/unit/test_refs.py::test_normalize[a-b]") == "tests/unit/test_refs.py"
+    assert work_units.unit_of("tests/integration/test_fleet.py::test_x") == work_units.CLUSTER_UNIT
+    assert work_units.unit_of("tests/integration/test_cluster.py::test_y[ctd17]") == work_units.CLUSTER_UNIT
+    assert work_units.unit_of("tests/integration/test_kubelet_gc.py::test_z") == work_units.PERIODIC_UNIT
+    # Only the integration modules of those names: a unit test of the same name is its own unit.
+    assert work_units.unit_of("tests/unit/test_fleet.py::test_x") == "tests/unit/test_fleet.py"
+    # A parameter with :: or @ in it does not move the test to another unit.
+    assert work_units.unit_of("tests/unit/test_refs.py::test_a[x::y@z]") == "tests/unit/test_refs.py"
+
+
+def test_the_periodic_module_goes_first_then_the_cluster_then_the_long_ones() -> None:
+    order = sorted(["tests/unit/test_refs.py", "tests/integration/test_errors.py", work_units.CLUSTER_UNIT,
+                    "tests/integration/test_criproxy.py", work_units.PERIODIC_UNIT,
+                    "tests/integration/test_kubelet_harness.py"], key=work_units.rank)
+    assert order == [work_units.PERIODIC_UNIT, work_units.CLUSTER_UNIT, "tests/integration/test_kubelet_harness.py",
+                     "tests/integration/test_criproxy.py", "tests/integration/test_errors.py",
+                     "tests/unit/test_refs.py"]
+
+
+def test_every_module_the_order_names_exists() -> None:
+    on_disk = {path.name for path in TESTS.rglob("test_*.py")}
+    named = {*work_units.LONG_MODULES, *work_units.CLUSTER_MODULES, work_units.PERIODIC_MODULE}
+    assert named <= on_disk, f"gone: {sorted(named - on_disk)}"
+
+
+def test_each_worker_picks_ports_from_a_slice_of_its_own() -> None:
+    slices = [ports.worker_slice(20000, 32000, f"gw{index}", "4") for index in range(4)]
+    assert slices[0] == (20000, 23000) and slices[3] == (29000, 32000)
+    assert all(a[1] <= b[0] for a, b in zip(slices, slices[1:])), slices
+    assert ports.worker_slice(20000, 32000, "", "") == (20000, 32000)
+    assert ports.worker_slice(20000, 32000, "gw0", "1") == (20000, 32000)
