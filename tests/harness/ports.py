@@ -30,10 +30,11 @@ def ephemeral_low(path: str = RANGE_FILE) -> int:
         return 32768
 
 
-def worker_slice(low: int, high: int, worker: str = "", workers: str = "") -> tuple[int, int]:
-    """The part of [low, high) a pytest-xdist worker (``gw3`` of 4) picks from; all of it outside xdist."""
-    worker = worker or os.environ.get("PYTEST_XDIST_WORKER", "")
-    workers = workers or os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+def worker_slice(low: int, high: int, worker: str | None = None, workers: str | None = None) -> tuple[int, int]:
+    """The part of [low, high) a pytest-xdist worker (``gw3`` of 4) picks from; all of it outside
+    xdist. The worker and their count come from xdist's environment unless given."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "") if worker is None else worker
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "") if workers is None else workers
     if not (worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit() and int(workers) > 1):
         return low, high
     count, index = int(workers), int(worker[2:]) % int(workers)

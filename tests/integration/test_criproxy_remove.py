@@ -92,7 +92,11 @@ def test_crictl_rmi_of_a_pinned_image_is_refused_and_journaled(
     ids = {info.refs[0]: info.config_digest for info in infos}
     daemon.label_image(LABELLED, {PIN: "pinned"})
     proxy = proxies(daemon, "--pinned-image", POLICY)
-    assert serving(str(proxy.history)) is not None  # the watcher can tell it serves
+    # The watcher can tell it serves: the mark comes just after the socket listens.
+    deadline = time.monotonic() + 60
+    while serving(str(proxy.history)) is None:
+        assert time.monotonic() < deadline, f"no serving mark in {proxy.history}:\n{proxy.log.read_text()}"
+        time.sleep(0.1)
     client = Crictl(crictl, proxy.path, tmp_path / "crictl")
 
     by_ref = rmi(client, LABELLED)

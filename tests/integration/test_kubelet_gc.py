@@ -271,12 +271,12 @@ def image_volume(node: PeriodicNode, engine: str = "containerd-2.1") -> SecondRu
     plan = plan_for(node)
 
     def plan_and_prune() -> Any:
-        planned = plan()
+        # The prune's dry run first: the plan, which is held to the kubelet's run, comes nearer it.
         assert node.kubelet is not None
         pruned = pinctl(daemon, "prune", "-r", f"unix://{node.address}", "--kubelet-config", str(node.kubelet.config_path),
                         "--all-unused", "--dry-run", "-o", "json")
         node.notes["prune"] = json.loads(pruned.stdout) if pruned.returncode == 0 else pruned.stderr
-        return planned
+        return plan()
 
     run = node.second_run(plan_and_prune)
     assert node.kubelet is not None
