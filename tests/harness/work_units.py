@@ -1,12 +1,12 @@
 """How scripts/test splits the suite over pytest-xdist workers.
 
 Each test module is one unit of work, sent whole to one worker, so its module fixtures start once
-and its tests keep their order. The cluster modules are one unit together: they share the
-session's control plane and its fleet of four nodes, which a second worker would start again.
-Units go out longest first, so that no long one starts last and holds up the end: the periodic GC
-module (its scenarios wait five minutes for the kubelets' second run, its worker idle meanwhile),
-the cluster, the LONG_MODULES, then the other integration modules and the unit modules in the
-order collected. docs/testing.md has the durations behind this order.
+and its tests keep their order. The fleet modules are one unit together: they share the fleet of
+four nodes, which a second worker would start again; so are the modules of the control plane
+alone. Units go out longest first, so that no long one starts last and holds up the end: the
+periodic GC module (its scenarios wait five minutes for the kubelets' second run, its worker idle
+meanwhile), the fleet, the LONG_MODULES, then the other integration modules and the unit modules
+in the order collected. docs/testing.md has the durations behind this order.
 
 pytest-xdist's own ``--dist loadgroup`` reads ``xdist_group`` marks by rewriting node ids, which
 pytest 9.2 no longer allows, so the grouping is a scheduler of ours (``make_scheduler``): xdist's
@@ -19,17 +19,21 @@ from typing import Any
 
 # Its scenarios run 20-odd kubelets in the background and wait for their second GC run.
 PERIODIC_MODULE = "test_kubelet_gc.py"
-# The modules of the session's control plane: its four processes and the fleet's nodes (four
-# kubelets, four runtimes) run from the first of them to the end of the worker's session.
-CLUSTER_MODULES = frozenset(("test_cluster.py", "test_fleet.py", "test_fleet_prometheus.py", "test_fleet_status.py",
-                             "test_node_status_rbac.py", "test_prometheus3.py"))
-PERIODIC_UNIT, CLUSTER_UNIT = "periodic-gc", "cluster"
+# The modules of the session's fleet: four nodes (four kubelets, four runtimes) registered to the
+# session's control plane, pinctl's image loaded on each; they run from the first of these modules
+# to the end of the worker's session.
+FLEET_MODULES = frozenset(("test_fleet.py", "test_fleet_prometheus.py", "test_fleet_status.py"))
+# The modules of the control plane alone (no node): a worker of their own starts its own, in seconds.
+CONTROL_PLANE_MODULES = frozenset(("test_cluster.py", "test_node_status_rbac.py", "test_prometheus3.py"))
+CLUSTER_MODULES = FLEET_MODULES | CONTROL_PLANE_MODULES
+PERIODIC_UNIT, FLEET_UNIT, CONTROL_PLANE_UNIT = "periodic-gc", "fleet", "control-plane"
 # The longest of the other modules, longest first (a minute or more on a quiet machine), and the
 # unit modules that run a tool (mypy, go test -race, a Go build, a wheel build).
-LONG_MODULES = ("test_kubelet_harness.py", "test_criproxy.py", "test_watch.py", "test_metrics.py",
-                "test_kubelet_daemonset.py", "test_daemonset_pod.py", "test_watch_history.py", "test_crio.py",
-                "test_gc.py", "test_kubelet_eviction.py", "test_slow_engine.py", "test_watch_fleet.py",
-                "test_import.py", "test_criproxy_metrics.py", "test_check.py", "test_services_memory.py",
+LONG_MODULES = ("test_watch_history.py", "test_criproxy.py", "test_metrics.py", "test_terminal_fit.py",
+                "test_terminal.py", "test_gc.py", "test_pull.py", "test_slow_engine.py", "test_kubelet_credentials.py",
+                "test_crio.py", "test_kubelet_harness.py", "test_kubelet_daemonset.py", "test_core.py",
+                "test_import.py", "test_sandbox_image.py", "test_crio_faults.py", "test_shells.py", "test_sandbox.py",
+                "test_sizes.py", "test_services_memory.py", "test_watch.py",
                 "test_types.py", "test_goexe.py", "test_cri_relay.py", "test_packaging.py")
 INTEGRATION_PREFIX = "tests/integration/"
 
@@ -40,8 +44,10 @@ def unit_of(nodeid: str) -> str:
     name = module.rpartition("/")[2]
     if module.startswith(INTEGRATION_PREFIX) and name == PERIODIC_MODULE:
         return PERIODIC_UNIT
-    if module.startswith(INTEGRATION_PREFIX) and name in CLUSTER_MODULES:
-        return CLUSTER_UNIT
+    if module.startswith(INTEGRATION_PREFIX) and name in FLEET_MODULES:
+        return FLEET_UNIT
+    if module.startswith(INTEGRATION_PREFIX) and name in CONTROL_PLANE_MODULES:
+        return CONTROL_PLANE_UNIT
     return module
 
 
@@ -49,8 +55,10 @@ def rank(unit: str) -> int:
     """Where a unit goes in the queue: lower first."""
     if unit == PERIODIC_UNIT:
         return 0
-    if unit == CLUSTER_UNIT:
+    if unit == FLEET_UNIT:
         return 1
+    if unit == CONTROL_PLANE_UNIT:
+        return 2 + LONG_MODULES.index("test_terminal.py")
     name = unit.rpartition("/")[2]
     if name in LONG_MODULES:
         return 2 + LONG_MODULES.index(name)

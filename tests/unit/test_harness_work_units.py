@@ -10,10 +10,12 @@ from tests.harness import ports, work_units
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_a_module_is_one_unit_and_the_cluster_modules_are_one_together() -> None:
+def test_a_module_is_one_unit_and_the_fleet_modules_are_one_together() -> None:
     assert work_units.unit_of("tests/unit/test_refs.py::test_normalize[a-b]") == "tests/unit/test_refs.py"
-    assert work_units.unit_of("tests/integration/test_fleet.py::test_x") == work_units.CLUSTER_UNIT
-    assert work_units.unit_of("tests/integration/test_cluster.py::test_y[ctd17]") == work_units.CLUSTER_UNIT
+    assert work_units.unit_of("tests/integration/test_fleet.py::test_x") == work_units.FLEET_UNIT
+    assert work_units.unit_of("tests/integration/test_fleet_status.py::test_x") == work_units.FLEET_UNIT
+    assert work_units.unit_of("tests/integration/test_cluster.py::test_y[ctd17]") == work_units.CONTROL_PLANE_UNIT
+    assert work_units.unit_of("tests/integration/test_prometheus3.py::test_y") == work_units.CONTROL_PLANE_UNIT
     assert work_units.unit_of("tests/integration/test_kubelet_gc.py::test_z") == work_units.PERIODIC_UNIT
     # Only the integration modules of those names: a unit test of the same name is its own unit.
     assert work_units.unit_of("tests/unit/test_fleet.py::test_x") == "tests/unit/test_fleet.py"
@@ -21,12 +23,12 @@ def test_a_module_is_one_unit_and_the_cluster_modules_are_one_together() -> None
     assert work_units.unit_of("tests/unit/test_refs.py::test_a[x::y@z]") == "tests/unit/test_refs.py"
 
 
-def test_the_periodic_module_goes_first_then_the_cluster_then_the_long_ones() -> None:
-    order = sorted(["tests/unit/test_refs.py", "tests/integration/test_errors.py", work_units.CLUSTER_UNIT,
-                    "tests/integration/test_criproxy.py", work_units.PERIODIC_UNIT,
-                    "tests/integration/test_kubelet_harness.py"], key=work_units.rank)
-    assert order == [work_units.PERIODIC_UNIT, work_units.CLUSTER_UNIT, "tests/integration/test_kubelet_harness.py",
-                     "tests/integration/test_criproxy.py", "tests/integration/test_errors.py",
+def test_the_periodic_module_goes_first_then_the_fleet_then_the_long_ones() -> None:
+    order = sorted(["tests/unit/test_refs.py", "tests/integration/test_errors.py", work_units.FLEET_UNIT,
+                    "tests/integration/test_kubelet_harness.py", work_units.PERIODIC_UNIT,
+                    "tests/integration/test_criproxy.py"], key=work_units.rank)
+    assert order == [work_units.PERIODIC_UNIT, work_units.FLEET_UNIT, "tests/integration/test_criproxy.py",
+                     "tests/integration/test_kubelet_harness.py", "tests/integration/test_errors.py",
                      "tests/unit/test_refs.py"]
 
 
