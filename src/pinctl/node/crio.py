@@ -18,6 +18,7 @@ from pinctl.backends.cri import CriRuntime, socket_path
 from pinctl.config import crio as crio_config
 from pinctl.node import crio_apply, crio_lock, crio_process
 from pinctl.node.crio_process import CrioProcess
+from pinctl.node.protocol import Followed, Name
 from pinctl.errors import AmbiguousRef, EngineError, PinctlError
 from pinctl.model import (
     ACTION_ALREADY_PINNED,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, RuntimeVersion
     from pinctl.config.crio import CrioConfig, CrioEntry
     from pinctl.config.loader import Config
-    from pinctl.node.sources import Followed, Name
     from pinctl.pins.plans import NamespaceView
 
 # CRI-O's own default socket, where crictl looks for it.
