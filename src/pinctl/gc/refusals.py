@@ -29,12 +29,26 @@ No I/O here: gc/plan.py lists Docker's containers and reads CRI-O's store.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Optional
+from typing import TYPE_CHECKING, Final, Optional, Protocol
 
 if TYPE_CHECKING:
     from pinctl.backends.docker import DockerContainer
     from pinctl.gc.estimate import ObservedImage
-    from pinctl.node.crio_storage import StorageContainer
+
+
+class StorageContainer(Protocol):
+    """A container of CRI-O's containers/storage, as gc/plan.py reads it (node.crio_storage's
+    StorageContainer is one): typed here, since this pure logic sits below the node."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def image_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
 
 # How the CRI's Version call names the runtimes here.
 DOCKER: Final = "docker"
