@@ -30,7 +30,7 @@ READ_BACK_S = 30.0
 READ_BACK_POLL_S = 0.1
 
 
-class CrioSite(Protocol):
+class ReloadTarget(Protocol):
     """What apply needs of a CRI-O node (crio.CrioNode is one): the process to signal, its files
     and its CRI's images, each read afresh."""
 
@@ -82,7 +82,7 @@ def dropin_stale(config: CrioConfig, own: crio_pins.OwnEntries) -> bool:
     return current != crio_config.render_dropin(config.site_entries, own.items)
 
 
-def apply(crio: CrioSite, config: CrioConfig, own: crio_pins.OwnEntries, images: Sequence[CriImage],
+def apply(crio: ReloadTarget, config: CrioConfig, own: crio_pins.OwnEntries, images: Sequence[CriImage],
           dry_run: bool) -> Applied:
     """Write own's items (when they or the site's changed), reload CRI-O when it was written or the
     CRI disagrees with the files, and read the CRI back. The caller holds the writers' lock and read
@@ -107,7 +107,7 @@ def apply(crio: CrioSite, config: CrioConfig, own: crio_pins.OwnEntries, images:
     return Applied(before, after, expected, now, failure, reloaded=True)
 
 
-def _reload(crio: CrioSite, process: CrioProcess, images: Sequence[CriImage], before: dict[str, bool],
+def _reload(crio: ReloadTarget, process: CrioProcess, images: Sequence[CriImage], before: dict[str, bool],
             expected: dict[str, bool], wrote: bool, dropin: str) -> tuple[dict[str, Optional[bool]], Optional[str]]:
     """SIGHUP, then the CRI asked until it agrees with the files, CRI-O's log says how the reload
     ended, or READ_BACK_S passes; the CRI's last word and, when CRI-O did not apply the files, why."""
