@@ -208,8 +208,7 @@ def placement_problems(modules: Iterable[str], layers: Layers) -> list[str]:
 def layer_of(module: str, layers: Layers = LAYERS) -> int:
     found = homes(module, layers)
     if len(found) != 1:
-        raise AssertionError("; ".join(placement_problems([module], [(layers[i][0], [n]) for i, n in found])
-                                       or [f"{module} is in no layer"]))
+        raise AssertionError(placement_problems([module], layers)[0])  # the module's own problem comes first
     return found[0][0]
 
 
