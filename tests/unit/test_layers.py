@@ -289,6 +289,12 @@ def test_the_import_graph_has_no_cycle_type_checking_imports_included() -> None:
     assert cycles(graph(tree().edges())) == []
 
 
+def test_the_graph_holds_the_trees_type_checking_imports() -> None:
+    """criproxy.health names the Proxy for types alone: the graph has that edge, marked as such."""
+    typed = {(edge.source, edge.target) for edge in tree().edges() if edge.typing}
+    assert ("pinctl.criproxy.health", "pinctl.criproxy.proxy") in typed
+
+
 def test_imports_only_point_down() -> None:
     assert upward_imports(tree().edges(), LAYERS) == []
 
