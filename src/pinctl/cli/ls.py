@@ -38,20 +38,20 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     A REF that matches nothing, and a name the policy wants that the node lacks, are looked up
     in the deletion journal: a line on stderr says who deleted it and when (pinctl history).
     """
-    from pinctl import commands
+    from pinctl.commands.ls import LsQuery, ls, ls_names
     from pinctl.render import output
 
     cfg = load_config(ctx)
     # A wanted image that is not on the node is looked up in the deletion journal (a table's
     # reader asks why it is missing; a script reading -q does not).
-    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect, cfg.settings.history_dir,
-                             point_absent=not quiet and not filters)
+    query = LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect, cfg.settings.history_dir,
+                    point_absent=not quiet and not filters)
     node = open_node(cfg)
     if quiet and query.names_only_will_do and not cri:
-        output.print_names(commands.ls_names(node))
+        output.print_names(ls_names(node))
         return EXIT_OK
     runtime = open_runtime(cfg)[0] if cri else None
-    result = commands.ls(node, load_policy(cfg), query, runtime)
+    result = ls(node, load_policy(cfg), query, runtime)
     output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri, id_refs=id_refs)
     for term in result.unmatched:  # as pin would say it; listing nothing is no failure
         went = result.went.get(term)
@@ -68,9 +68,9 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
 @click.pass_context
 def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
     """List containerd's namespaces; those pinctl reads by default are marked."""
-    from pinctl import commands
+    from pinctl.commands.ls import namespaces
     from pinctl.render import output
 
-    found = commands.namespaces(open_node(load_config(ctx)))
+    found = namespaces(open_node(load_config(ctx)))
     output.print_namespaces(found, quiet)
     return EXIT_OK

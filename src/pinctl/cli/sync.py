@@ -14,8 +14,8 @@ from pinctl.errors import UsageError
 from pinctl.model import OutputFormat
 
 if TYPE_CHECKING:
-    from pinctl.commands import SyncRequest
     from pinctl.commands.services import NodeStatusRequest, WatchRequest
+    from pinctl.commands.sync import SyncRequest
     from pinctl.config.loader import Config
     from pinctl.pins.policy import Policy
 
@@ -55,12 +55,12 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     io.pinctl.managed=true to record that sync put it there. --prune removes pins carrying
     that mark when no pattern covers them any more; a pin set by anyone else is never removed.
     """
-    from pinctl import commands
     from pinctl.commands import services
+    from pinctl.commands.sync import SyncRequest, sync
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
-    request = commands.SyncRequest(prune, dry_run, allow_empty_policy, cfg.files)
+    request = SyncRequest(prune, dry_run, allow_empty_policy, cfg.files)
     if watch:
         if pull_first:
             raise UsageError("--watch and --pull do not go together", "run sync --pull once, then sync --watch")
@@ -74,13 +74,14 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
         return _sync_pull(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
     if cfg.settings.import_dirs:
         return _sync_imports(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
-    return print_change(commands.sync(open_node(cfg), policy, request), fmt, quiet)
+    return print_change(sync(open_node(cfg), policy, request), fmt, quiet)
 
 
 def _sync_imports(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFormat, quiet: bool,
                   options: Mapping[str, Any]) -> int:
     """sync with import_dirs: the directories' archives imported and pinned, then the policy."""
-    from pinctl import commands
+    from pinctl.commands.importing import ImportCallbacks
+    from pinctl.commands.sync import SyncImportRequest, sync_with_imports
     from pinctl.gc.kubelet import read_gc_settings
     from pinctl.imports.run import ImportRequest
     from pinctl.pull.run import default_max_usage
@@ -91,16 +92,17 @@ def _sync_imports(cfg: Config, policy: Policy, request: SyncRequest, fmt: Output
         max_usage = default_max_usage(read_gc_settings(options["kubelet_config"]).settings.high_threshold_percent)
     imports = ImportRequest((), True, max_usage=max_usage, namespaces=cfg.settings.namespaces)
     with import_output.import_progress() as (progress, finished):
-        report = commands.sync_with_imports(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
-                                            lambda: open_runtime(cfg), cfg, request, imports,
-                                            commands.ImportCallbacks(progress, finished))
+        report = sync_with_imports(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
+                                   lambda: open_runtime(cfg), cfg, SyncImportRequest(request, imports),
+                                   ImportCallbacks(progress, finished))
     import_output.print_sync_imports(report, fmt, quiet)
     return report.exit_code
 
 
 def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFormat, quiet: bool,
                options: Mapping[str, Any]) -> int:
-    from pinctl import commands
+    from pinctl.commands.pull import PullCallbacks
+    from pinctl.commands.sync import sync_pull
     from pinctl.render import pull as pull_output
 
     if request.dry_run:
@@ -111,9 +113,8 @@ def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFor
         output.warn("sync --pull does not read import_dirs: run pinctl sync for them")
     pulls = pull_request(cfg, (), False, options)
     with pull_output.pull_progress() as (progress, finished):
-        report = commands.sync_pull(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
-                                    lambda: open_runtime(cfg), pulls, request,
-                                    commands.PullCallbacks(progress, finished))
+        report = sync_pull(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy, lambda: open_runtime(cfg),
+                           pulls, request, PullCallbacks(progress, finished))
     pull_output.print_sync_pull(report, fmt, quiet)
     return report.exit_code
 

@@ -8,7 +8,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Optional
 
-from pinctl.commands import OpenRuntime, SyncRequest, refuse_empty_prune
+from pinctl.commands import OpenRuntime
+from pinctl.commands.sync import SyncRequest, refuse_empty_prune
 from pinctl.errors import UsageError
 from pinctl.model import LogFn
 
