@@ -79,9 +79,9 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
     return report.exit_code
 
 
-@cli.command("prune", short_help="Delete unused images as the kubelet's GC would, keeping pins.", epilog=exit_codes("0 done", "1 error or the plan not confirmed",
-                                        "2 usage or config error (or no --yes without a terminal)",
-                                        "3 some deletions failed"))
+@cli.command("prune", short_help="Delete unused images as the kubelet's GC would, keeping pins.", epilog=exit_codes(
+    "0 done (with REF or ID: every one named deleted)", "1 error, the plan not confirmed, or no named image deleted",
+    "2 usage or config error (or no --yes without a terminal)", "3 some deletions failed, or some named images kept"))
 @click.argument("images", nargs=-1, metavar="[REF|ID]...")
 @click.option("--until-usage", type=Percent(), metavar="PERCENT",
               help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
@@ -103,7 +103,8 @@ def prune_command(ctx: click.Context, images: Sequence[str], until_usage: Option
     Never deleted: an image a container uses or names, one the runtime or pinctl pins, the
     sandbox image, one younger than the minimum age. The plan is confirmed first (scripts pass
     --yes); each image is checked again just before it goes. Ties: largest first. Given REF or
-    ID, only those images are candidates, whatever the usage.
+    ID, only those images are candidates, whatever the usage; each one kept is listed with why,
+    and the exit code is not 0 unless every one went (--dry-run: would go).
     """
     from pinctl.commands.gc import PruneJob, prune
     from pinctl.gc.plan import PruneRequest
@@ -116,7 +117,7 @@ def prune_command(ctx: click.Context, images: Sequence[str], until_usage: Option
     with gc_output.prune_progress() as progress:
         report = prune(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), job,
                        lambda plans: _confirm_prune(plans, yes), progress)
-    gc_output.print_prune(report.items, dry_run, fmt, plans=report.plans)
+    gc_output.print_prune(report.items, dry_run, fmt, plans=report.plans, named=report.named)
     return report.exit_code
 
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.commands import OpenRuntime
-from pinctl.errors import UsageError
+from pinctl.errors import EXIT_OK, EXIT_PARTIAL, UsageError, batch_exit_code
 
 if TYPE_CHECKING:
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.gc.model import GcSettings
-    from pinctl.gc.plan import GcReport, PruneItem, PrunePlan, PruneReport, PruneRequest
+    from pinctl.gc.plan import GcReport, PruneAction, PruneItem, PrunePlan, PruneRequest
     from pinctl.node.sources import Node
     from pinctl.pins.policy import Policy
 
@@ -64,4 +64,35 @@ def prune(node: Node, policy: Policy, open_runtime: OpenRuntime, job: PruneJob,
     if not job.dry_run and any(plan.delete for plan in plans):
         confirm(plans)
     items = gc.apply_prune(plans, gc.wanted_now(node, policy), job.dry_run, progress)
-    return gc.PruneReport(items, job.dry_run, plans)
+    return PruneReport(items, job.dry_run, plans, named=bool(limits.images))
+
+
+# A prune deleted an image, or (a dry run) would: a dry run exits as the prune it plans would.
+DELETED: tuple[PruneAction, ...] = ("removed", "would-remove")
+
+
+@dataclass
+class PruneReport:
+    items: list[PruneItem]
+    dry_run: bool
+    plans: Sequence[PrunePlan] = ()  # what the items came from: why nothing goes, when nothing does
+    named: bool = False  # prune REF...: every item is an image the caller named
+
+    @property
+    def freed(self) -> int:
+        return sum(item.size for item in self.items if item.action == "removed")
+
+    @property
+    def exit_code(self) -> int:
+        return prune_exit_code([item.action for item in self.items], self.named)
+
+
+def prune_exit_code(actions: Sequence[PruneAction], named: bool) -> int:
+    """Without names a prune deletes what is due: an image it keeps is the rule at work, and only
+    a delete that failed is a failure (3). With names the caller asked for those images, and each
+    one not deleted (kept, or its delete failed) is an item not done, as in any batch: 0 every
+    named image deleted, 1 none of them, 3 some."""
+    if not named:
+        return EXIT_PARTIAL if "failed" in actions else EXIT_OK
+    deleted = [action in DELETED for action in actions]
+    return batch_exit_code(False, bool(deleted) and all(deleted), not any(deleted))
