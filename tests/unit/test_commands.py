@@ -51,6 +51,16 @@ def test_ls_filters_and_names_need_no_manifests() -> None:
     assert ls.LsQuery().names_only_will_do and not ls.LsQuery(drift=True).names_only_will_do
 
 
+def test_ls_exits_1_when_a_term_names_nothing_on_the_node() -> None:
+    node = node_of(store_with_images())
+    assert ls.ls(node, Policy(), ls.LsQuery(("example.test/app:1",))).exit_code == EXIT_OK
+    # Left out by --pinned, but on the node: no miss.
+    assert ls.ls(node, Policy(), ls.LsQuery(("example.test/bee:1",), pinned=True)).exit_code == EXIT_OK
+    for term in ("example.test/none:1", "none.example/*", "abcd1234"):
+        missing = ls.ls(node, Policy(), ls.LsQuery(("example.test/app:1", term)))
+        assert [row.ref for row in missing.rows] == ["example.test/app:1"] and missing.exit_code == EXIT_ERROR, term
+
+
 def test_change_reports_every_item_and_its_exit_code() -> None:
     store = store_with_images()
     store.fail_names.add("example.test/bee:1")

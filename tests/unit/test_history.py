@@ -358,7 +358,7 @@ def test_ls_and_check_cli_point_at_the_journal(store: Any, monkeypatch: pytest.M
     write(where, deletion(7260, "example.test/gone:1", at=time.time(), image_id="sha256:" + "99" * 32))
     monkeypatch.setenv("PINCTL_HISTORY_DIR", str(where))
     code, out, err = invoke("ls", "example.test/gone:1")
-    assert code == EXIT_OK and len(out.splitlines()) == 1  # the header alone
+    assert code == EXIT_ERROR and len(out.splitlines()) == 1  # the header alone; named, and not there
     assert "no image matches example.test/gone:1: deleted 2h ago by the kubelet" in err
     assert "see pinctl history example.test/gone:1" in err
     monkeypatch.setenv("PINCTL_PINNED_IMAGES", "example.test/gone:1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from pinctl.errors import EXIT_ERROR, EXIT_OK
 from pinctl.model import REASON_PATTERN, ImageRow
 
 if TYPE_CHECKING:
@@ -41,6 +42,13 @@ class LsResult:
     went: dict[str, str] = field(default_factory=dict)
     # The policy's exact names missing from the node that the journal says were deleted, one line each.
     deleted_wanted: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a term named what the node does not have, as history REF (and grep) do: a
+        script asking for an image reads its absence from the code, the rows of the rest still
+        shown. A term that matched only rows the switches (--pinned, --drift) left out is no miss."""
+        return EXIT_ERROR if self.unmatched else EXIT_OK
 
 
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
