@@ -80,8 +80,8 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
 
 
 @cli.command("prune", short_help="Delete unused images as the kubelet's GC would, keeping pins.", epilog=exit_codes(
-    "0 done (with REF or ID: every one named deleted)", "1 error, the plan not confirmed, or no named image deleted",
-    "2 usage or config error (or no --yes without a terminal)", "3 some deletions failed, or some named images kept"))
+    "0 done (given names: each deleted)", "1 error, not confirmed, or no named image deleted",
+    "2 usage or config error, or no --yes without a terminal", "3 some failed or named ones kept"))
 @click.argument("images", nargs=-1, metavar="[REF|ID]...")
 @click.option("--until-usage", type=Percent(), metavar="PERCENT",
               help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
@@ -103,8 +103,7 @@ def prune_command(ctx: click.Context, images: Sequence[str], until_usage: Option
     Never deleted: an image a container uses or names, one the runtime or pinctl pins, the
     sandbox image, one younger than the minimum age. The plan is confirmed first (scripts pass
     --yes); each image is checked again just before it goes. Ties: largest first. Given REF or
-    ID, only those images are candidates, whatever the usage; each one kept is listed with why,
-    and the exit code is not 0 unless every one went (--dry-run: would go).
+    ID, only those images are candidates, whatever the usage; each one kept is listed with why.
     """
     from pinctl.commands.gc import PruneJob, prune
     from pinctl.gc.plan import PruneRequest

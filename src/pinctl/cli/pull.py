@@ -35,7 +35,7 @@ def any_namespaces(cfg: Config) -> Config:
     return dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, namespaces=()))
 
 
-@cli.command("pull", short_help="Pull images through their runtime, within a disk budget.", epilog=exit_codes("0 every image pulled or present (and pinned)", "1 error or no image pulled (each failed or skipped)",
+@cli.command("pull", short_help="Pull images through their runtime, within a disk budget.", epilog=exit_codes("0 every image pulled or present (and pinned)", "1 error or none pulled",
                                        "2 usage or config error",
                                        "3 partial (some failed or skipped for lack of room)", "130 interrupted"))
 @click.argument("refs", nargs=-1, required=True, metavar="REF...")
