@@ -14,8 +14,7 @@ from pinctl.errors import UsageError
 from pinctl.model import OutputFormat
 
 if TYPE_CHECKING:
-    from pinctl.commands.services import NodeStatusRequest, WatchRequest
-    from pinctl.commands.sync import SyncRequest
+    from pinctl.commands.sync import NodeStatusRequest, SyncRequest, WatchRequest
     from pinctl.config.loader import Config
     from pinctl.pins.policy import Policy
 
@@ -55,8 +54,7 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     io.pinctl.managed=true to record that sync put it there. --prune removes pins carrying
     that mark when no pattern covers them any more; a pin set by anyone else is never removed.
     """
-    from pinctl.commands import services
-    from pinctl.commands.sync import SyncRequest, sync
+    from pinctl.commands.sync import SyncRequest, WatchRequest, sync
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
@@ -66,7 +64,7 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
             raise UsageError("--watch and --pull do not go together", "run sync --pull once, then sync --watch")
         if dry_run:
             raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
-        return _watch(ctx, services.WatchRequest(prune, allow_empty_policy, kubelet_config, options["max_usage"]),
+        return _watch(ctx, WatchRequest(prune, allow_empty_policy, kubelet_config, options["max_usage"]),
                       log_format, check_interval, _node_status(node_status, status_heartbeat, check_interval))
     if node_status:
         raise UsageError("--node-status needs --watch", "add --watch: the condition is kept true as the node changes")
@@ -120,7 +118,7 @@ def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFor
 
 
 def _node_status(node: Optional[str], every: timedelta, check_interval: float) -> Optional[NodeStatusRequest]:
-    from pinctl.commands.services import NodeStatusRequest
+    from pinctl.commands.sync import NodeStatusRequest
 
     heartbeat = every.total_seconds()
     if not node:
@@ -136,7 +134,7 @@ def _watch(ctx: click.Context, request: WatchRequest, log_format: str, check_int
            node_status: Optional[NodeStatusRequest]) -> int:
     from dataclasses import replace
 
-    from pinctl.commands import services
+    from pinctl.commands.sync import watch
     from pinctl.metrics import serve
     from pinctl.render.log import Log
 
@@ -144,6 +142,5 @@ def _watch(ctx: click.Context, request: WatchRequest, log_format: str, check_int
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")
     request = replace(request, check_interval=check_interval, metrics=bool(address), node_status=node_status)
-    return services.watch(lambda: load_config(ctx), request, log,
-                          lambda watcher, checker: serve.watcher_metrics(address, source, watcher, checker, log,
-                                                                         check_interval))
+    return watch(lambda: load_config(ctx), request, log,
+                 lambda watcher, checker: serve.watcher_metrics(address, source, watcher, checker, log, check_interval))

@@ -3,10 +3,9 @@ these, prints the result and exits with the code the result carries. Guards (an 
 before a prune), polling (check --wait) and filters live here, not in click.
 
 One module a noun, named as pinctl.cli names its own: ls (ls, namespaces), pin (pin, unpin, and
-the ChangeReport sync's report is too), sync (sync, sync --pull, sync with import_dirs), check,
+the ChangeReport sync's report is too), sync (once, --pull, with import_dirs, --watch), check,
 gc (gc plan, prune), pull, importing (import), config (lint, export), history, fleet (fleet
-status), services (the long-running sync --watch and cri-proxy). This package holds only what
-several of them share.
+status), criproxy (cri-proxy). This package holds only what several of them share.
 
 Each function imports the capability it calls when it runs: one command loads what it uses, not
 every capability (that would add some 60 ms to `pinctl ls`).
