@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Final, Iterable, Literal, NamedTuple
 
 from pinctl import refs as references
 from pinctl.backends import procfs
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, PinctlError, UsageError
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EngineError, PinctlError, UsageError
 from pinctl.gc import estimate, eviction, refusals
 from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
@@ -564,21 +564,6 @@ def wanted_now(node: Node, policy: Policy) -> Callable[[GcImage], Optional[str]]
         return None
 
     return check
-
-
-@dataclass
-class PruneReport:
-    items: list[PruneItem]
-    dry_run: bool
-    plans: Sequence[PrunePlan] = ()  # what the items came from: why nothing goes, when nothing does
-
-    @property
-    def freed(self) -> int:
-        return sum(item.size for item in self.items if item.action == PRUNE_REMOVED)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(item.action == PRUNE_FAILED for item in self.items) else EXIT_OK
 
 
 def prune_domains(node: Node, namespaces: Sequence[str],
