@@ -77,3 +77,37 @@ def make_scheduler(config: Any, log: Any) -> Any:
     # xdist's default would sort the units by their number of tests.
     config.option.loadscopereorder = False
     return UnitScheduling(config, log)
+
+
+def durations(junit_xml: str) -> list[tuple[str, int, float]]:
+    """(unit, tests, seconds) of a run's JUnit XML (``pytest --junitxml``), longest first; a
+    test's seconds are its setup, call and teardown."""
+    import xml.etree.ElementTree as ElementTree
+
+    tests: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    for case in ElementTree.parse(junit_xml).iter("testcase"):
+        module = (case.get("classname") or "").replace(".", "/") + ".py"
+        unit = unit_of(module)
+        tests[unit] = tests.get(unit, 0) + 1
+        seconds[unit] = seconds.get(unit, 0.0) + float(case.get("time") or 0)
+    return sorted(((unit, tests[unit], seconds[unit]) for unit in tests), key=lambda row: -row[2])
+
+
+def durations_table(rows: list[tuple[str, int, float]], longest: int = 12) -> str:
+    """docs/testing.md's table: the longest units, then the rest in one row."""
+    lines = ["| unit of work | tests | seconds |", "| --- | ---: | ---: |"]
+    lines += [f"| {unit} | {count:,} | {total:.0f} |" for unit, count, total in rows[:longest]]
+    rest = rows[longest:]
+    if rest:
+        lines.append(f"| {len(rest)} other modules | {sum(r[1] for r in rest):,} | {sum(r[2] for r in rest):.0f} |")
+    lines.append(f"| all | {sum(r[1] for r in rows):,} | {sum(r[2] for r in rows):.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # python -m tests.harness.work_units RUN.xml: the table docs/testing.md shows, from a run's
+    # `scripts/test --junitxml=RUN.xml`.
+    import sys
+
+    print(durations_table(durations(sys.argv[1])))

@@ -44,3 +44,21 @@ def test_each_worker_picks_ports_from_a_slice_of_its_own() -> None:
     assert all(a[1] <= b[0] for a, b in zip(slices, slices[1:])), slices
     assert ports.worker_slice(20000, 32000, "", "") == (20000, 32000)
     assert ports.worker_slice(20000, 32000, "gw0", "1") == (20000, 32000)
+
+
+def test_the_durations_table_sums_each_unit_from_a_runs_junit_xml(tmp_path: pathlib.Path) -> None:
+    xml = tmp_path / "run.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.integration.test_fleet" name="a" time="10.5"/>'
+        '<testcase classname="tests.integration.test_fleet_status" name="b" time="4.5"/>'
+        '<testcase classname="tests.unit.test_refs" name="c[x]" time="0.25"/>'
+        '<testcase classname="tests.unit.test_refs" name="d" time="0.75"/>'
+        '<testcase classname="tests.integration.test_kubelet_gc" name="e" time="300"/>'
+        '</testsuite></testsuites>')
+    rows = work_units.durations(str(xml))
+    assert rows == [(work_units.PERIODIC_UNIT, 1, 300.0), (work_units.FLEET_UNIT, 2, 15.0),
+                    ("tests/unit/test_refs.py", 2, 1.0)]
+    table = work_units.durations_table(rows, longest=2).splitlines()
+    assert table[2] == "| periodic-gc | 1 | 300 |"
+    assert table[4] == "| 1 other modules | 2 | 1 |" and table[5] == "| all | 5 | 316 |"
