@@ -271,17 +271,34 @@ def dockerd_classic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker
     yield from _session_dockerd("dockerd-classic", tmp_path_factory)
 
 
+def _empty_after(daemons: list[DockerDaemon]) -> None:
+    """The Docker images a test made removed once it ends: the containerd store's are in the
+    session's containerd 1.7, namespace ``moby``, which any later test of that daemon lists."""
+    for daemon in dict.fromkeys(daemons):
+        if daemon.is_alive():
+            docker_harness.reset_docker(daemon)
+
+
 @pytest.fixture
-def clean_docker() -> Callable[[DockerDaemon], DockerDaemon]:
-    """Factory: ``clean_docker(daemon)`` removes every image (and waits for ``moby`` to empty)."""
-    return docker_harness.reset_docker
+def clean_docker() -> Iterator[Callable[[DockerDaemon], DockerDaemon]]:
+    """Factory: ``clean_docker(daemon)`` removes every image (and waits for ``moby`` to empty),
+    and again after the test."""
+    cleaned: list[DockerDaemon] = []
+
+    def clean(daemon: DockerDaemon) -> DockerDaemon:
+        cleaned.append(daemon)
+        return docker_harness.reset_docker(daemon)
+
+    yield clean
+    _empty_after(cleaned)
 
 
 @pytest.fixture(params=list(DOCKER_MODES), ids=list(DOCKER_MODES.values()))
-def dockerd(request: pytest.FixtureRequest) -> DockerDaemon:
-    """Each docker image store in turn, with no images."""
+def dockerd(request: pytest.FixtureRequest) -> Iterator[DockerDaemon]:
+    """Each docker image store in turn, with no images (and none left after the test)."""
     daemon: DockerDaemon = request.getfixturevalue(request.param)
-    return docker_harness.reset_docker(daemon)
+    yield docker_harness.reset_docker(daemon)
+    _empty_after([daemon])
 
 
 @pytest.fixture

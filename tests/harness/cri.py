@@ -47,11 +47,19 @@ def wait_for(
     """Poll ``ListImages`` until ``predicate`` holds.
 
     The CRI plugin learns about image changes from containerd events, so it
-    lags behind ``ctr`` by a few milliseconds to seconds.
+    lags behind ``ctr`` by a few milliseconds to seconds; a CRI not yet serving is waited for too.
     """
     deadline = time.monotonic() + timeout
     while True:
-        listed = list_images(address)
+        try:
+            listed = list_images(address)
+        except CriError as exc:
+            # containerd 2.x answers before its CRI has initialized ("server is not initialized
+            # yet"), longer so on a busy machine: not yet, rather than a failure.
+            if "UNAVAILABLE" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+            continue
         if predicate(listed):
             return listed
         if time.monotonic() > deadline:
