@@ -15,6 +15,8 @@ tolerate it (pinctl's DaemonSet tolerates every taint) are placed on them.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -66,15 +68,29 @@ FLEET_SYNC_FREQUENCY = "10s"
 def fleet(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Nodes of containerd 1.7 and 2.1, a Docker node behind pinctl cri-proxy and a CRI-O node,
     registered to the session's control plane, each Ready."""
+    # pinctl's image, which every fleet module loads on the nodes, builds while they come up: after
+    # any change to pinctl it builds again, a minute or more. The agent_image fixture then finds it
+    # built (or builds it, and says why it cannot).
+    early = threading.Thread(target=_build_agent_image, name="agent-image", daemon=True)
+    early.start()
     made = Fleet.create(control_plane, tmp_path_factory.mktemp("fleet"), sync_frequency=FLEET_SYNC_FREQUENCY)
     try:
         made.start()
     except cluster_nodes.FLEET_UNAVAILABLE as exc:
         _unavailable(f"the fleet's nodes do not come up here: {exc}")
+    finally:
+        # Before any test asks agent_image: the build's lock is a file lock, which one process's
+        # two threads would both hold.
+        early.join()
     try:
         yield made
     finally:
         made.stop()
+
+
+def _build_agent_image() -> None:
+    with contextlib.suppress(Exception):
+        image_build.pinctl_image(daemonset_pod.plan(daemonset_pod.manifest()).image)
 
 
 @pytest.fixture(scope="session")
