@@ -5,6 +5,7 @@ cell_len), so wide characters count double. No I/O; only a terminal table calls 
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 # Where a word too long for its line may be broken: after a path separator or a list comma, never
 # inside a name (an environment variable, a host name).
@@ -123,4 +124,34 @@ def wrap(text: str, first: int, rest: int) -> list[str]:
         for index, piece in enumerate(pieces):
             push(piece, " " if index == 0 else "")
     lines.append(line)
+    return lines
+
+
+def cut_name(name: str, width: int, others: Sequence[str]) -> list[str]:
+    """A name wider than the whole window, as the lines that show it.
+
+    Cut, it becomes one of pinctl's own patterns, so that it can be pasted back
+    (`pinctl ls '*tools/alpha:1.0*'`): a keyword `*PART*` holding as much of the name's end as
+    fits, or, failing that, another part of it or a prefix `START*`. A cut is taken only when it
+    matches no other name in others (case-insensitively, as patterns match); when no cut of
+    that width does, the name is kept whole, broken over as many lines as it takes."""
+    if cells(name) <= width:
+        return [name]
+    room = width - 2
+    # Only a name at least as long as a cut can match it: one search through them all per cut.
+    longer = "\x00".join(other.lower() for other in others if other != name and len(other) >= room)
+    if room >= 4:
+        for start in range(len(name) - room, -1, -1):
+            part = name[start:start + room]
+            if cells(part) <= room and part.lower() not in longer:
+                return [f"*{part}*"]
+    prefix = name[: max(width - 1, 0)]
+    if width > 4 and f"\x00{prefix.lower()}" not in f"\x00{longer}":
+        return [f"{prefix}*"]
+    lines = []
+    rest = name
+    while rest:
+        head = cut_end(rest, width, "") or rest[0]
+        lines.append(head)
+        rest = rest[len(head):]
     return lines
