@@ -269,7 +269,7 @@ def draw(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, fit
                 text.append(line + "\n", style=styles.get(headers[layout.name], {}).get(cells[layout.name]) or None)
             cells = [("" if i == layout.name else cell) for i, cell in enumerate(cells)]
         text.append_text(_block(cells, layout, headers, fit, width, ellipsis, colour=colour))
-        if layout.under is not None and cells[layout.under]:
+        if layout.under is not None and cells[layout.under] not in ("", "-"):  # "-": nothing to say
             for line in shape.wrap(cells[layout.under], width - indent, width - indent):
                 text.append(" " * indent + line + "\n")
         row_notes = notes[index] if index < len(notes) else ()
