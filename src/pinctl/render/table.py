@@ -118,6 +118,10 @@ def lay_out(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, f
             layout.widths[index] = min(layout.widths[index], max(floor, layout.widths[index] - excess()))
     if excess() > 0:
         _fold_names(layout, headers, fit, excess)
+        # Folding may leave room over: shortened paths take it back first.
+        for i in layout.columns:
+            if fit.shapes.get(headers[i]) == "ref" and excess() < 0:
+                layout.widths[i] = min(natural[i], layout.widths[i] - excess())
     _squeeze(layout, headers, fit, excess())
     # A shortened reference may need fewer cells than its column got: the rest goes to the last.
     for i in layout.columns:
