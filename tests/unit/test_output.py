@@ -601,3 +601,13 @@ def test_ls_on_a_terminal_never_cuts_a_name_that_fits_the_window(monkeypatch: py
     else:
         assert any(line.startswith("*") and line.endswith("*") and line[1:-1] in name for line in lines), text
     assert "…" not in text and "pattern registry.example.org/* not applied: pinctl sync" in " ".join(text.split())
+
+
+def test_why_in_fewest_words_names_each_kind_once() -> None:
+    name = "example.test/pause:3.9"
+    row = image_row(name, [Reason("label", name), Reason("label", "sha256:" + "3a" * 32), Reason("sandbox", name),
+                           Reason("pattern", "*pause*", "env PINCTL_PINNED_IMAGES"),
+                           Reason("pattern", "example.test/*", "/etc/pinctl/config.toml:1")])
+    assert cells.why_brief(row) == "label; sandbox; pattern"
+    other = image_row(name, [Reason("label", "example.test/pause:latest")])
+    assert cells.why_brief(other) == "label on another name" and cells.why_brief(image_row(name, [])) == "-"

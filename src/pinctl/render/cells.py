@@ -50,13 +50,13 @@ def why_brief(row: ImageRow) -> str:
     row into a pipe takes when the short thing would make it 120 columns or more."""
     if not row.reasons:
         return "-"
-    parts = [_brief(row, reason) for reason in row.reasons]
+    labels = [reason.detail for reason in row.reasons if reason.kind == REASON_LABEL]
+    parts = [("label" if row.ref in labels else "label on another name")] if labels else []
+    parts += [_brief(row, reason) for reason in row.reasons if reason.kind != REASON_LABEL]
     return "; ".join(dict.fromkeys(parts))  # two patterns are one "pattern"
 
 
 def _brief(row: ImageRow, reason: Reason) -> str:
-    if reason.kind == REASON_LABEL:
-        return "label" if reason.detail == row.ref else "label on another name"
     if reason.kind == REASON_PATTERN:
         return NOT_APPLIED if row.drift == DRIFT_UNLABELLED else "pattern"
     if reason.kind == REASON_CONTAINERD_CONFIG:
