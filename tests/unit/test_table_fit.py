@@ -232,3 +232,26 @@ def test_a_cut_keeps_as_much_of_the_end_as_names_the_image_alone() -> None:
     lines = shape.cut_name(a, 20, [a, b, "x" * 29 + "a" + "y" * 31, "x" * 31 + "a" + "y" * 29])
     assert "".join(lines) == a and all(len(line) <= 20 for line in lines)
     assert shape.cut_name(NAME_24, 40, [NAME_24]) == [NAME_24]
+
+
+def test_gc_and_prune_tables_say_pin_label_not_the_name_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept image's WHY beside its own name: "pin label", the whole with -o wide and in JSON."""
+    import io
+    import json
+
+    from pinctl.gc.plan import PruneItem
+    from pinctl.render import gc as gc_output
+
+    why = f"pinctl wants it kept (pin label on {NAME_40}; pattern registry.example.org/*)"
+    items = [PruneItem("containerd", "sha256:" + "a" * 64, (NAME_40,), "kept", 1024, why)]
+    wide, piped, data = io.StringIO(), io.StringIO(), io.StringIO()
+    gc_output.print_prune(items, False, "wide", wide)
+    gc_output.print_prune(items, False, "table", piped)  # the table shows kept images with -o wide only
+    gc_output.print_prune(items, False, "json", data)
+    assert why in wide.getvalue() and piped.getvalue() == ""
+    assert json.loads(data.getvalue())["results"][0]["why"] == why
+    assert gc_output.short_why(why, NAME_40) == "pinctl wants it kept (pin label; pattern registry.example.org/*)"
+    removed = [PruneItem("containerd", "sha256:" + "b" * 64, (NAME_40,), "failed", 1024, f"pin label on {NAME_40}")]
+    gc_output.print_prune(removed, False, "table", piped)
+    row = next(line for line in piped.getvalue().splitlines() if NAME_40 in line)
+    assert row.endswith("   pin label") and len(row) < 120

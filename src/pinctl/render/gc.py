@@ -165,7 +165,15 @@ def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, f
         at = headers.index("IMAGE ID")
         headers = headers[:at] + headers[at + 1:]
         rows = [row[:at] + row[at + 1:] for row in rows]
+        named = headers.index("IMAGE")
+        rows = [row[:-1] + [short_why(row[-1], row[named])] for row in rows]
     print_table(headers, rows, out, fit=NO_FIT if wide else fit)
+
+
+def short_why(why: str, name: str) -> str:
+    """WHY in a table says the short thing: "pin label", not "pin label on NAME" again beside
+    NAME; -o wide and JSON keep the whole."""
+    return why.replace(f" on {name}", "") if name else why
 
 
 SUMMARY_INDENT = 13
