@@ -255,3 +255,11 @@ def test_gc_and_prune_tables_say_pin_label_not_the_name_again(monkeypatch: pytes
     gc_output.print_prune(removed, False, "table", piped)
     row = next(line for line in piped.getvalue().splitlines() if NAME_40 in line)
     assert row.endswith("   pin label") and len(row) < 120
+
+
+def test_a_name_in_the_last_column_folds_only_the_rows_that_need_it() -> None:
+    """pin's results: ACTION NAMESPACE REF. The name column is the last and takes what is left."""
+    rows = [["pinned", "k8s.io", NAME_24], ["pinned", "k8s.io", NAME_40], ["pinned", "moby", NAME_60]]
+    layout = table.lay_out(["ACTION", "NAMESPACE", "REF"], rows, 60, table.give_way("REF"))
+    assert layout.folded == {2} and layout.widths[2] == 60 - 6 - 9 - 2 * table.GAP
+    assert table.lay_out(["ACTION", "NAMESPACE", "REF"], rows, 80, table.give_way("REF")).folded == set()

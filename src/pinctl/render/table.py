@@ -29,7 +29,7 @@ from pinctl.render import shape
 if TYPE_CHECKING:
     from rich.text import Text
 
-Shape = Literal["wrap", "ref", "cut", "fixed", "name"]
+Shape = Literal["wrap", "path", "cut", "fixed", "name"]
 GAP = 2  # cells between columns on a terminal; pipes keep three spaces (scripts split on them)
 HANG = 4  # indent of a narrow last column's continuation lines
 ALIGN_MIN = 24  # a last column at least this wide continues under itself
@@ -120,12 +120,12 @@ def lay_out(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, f
         _fold_names(layout, headers, fit, excess)
         # Folding may leave room over: shortened paths take it back first.
         for i in layout.columns:
-            if fit.shapes.get(headers[i]) == "ref" and excess() < 0:
+            if fit.shapes.get(headers[i]) == "path" and excess() < 0:
                 layout.widths[i] = min(natural[i], layout.widths[i] - excess())
     _squeeze(layout, headers, fit, excess())
     # A shortened reference may need fewer cells than its column got: the rest goes to the last.
     for i in layout.columns:
-        if fit.shapes.get(headers[i]) == "ref" and i != layout.last:
+        if fit.shapes.get(headers[i]) == "path" and i != layout.last:
             shortened = (shape.cells(shape.shorten_ref(row[i], layout.widths[i], ellipsis)) for row in layout.rows)
             layout.widths[i] = max([shape.cells(headers[i]), *shortened])
     # The last column gets what is left, up to its natural width.
@@ -135,6 +135,9 @@ def lay_out(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, f
         full = max([shape.cells(headers[last]), *(shape.cells(r[last]) for r in layout.rows)])
         layout.widths[last] = min(full, layout.widths[last] + spare)
     layout.hang = fit.shapes.get(headers[last]) == "wrap" and _hangs(layout, width)
+    if layout.folded and not layout.fold_all and layout.name is not None:
+        # A name column that is the last took what was left: a name that fits now stays on its row.
+        layout.folded = {n for n in layout.folded if shape.cells(layout.rows[n][layout.name]) > layout.widths[layout.name]}
     return layout
 
 
@@ -297,7 +300,7 @@ def _block(cells: Sequence[str], layout: Layout, headers: Sequence[str], fit: Fi
         cell = cells[i]
         if shape.cells(cell) <= w or bold:
             shown[i] = [cell]
-        elif how == "ref":
+        elif how == "path":
             shown[i] = [shape.shorten_ref(cell, w, ellipsis)]
         elif how == "wrap" and i == layout.last and layout.hang:
             first, *hanging = hung(cell, w, width - (HANG if layout.fold_all else 0))
@@ -367,7 +370,7 @@ def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Seq
     if last:
         steps.append(Give(last))
     for column in paths:
-        shapes[column] = "ref"
+        shapes[column] = "path"
         steps.append(Give(column, REF_FLOOR))
     if ref:
         shapes[ref] = "name"
