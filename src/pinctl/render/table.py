@@ -260,7 +260,7 @@ def draw(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, fit
         # A long value (an archive's path) goes on at HANG, as a hanging column does.
         first, *more = shape.wrap(value, width - shape.cells(label) - 2, width - HANG)
         text.append((f" {first}" if first else "") + "".join(f"\n{' ' * HANG}{line}" for line in more) + "\n")
-    names = [row[layout.name] for row in layout.rows] if layout.name is not None else []
+    cuts = shape.NameCuts([row[layout.name] for row in layout.rows] if layout.name is not None else [], width)
     if layout.fold_all and layout.name is not None:
         text.append(f"{headers[layout.name]}\n", style="bold")
     text.append_text(_block([str(h) for h in headers], layout, headers, fit, width, ellipsis, bold=True))
@@ -272,7 +272,7 @@ def draw(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, fit
         colour = {i: styles.get(headers[i], {}).get(rows[index][i], "") for i in layout.columns}
         if index in layout.folded and layout.name is not None:
             # The name has a line of its own; the row's other cells go on under it.
-            for line in shape.cut_name(cells[layout.name], width, names):
+            for line in cuts.lines(cells[layout.name]):
                 text.append(line + "\n", style=styles.get(headers[layout.name], {}).get(cells[layout.name]) or None)
             cells = [("" if i == layout.name else cell) for i, cell in enumerate(cells)]
         text.append_text(_block(cells, layout, headers, fit, width, ellipsis, colour=colour))
