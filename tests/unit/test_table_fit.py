@@ -241,6 +241,7 @@ def test_gc_and_prune_tables_say_pin_label_not_the_name_again(monkeypatch: pytes
 
     from pinctl.gc.plan import PruneItem
     from pinctl.render import gc as gc_output
+    from pinctl.render.cells import short_why
 
     why = f"pinctl wants it kept (pin label on {NAME_40}; pattern registry.example.org/*)"
     items = [PruneItem("containerd", "sha256:" + "a" * 64, (NAME_40,), "kept", 1024, why)]
@@ -250,7 +251,7 @@ def test_gc_and_prune_tables_say_pin_label_not_the_name_again(monkeypatch: pytes
     gc_output.print_prune(items, False, "json", data)
     assert why in wide.getvalue() and piped.getvalue() == ""
     assert json.loads(data.getvalue())["results"][0]["why"] == why
-    assert gc_output.short_why(why, NAME_40) == "pinctl wants it kept (pin label; pattern registry.example.org/*)"
+    assert short_why(why, NAME_40) == "pinctl wants it kept (pin label; pattern registry.example.org/*)"
     removed = [PruneItem("containerd", "sha256:" + "b" * 64, (NAME_40,), "failed", 1024, f"pin label on {NAME_40}")]
     gc_output.print_prune(removed, False, "table", piped)
     row = next(line for line in piped.getvalue().splitlines() if NAME_40 in line)

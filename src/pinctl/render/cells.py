@@ -76,6 +76,12 @@ def _brief(row: ImageRow, reason: Reason) -> str:
     return _other_why(row, reason, False)
 
 
+def short_why(why: str, name: str) -> str:
+    """gc plan's and prune's WHY beside an image's name: "pin label", not "pin label on NAME"
+    again; -o wide and JSON say the whole."""
+    return why.replace(f" on {name}", "") if name else why
+
+
 def _label_why(row: ImageRow) -> str:
     carriers = [r.detail for r in row.reasons if r.kind == REASON_LABEL]
     if row.ref in carriers:

@@ -12,6 +12,7 @@ from pinctl import refs
 from pinctl.display import counted, human_size
 from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
+from pinctl.render.cells import short_why
 from pinctl.render.output import folded, print_table, warn, write_envelope
 from pinctl.render.table import NO_FIT, Fit, give_way
 
@@ -168,12 +169,6 @@ def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, f
         named = headers.index("IMAGE")
         rows = [row[:-1] + [short_why(row[-1], row[named])] for row in rows]
     print_table(headers, rows, out, fit=NO_FIT if wide else fit)
-
-
-def short_why(why: str, name: str) -> str:
-    """WHY in a table says the short thing: "pin label", not "pin label on NAME" again beside
-    NAME; -o wide and JSON keep the whole."""
-    return why.replace(f" on {name}", "") if name else why
 
 
 SUMMARY_INDENT = 13

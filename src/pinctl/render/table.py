@@ -12,10 +12,11 @@ full-width lines indented by HANG under its row, keeping room on its row for a o
 ("sandbox").
 
 The table's name column (Fit.name: an image reference, a node) is never shortened. When the
-rest of the row leaves it too little room even so, the rows whose names do not fit fold: the
+rest of the row leaves it too little room even so, the last column leaves the row lines (each
+row's goes wholly under it, Layout.under), and then the rows whose names do not fit fold: the
 name on a line of its own, the row's other cells on the line under it (Layout.folded). A name
 is cut only when it alone is wider than the window, and then into a pattern that matches no
-other name of the table (shape.cut_name). Pipes and files never come here: they get plain
+other name of the table (shape.NameCuts). Pipes and files never come here: they get plain
 columns with every value whole.
 """
 
@@ -77,7 +78,11 @@ class Layout:
     folded: set[int] = field(default_factory=set)  # rows whose name has a line of its own
     fold_all: bool = False  # every row folds: the name column leaves, the rest is indented by HANG
     under: Optional[int] = None  # the last column, left the row lines: wholly under each row at HANG
-    width: int = 0  # the window
+
+    @property
+    def indent(self) -> int:
+        """Where the lines a row goes on in start: under a folded row's indented cells, further in."""
+        return HANG * (2 if self.fold_all else 1)
 
     @property
     def last(self) -> int:
@@ -89,7 +94,7 @@ def lay_out(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, f
     """Columns and widths within width, by fit's steps; see the module's docstring."""
     table = [list(row) for row in rows]
     natural = {i: max([shape.cells(h), *(shape.cells(r[i]) for r in table)]) for i, h in enumerate(headers)}
-    layout = Layout(list(range(len(headers))), dict(natural), table, [], width=width)
+    layout = Layout(list(range(len(headers))), dict(natural), table, [])
     if fit.name in headers:
         layout.name = headers.index(fit.name)
     for column in fit.drop_empty:
@@ -264,7 +269,7 @@ def draw(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, fit
     if layout.fold_all and layout.name is not None:
         text.append(f"{headers[layout.name]}\n", style="bold")
     text.append_text(_block([str(h) for h in headers], layout, headers, fit, width, ellipsis, bold=True))
-    indent = HANG * (2 if layout.fold_all else 1)
+    indent = layout.indent
     if layout.under is not None:
         text.append(" " * indent + headers[layout.under] + "\n", style="bold")
     styles = styles or {}
@@ -322,7 +327,7 @@ def _block(cells: Sequence[str], layout: Layout, headers: Sequence[str], fit: Fi
         text.append_text(line)
         text.append("\n")
     for more in hanging:
-        text.append(" " * (HANG * (2 if layout.fold_all else 1)) + more + "\n")
+        text.append(" " * layout.indent + more + "\n")
     return text
 
 
@@ -354,9 +359,9 @@ def give_way(ref: Optional[str] = None, last: Optional[str] = None, *, fold: Seq
     5. drop: figures (IMAGE ID, SIZE) leave the table, in the order given;
     6. last starts on the row and goes on in indented full-width lines under it;
     7. paths (import's ARCHIVE) are shortened in their middle, down to REF_FLOOR cells;
-    8. ref, the name, is never shortened: a row whose name still does not fit folds (the
-       module's docstring), and a name wider than the window alone is cut into a pattern that
-       names it alone. A path may still narrow to SQUEEZE_MIN.
+    8. ref, the name, is never shortened: last leaves the row lines, then a row whose name
+       still does not fit folds (the module's docstring); a name wider than the window alone is
+       cut into a pattern that names it alone. A path may still narrow to SQUEEZE_MIN.
     """
     shapes: dict[str, Shape] = {}
     steps = [Give(column, fold=True) for column in fold] + [Give(column, brief=True) for column in brief]
