@@ -1,4 +1,4 @@
-"""Every command as an operator sees it in a real terminal, 80 and 120 columns wide (ls at 60 too):
+"""Every command as an operator sees it in a real terminal, 60, 80 and 120 columns wide:
 tmux runs it and capture-pane -J reads back each line whole (a line the terminal had to wrap
 comes back as one), so a line wider than the window is seen as such. Against a real containerd
 1.7 and its CRI, with a long reference, a 40-character one a pattern covers but nothing pins yet,
@@ -84,7 +84,7 @@ def assert_lines_fit(command: str, lines: list[str], width: int) -> None:
     assert "internal error" not in shown and "Traceback" not in shown, shown
 
 
-@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("width", [60, 80, 120])
 def test_every_command_fits_the_terminal(fit_node: tuple[ContainerdDaemon, Path], tmp_path: Path,
                                          width: int) -> None:
     daemon, policy = fit_node

@@ -264,3 +264,12 @@ def test_a_name_in_the_last_column_folds_only_the_rows_that_need_it() -> None:
     layout = table.lay_out(["ACTION", "NAMESPACE", "REF"], rows, 60, table.give_way("REF"))
     assert layout.folded == {2} and layout.widths[2] == 60 - 6 - 9 - 2 * table.GAP
     assert table.lay_out(["ACTION", "NAMESPACE", "REF"], rows, 80, table.give_way("REF")).folded == set()
+
+
+def test_config_show_folds_a_key_rather_than_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinctl.render.output import CONFIG_FIT
+
+    rows = [["docker_pinned_image_labels", "(none)", "default"],
+            ["containerd_address", "/run/containerd/containerd.sock", "env CONTAINERD_ADDRESS"]]
+    lines = drawn(["KEY", "VALUE", "SOURCE"], rows, 40, CONFIG_FIT, monkeypatch)
+    assert all(len(line) <= 40 for line in lines) and "docker_pinned_image_labels" in lines, lines

@@ -120,7 +120,7 @@ def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
     if shown:
         # Which rows these are (the first in line, what goes, what pinctl wants kept) is in the columns.
         more = "" if wide or len(shown) == len(plan.order) else f": {len(shown)} of {len(plan.order)} (-o wide lists all)"
-        out.write(f"\n{title}{more}\n")
+        out.write("\n" + folded(f"{title}{more}", out) + "\n")
         headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
         rows = [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id)) for entry in shown]
         if tie is not None:

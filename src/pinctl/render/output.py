@@ -345,8 +345,8 @@ def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -
 
 
 # Values (paths, lists) wrap at their separators under themselves; SOURCE wraps, then runs on
-# indented lines under its row.
-CONFIG_FIT = table.give_way(last="SOURCE", wrap=["VALUE"])
+# indented lines under its row; a key is a name: never cut, its row folds.
+CONFIG_FIT = table.give_way("KEY", last="SOURCE", wrap=["VALUE"])
 
 
 def _config_text(value: Any) -> str:

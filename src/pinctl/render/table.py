@@ -324,6 +324,8 @@ def _block(cells: Sequence[str], layout: Layout, headers: Sequence[str], fit: Fi
             if position < len(layout.columns) - 1:
                 line.append(" " * (layout.widths[i] - shape.cells(part) + GAP))
         line.rstrip()
+        if not line.plain.strip() and hanging:
+            continue  # a folded row with nothing left on its line but what goes on under it
         text.append_text(line)
         text.append("\n")
     for more in hanging:
