@@ -14,6 +14,7 @@ from pinctl.display import counted, human_size
 from pinctl.errors import batch_status
 from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
+from pinctl.render.cells import short_why
 from pinctl.render.output import folded, print_table, warn, write_envelope
 from pinctl.render.table import NO_FIT, Fit, give_way
 
@@ -121,7 +122,7 @@ def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
     if shown:
         # Which rows these are (the first in line, what goes, what pinctl wants kept) is in the columns.
         more = "" if wide or len(shown) == len(plan.order) else f": {len(shown)} of {len(plan.order)} (-o wide lists all)"
-        out.write(f"\n{title}{more}\n")
+        out.write("\n" + folded(f"{title}{more}", out) + "\n")
         headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
         rows = [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id)) for entry in shown]
         if tie is not None:
@@ -167,6 +168,8 @@ def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, f
         at = headers.index("IMAGE ID")
         headers = headers[:at] + headers[at + 1:]
         rows = [row[:at] + row[at + 1:] for row in rows]
+        named = headers.index("IMAGE")
+        rows = [row[:-1] + [short_why(row[-1], row[named])] for row in rows]
     print_table(headers, rows, out, fit=NO_FIT if wide else fit)
 
 
