@@ -36,9 +36,12 @@ MIB = 1024 * 1024
 PIN = "io.cri-containerd.pinned"
 IMAGES_LIST = "/containerd.services.images.v1.Images/List"
 CONTENT_INFO = "/containerd.services.content.v1.Content/Info"
-# Old images are at least this much older than the young one; the minimum age passed sits
-# MARGIN_S away from both (pinctl's start-up and the model's second-resolution "now" fit in it).
-AGE_GAP_S = 4.5
+# Old images are at least this much older than the young one. The minimum age passed keeps the
+# young one too young for AGE_GAP_S - MARGIN_S after it is worked out (pinctl's start-up on a busy
+# machine fits in that, with room), while the old ones are past it by MARGIN_S already (the
+# model's second-resolution "now" fits in that). The wait costs no CPU, and the suite's other
+# workers go on meanwhile.
+AGE_GAP_S = 21.0
 MARGIN_S = 1.0
 LoadImages = Callable[..., list[images.ImageInfo]]
 
@@ -135,7 +138,7 @@ def settled_available(fs: pods.DedicatedFs, timeout: float = 10.0) -> int:
 
 def min_age_between(young_created: datetime) -> str:
     """A --min-age that keeps the young image (created at ``young_created``) too young for the
-    next few seconds, while images created AGE_GAP_S earlier are past it."""
+    next 20 seconds, while images created AGE_GAP_S earlier are past it."""
     age = (datetime.now(timezone.utc) - young_created).total_seconds()
     return f"{int((age + AGE_GAP_S - MARGIN_S) * 1000)}ms"
 
