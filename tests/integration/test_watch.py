@@ -151,6 +151,7 @@ def test_catches_up_on_what_happened_while_disconnected(daemon: ContainerdDaemon
     labelled_within(daemon, "example.test/keep/meanwhile:1")
 
 
+@one_engine  # SIGHUP and a reload are pinctl's; labels per engine: the test above
 def test_sighup_reloads_the_config(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
     load(daemon, tmp_path, images.recipe("example.test/later:1", seed="w5"))
     proc = watch('pinned_images = ["example.test/keep/*"]\n', patient=True)
@@ -225,6 +226,7 @@ def test_watch_follows_dockers_own_containerd_as_sync_does(
     labelled_within(moby, "example.test/dkw/two:1", timeout=0, namespace="moby")
 
 
+@one_engine  # pinctl's own connections; reconnecting per engine: the restart tests
 def test_reloads_leave_no_connection_behind(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess]) -> None:
     proc = watch('pinned_images = ["example.test/keep/*"]\n')
     fds = Path(f"/proc/{proc.proc.pid}/fd")
