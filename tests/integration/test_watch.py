@@ -241,4 +241,9 @@ def test_reloads_leave_no_connection_behind(daemon: ContainerdDaemon, watch: Cal
         return len(list(fds.iterdir()))
 
     settled = reload(10)
-    assert reload(100) <= settled + 2, proc.log_path.read_text()[-2000:]
+    reload(100)
+    # A leak never comes back down; a session still being set up on a busy machine does.
+    deadline = time.monotonic() + DEADLINE
+    while len(list(fds.iterdir())) > settled + 2:
+        assert time.monotonic() < deadline, (settled, proc.log_path.read_text()[-2000:])
+        time.sleep(0.1)
