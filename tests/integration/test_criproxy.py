@@ -356,9 +356,15 @@ def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNo
         stream = channel.unary_stream(EVENTS)(b"")
         follower = threading.Thread(target=_follow, args=(stream, events), daemon=True)
         follower.start()
-        time.sleep(0.5)  # subscribed before the first container
         made = modern_pod_node.pods()
         made.address = proxy.path
+        # Subscribed before the container under test: shown by a probe's event coming through,
+        # not assumed after a pause (the stream sends nothing until the first event).
+        probe_pod, probes = made.pod(), set[str]()
+        deadline = time.monotonic() + 60
+        while not probes & {cid for cid, _ in events}:
+            assert time.monotonic() < deadline, events
+            probes.add(made.container(info.refs[0], "exited", pod=probe_pod).id)
         container = made.container(info.refs[0], "running")
         assert container.id in {c.id for c in cri_pods.list_containers(proxy.path)}
         cri_pods.stop_container(proxy.path, container.id)
@@ -367,6 +373,8 @@ def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNo
         assert container.id not in {c.id for c in cri_pods.list_containers(proxy.path)}
         cri_pods.stop_pod_sandbox(proxy.path, container.pod.id)
         cri_pods.remove_pod_sandbox(proxy.path, container.pod.id)
+        cri_pods.stop_pod_sandbox(proxy.path, probe_pod.id)
+        cri_pods.remove_pod_sandbox(proxy.path, probe_pod.id)
         assert cri_pods.list_pod_sandboxes(proxy.path) == []
         # ContainerEventType: CREATED 0, STARTED 1, STOPPED 2, DELETED 3.
         deadline = time.monotonic() + 10
