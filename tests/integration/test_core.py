@@ -37,7 +37,7 @@ def ls_by_ref(daemon: ContainerdDaemon, *args: str) -> dict[str, dict[str, Any]]
 
 def cri_pinned(daemon: ContainerdDaemon, image_id: str, want: bool) -> bool:
     """What the kubelet would be told, waiting briefly for the CRI to see a label change."""
-    listed = cri.wait_for(daemon.address, lambda imgs: any(i.id == image_id and i.pinned == want for i in imgs), 10)
+    listed = cri.wait_for(daemon.address, lambda imgs: any(i.id == image_id and i.pinned == want for i in imgs), 60)
     return next(i.pinned for i in listed if i.id == image_id)
 
 

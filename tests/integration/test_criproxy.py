@@ -139,7 +139,7 @@ def test_on_containerd21_a_policy_only_image_reads_pinned_through_the_proxy(
     daemon = clean_k8s_io(containerd21)
     load_images(daemon, [images.recipe(ref, seed=ref) for ref in (LABELLED, POLICY_ONLY, PLAIN)])
     daemon.label_image(LABELLED, {PIN: "pinned"})
-    cri.wait_for(daemon.address, lambda imgs: any(LABELLED in i.repo_tags and i.pinned for i in imgs), 10)
+    cri.wait_for(daemon.address, lambda imgs: any(LABELLED in i.repo_tags and i.pinned for i in imgs), 60)
     proxy = proxies(daemon, "--pinned-image", POLICY_ONLY)
     direct = pinned_by_tag(daemon.address)
     assert (direct[LABELLED], direct[POLICY_ONLY], direct[PLAIN]) == (True, False, False)

@@ -95,7 +95,7 @@ def test_sync_labels_what_the_policy_covers(ctd: ContainerdDaemon, zoo: dict, tm
         assert found[ref][PIN] == "pinned" and found[ref][MANAGED] == "true"
     assert PIN not in found["myregistry.example/base/fake:1"] and PIN not in found["example.test/app:1"]
     os_id = zoo["registry.example/base/os:1"].image_id
-    cri.wait_for(ctd.address, lambda imgs: any(i.id == os_id and i.pinned for i in imgs), 10)
+    cri.wait_for(ctd.address, lambda imgs: any(i.id == os_id and i.pinned for i in imgs), 60)
     again = run_json(ctd, main, "sync")
     assert {r["action"] for r in again["results"]} == {"already-pinned"}
 
@@ -115,7 +115,7 @@ def test_prune_removes_only_what_sync_added(ctd: ContainerdDaemon, zoo: dict, tm
     assert found["registry.example/base/tools:2"][PIN] == "pinned"
     assert found["example.test/fedora-builder:3"][PIN] == "pinned"
     app_id = zoo["example.test/app:1"].image_id
-    cri.wait_for(ctd.address, lambda imgs: any(i.id == app_id and not i.pinned for i in imgs), 10)
+    cri.wait_for(ctd.address, lambda imgs: any(i.id == app_id and not i.pinned for i in imgs), 60)
 
 
 @one_containerd  # pinctl's refusal; a prune's write: the test before, on every engine

@@ -124,7 +124,7 @@ def test_new_and_retagged_images_are_pinned(daemon: ContainerdDaemon, watch: Cal
     load(daemon, tmp_path, images.recipe("example.test/keep/app:1", seed="w1-v2"))
     labelled_within(daemon, "example.test/keep/app:1")
     assert {row.ref: row.digest for row in daemon.images()}["example.test/keep/app:1"] != before
-    cri.wait_for(daemon.address, lambda imgs: any("example.test/keep/app:1" in i.repo_tags and i.pinned for i in imgs), 10)
+    cri.wait_for(daemon.address, lambda imgs: any("example.test/keep/app:1" in i.repo_tags and i.pinned for i in imgs), 60)
     pinned = [line for line in proc.lines() if line["msg"] == "pinned"]
     assert {line["ref"] for line in pinned} >= {"example.test/keep/app:1", "example.test/keep/other:2"}
     # Patient: its loop's own wait is an hour, so a stop within terminate's deadline was SIGTERM's.
