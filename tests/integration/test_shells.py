@@ -273,7 +273,7 @@ class Terminal:
 
     def run(self, *args: str) -> str:
         argv = [self.tmux, "-S", str(self.socket), "-f", "/dev/null", *args]
-        return subprocess.run(argv, env=self.env, check=True, capture_output=True, text=True, timeout=20).stdout
+        return subprocess.run(argv, env=self.env, check=True, capture_output=True, text=True, timeout=60).stdout
 
     def type(self, text: str, *keys: str) -> None:
         self.run("send-keys", "-l", text)
