@@ -245,9 +245,10 @@ def burst_is_scraped(daemon: ContainerdDaemon, prometheus: Prometheus, port: int
     scraper = threading.Thread(target=scrape)
     scraper.start()
     try:
-        daemon.ctr("images", "import", "--no-unpack", "--all-platforms", str(archive))
+        # A deadline that ends a hang only: with both cores busy, this import took over 120 s here.
+        daemon.ctr("images", "import", "--no-unpack", "--all-platforms", str(archive), timeout=900)
         prometheus.wait(series("pinctl_labels_written_total", "ctd17", namespace="k8s.io"), lambda v: v == 1001,
-                        timeout=60)
+                        timeout=300)
     finally:
         done.set()
         scraper.join()

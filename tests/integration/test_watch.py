@@ -26,7 +26,9 @@ LoadImages = Callable[..., list[images.ImageInfo]]
 DEADLINE = 60.0
 # pinctl with the watcher's safety net (the loop's wait for the next event, 5 s) an hour long:
 # a watcher run so that stops within a test's deadline was woken by its signal, not by that wait.
-PATIENT = ("import sys; import pinctl.watch.watcher as watcher; watcher.POLL_SECONDS = 3600.0; "
+# SIGUSR1 makes it write every thread's stack to its log: what held a stop up, when one is.
+PATIENT = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+           "import pinctl.watch.watcher as watcher; watcher.POLL_SECONDS = 3600.0; "
            "sys.argv[0] = 'pinctl'; from pinctl.cli import main; main()")
 
 
@@ -60,7 +62,14 @@ class WatchProcess:
         deadline only ends a hang: what could hold the stop up is shown held by the tests."""
         start = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # a patient watcher's stacks, into its log
+            time.sleep(1)
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"not stopped 60 s after SIGTERM:\n{self.log_path.read_text()[-6000:]}") from None
         return code, time.monotonic() - start
 
 
