@@ -22,7 +22,8 @@ MAN5 = $(wildcard man/*.5)
 
 all: check
 
-# Rewrite every generated file (protobuf stubs, completions, man pages, docs/cli.md, README's tables).
+# Rewrite every generated file (protobuf stubs, completions, man pages, docs/cli.md, docs/configuration.md's
+# tables, docs/development.md's Layout).
 generate:
 	$(PYTHON) tools/generate.py
 

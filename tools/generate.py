@@ -7,7 +7,8 @@ compares that copy with the committed one). --check exits 1 and names the stale 
 
 Generated: the protobuf stubs; the shell completions (completions/, exactly what
 `pinctl completion SHELL` prints); the man pages (man/); the CLI reference (docs/cli.md);
-docs/configuration.md's tables of common options and config keys (between their marker lines).
+docs/configuration.md's tables of common options and config keys (between their marker lines);
+docs/development.md's Layout, checked against src/pinctl, with each package's modules: line.
 completions/ and man/ hold generated files only, so a file there that is no longer
 generated is stale too, and removed when writing.
 """
@@ -33,6 +34,7 @@ COMPLETION_FILES = {"bash": Path("completions/bash/pinctl"), "zsh": Path("comple
 MAN_DIR = Path("man")
 CLI_DOC = Path("docs/cli.md")
 SETTINGS_DOC = Path("docs/configuration.md")
+LAYOUT_DOC = Path("docs/development.md")
 HELP_WIDTH = 100  # docs/cli.md must not depend on the terminal that ran the generator
 # Directories that hold nothing but generated files.
 OWNED_DIRS = (Path("completions"), MAN_DIR)
@@ -123,12 +125,24 @@ def generate_settings_doc(out: Path) -> list[Path]:
         raise SystemExit(f"{SETTINGS_DOC}: {err}") from None
 
 
+def generate_layout_doc(out: Path) -> list[Path]:
+    """docs/development.md with its Layout checked against src/pinctl and its modules: lines rewritten."""
+    from tools import layout
+
+    text = (REPO / LAYOUT_DOC).read_text(encoding="utf-8")
+    try:
+        return [_write(out, LAYOUT_DOC, layout.fill(text, REPO))]
+    except ValueError as err:
+        raise SystemExit(f"{err}") from None
+
+
 GENERATORS: dict[str, Callable[[Path], list[Path]]] = {
     "protos": generate_protos,
     "completions": generate_completions,
     "manpages": generate_manpages,
     "cli-doc": generate_cli_doc,
     "settings-doc": generate_settings_doc,
+    "layout-doc": generate_layout_doc,
 }
 
 

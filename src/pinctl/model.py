@@ -18,6 +18,10 @@ SOURCE_CONTAINERD: Final = "containerd"
 SOURCE_DOCKER: Final = "docker"
 # CRI-O, read through the CRI alone: it has no namespaces and no labels (ImageRow.namespace is None).
 SOURCE_CRIO: Final = "cri-o"
+# How the CRI's Version call names the runtimes (RuntimeVersion.name): cri-dockerd answers as docker.
+RUNTIME_CONTAINERD: Final = "containerd"
+RUNTIME_CRIO: Final = "cri-o"
+RUNTIME_DOCKER: Final = "docker"
 # What an image ID in ls is (JSON id_kind): Docker's image ID, or the config digest the CRI reports.
 IdKind = Literal["docker", "config"]
 ID_DOCKER: Final = "docker"

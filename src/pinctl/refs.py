@@ -102,13 +102,14 @@ def parse_selector(text: str) -> Selector:
     if not text or text != text.strip():
         raise UsageError(f"malformed image reference {text!r}", "give a name like app:1.0 or an image ID")
     if text.startswith("sha256:"):
-        hex_part = text[len("sha256:") :]
+        # A table's abbreviated ID (sha256:3ab413910e19…) pasted back names what it was cut from.
+        hex_part = text[len("sha256:") :].removesuffix("…").removesuffix("...")
         if not _HEX.fullmatch(hex_part):
             raise UsageError(f"malformed image ID {text!r}", "expected sha256: and up to 64 lowercase hex digits")
         if len(hex_part) < ID_PREFIX_MIN:
             raise UsageError(f"image ID prefix {text!r} is too short",
                              f"give at least {ID_PREFIX_MIN} hex digits, as for a bare ID prefix")
-        return Selector(text, ref=text if len(hex_part) == 64 else None, id_prefix=hex_part)
+        return Selector(text, ref=f"sha256:{hex_part}" if len(hex_part) == 64 else None, id_prefix=hex_part)
     id_prefix = text if _HEX.fullmatch(text) and len(text) >= ID_PREFIX_MIN else None
     try:
         ref: Optional[str] = normalize(text)

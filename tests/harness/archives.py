@@ -220,8 +220,6 @@ BROKEN: dict[str, Breaker] = {
     "bad-index.tar": _bad_index,
     "no-layout.tar": _no_layout,
 }
-# Broken below the tar level: (file name, bytes of a good archive -> broken bytes).
-TRUNCATED = ("truncated.tar", "truncated-blob.tar.gz", "corrupt.tar.gz", "garbage.tar")
 
 
 def write_corpus(directory: pathlib.Path = CORPUS) -> dict[str, str]:

@@ -68,12 +68,6 @@ def engine_dir(engine: str) -> pathlib.Path:
         raise EngineUnavailable(f"engine cache {root}: {exc}") from exc
 
 
-def engine_versions(engine: str) -> dict[str, str]:
-    """Debian versions of the packages unpacked for ``engine`` (fetches if needed)."""
-    engine_dir(engine)
-    versions = _read_stamp(cache_root() / engine).get("versions")
-    return {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
-
 
 @contextlib.contextmanager
 def _locked(lock_path: pathlib.Path) -> Iterator[None]:

@@ -402,10 +402,6 @@ def expected_id(daemon: DockerDaemon, info: images.ImageInfo) -> str:
     return info.digest if daemon.containerd_store else info.image_id
 
 
-def docker_refs(info: images.ImageInfo) -> list[str]:
-    """The names ``docker images`` shows for an image: familiar form, tags only."""
-    return [images.familiar_ref(ref) for ref in info.refs if "@" not in ref]
-
 
 def wait_moby_empty(daemon: ContainerdDaemon, timeout: float = 30.0) -> None:
     """Wait until the containerd store has no images left in ``moby``."""

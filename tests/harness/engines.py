@@ -150,9 +150,8 @@ ENGINES: dict[str, EngineEntry] = {
     ),
 }
 
-# What the fixtures mean by "the newest cri-dockerd" (the one with pin selectors).
+# The cri-dockerd the fixtures start (before pin selectors; the newer one cannot be fetched here).
 CRI_DOCKERD_OLD = "cri-dockerd-0.4.3"
-CRI_DOCKERD_NEW = "cri-dockerd-0.4.10"
 CRICTL = "crictl-1.37"
 CONTAINERD_24 = "containerd-2.4"
 CRIO = "crio-1.34"
@@ -168,13 +167,3 @@ def go_engines() -> dict[str, GoEngine]:
     return {name: spec for name, spec in ENGINES.items() if isinstance(spec, GoEngine)}
 
 
-def version_table() -> dict[str, str]:
-    """Engine name -> the version it stands for (a glob for Debian's, where the suite decides)."""
-    table: dict[str, str] = {}
-    for name, spec in ENGINES.items():
-        if isinstance(spec, DebianEngine):
-            table[name] = f"{spec.packages[0]} {spec.pin or '(candidate)'} from {spec.suite}"
-        else:
-            note = " (not available here)" if spec.unavailable else ""
-            table[name] = f"{spec.import_path}@{spec.version}{note}"
-    return table

@@ -60,7 +60,6 @@ ETCD_RECIPE = 1
 WRAPPER_MODULE = "pinctl.test/kubernetes-build"
 ETCD_WRAPPER_MODULE = "pinctl.test/etcd-build"
 KUBERNETES_COMMANDS = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-KUBELET_PACKAGE = "k8s.io/kubernetes/cmd/kubelet"
 ETCD_MAIN_PACKAGE = "go.etcd.io/etcd/server/v3/etcdmain"
 # Where the kubernetes build (hack/lib/version.sh) stamps the release: component-base for the
 # servers' --version and /version, client-go for kubectl's client version.

@@ -8,7 +8,7 @@ the numbers are transcribed, with their message names, in ``tests/harness/cri_po
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Union
 
 # A field's value: an int (varint), text or bytes (length-delimited), or a nested message.
@@ -31,10 +31,6 @@ def encode(message: Message) -> bytes:
             out += _varint(number << 3 | 2) + _varint(len(payload)) + payload
     return bytes(out)
 
-
-def map_entries(number: int, entries: Mapping[str, str]) -> list[tuple[int, Value]]:
-    """A ``map<string, string>`` field: one nested (key=1, value=2) message per entry."""
-    return [(number, [(1, key), (2, value)]) for key, value in sorted(entries.items())]
 
 
 def decode(data: bytes) -> list[tuple[int, int | bytes]]:
@@ -88,9 +84,6 @@ class Reader:
 
     def messages(self, number: int) -> list[Reader]:
         return [Reader(raw) for raw in self.all_bytes(number)]
-
-    def string_map(self, number: int) -> dict[str, str]:
-        return {entry.text(1): entry.text(2) for entry in self.messages(number)}
 
 
 def _as_uint64(value: int) -> int:

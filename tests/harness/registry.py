@@ -15,7 +15,7 @@ import socketserver
 import subprocess
 import threading
 import time
-from typing import Iterable, Optional
+from typing import Optional
 
 from tests.harness import images, runnable
 from tests.harness.containerd import V3_IMAGES_TABLE, ContainerdDaemon
@@ -214,5 +214,3 @@ def available() -> Optional[str]:
     return None
 
 
-def push_all(registry: Registry, work: pathlib.Path, recipes: Iterable[images.ImageRecipe]) -> list[images.ImageInfo]:
-    return [registry.push(work, recipe) for recipe in recipes]

@@ -462,12 +462,55 @@ def test_prune_of_named_images_deletes_those_alone_and_never_one_that_must_stay(
     missing = run(modern_pod_node.daemon, "prune", "--yes", "--min-age", "0s", first.refs[0], "example.test/gc-none:1")
     assert missing.returncode == 2 and "no image matches example.test/gc-none:1" in missing.stderr, missing.stderr
     assert cri_ids(modern_pod_node.address) == before
-    doc = run_json(modern_pod_node.daemon, "prune", "--yes", "--min-age", "0s", first.refs[0], mixed.running.refs[0])
+    doc = run_json(modern_pod_node.daemon, "prune", "--yes", "--min-age", "0s", first.refs[0], mixed.running.refs[0],
+                   expect=3)  # one named image went, one stayed
+    assert doc["status"] == "partial"
     actions = by_action(doc)
     assert set(actions["removed"]) == {first.image_id}, actions
     assert set(actions["kept"]) == {mixed.running.image_id}, actions
     assert cri_ids(modern_pod_node.address) == before - {first.image_id}
     assert {second.image_id, third.image_id} <= cri_ids(modern_pod_node.address)
+
+
+def test_prune_of_a_named_image_exits_non_zero_unless_it_went(containerd17: ContainerdDaemon,
+                                                              clean_k8s_io: Callable[[ContainerdDaemon], ContainerdDaemon],
+                                                              load_images: LoadImages) -> None:
+    """prune REF...: a script tells from the exit code alone whether the images it named went: 1
+    when none did (too young, pinned), each kept one's row saying why; 3 when some did; 0 when
+    every one did. A prune without names that finds nothing due still exits 0."""
+    daemon = clean_k8s_io(containerd17)
+    young, pinned, spare = load_images(daemon, [images.recipe(f"example.test/named-{kind}:1", seed=f"named-{kind}")
+                                                for kind in ("young", "pinned", "spare")])
+    assert pinctl(daemon, "pin", "-n", "k8s.io", pinned.refs[0]).returncode == 0
+    cri.wait_for(daemon.address, lambda listed: any(i.id == pinned.image_id and i.pinned for i in listed), 10)
+    everything = cri_ids(daemon.address)
+
+    # Every image here is seconds old: a minimum age of an hour keeps each one too young.
+    for dry_run in (["--dry-run"], []):
+        doc = run_json(daemon, "prune", "--yes", "--min-age", "1h", *dry_run, young.refs[0], expect=1)
+        [item] = doc["results"]
+        assert (item["id"], item["action"], doc["status"]) == (young.image_id, "kept", "error"), doc
+        assert "younger than the minimum age" in item["why"]
+    table = run(daemon, "prune", "--yes", "--min-age", "1h", young.refs[0])
+    assert table.returncode == 1, table.stderr
+    [row] = [line for line in table.stdout.splitlines() if line.startswith("kept")]
+    assert young.refs[0] in row and "younger than the minimum age" in row, table.stdout
+    doc = run_json(daemon, "prune", "--yes", "--min-age", "0s", pinned.refs[0], expect=1)
+    [item] = doc["results"]
+    assert item["action"] == "kept" and "pin label" in item["why"] and "pinned by the runtime" in item["why"], item
+    assert cri_ids(daemon.address) == everything
+
+    # Nothing named: nothing due is no failure.
+    assert run_json(daemon, "prune", "--yes", "--all-unused", "--min-age", "1h")["status"] == "success"
+    assert cri_ids(daemon.address) == everything
+
+    doc = run_json(daemon, "prune", "--yes", "--min-age", "0s", young.refs[0], pinned.refs[0], expect=3)
+    actions = by_action(doc)
+    assert (set(actions["removed"]), set(actions["kept"]), doc["status"]) == (
+        {young.image_id}, {pinned.image_id}, "partial"), doc
+    done = run(daemon, "prune", "--yes", "--min-age", "0s", spare.refs[0])
+    assert done.returncode == 0, done.stderr
+    assert cri_ids(daemon.address) == everything - {young.image_id, spare.image_id}
 
 
 def test_prune_until_usage_stops_once_the_filesystem_is_there(modern_pod_node: PodNode) -> None:

@@ -164,6 +164,9 @@ def test_too_large_for_the_budget_is_skipped(clean: reg.RegistryContainerd, regi
     assert pulls[small]["action"] == "pulled"
     assert pulls[big]["action"] == "skipped" and "no room" in pulls[big]["why"]
     assert big not in cri_pinned(clean)
+    alone = run(clean, "pull", "--max-usage", "60", big, "-o", "json")
+    assert alone.returncode == 1, alone.stderr  # the one name given was not pulled
+    assert json.loads(alone.stdout)["status"] == "error"
 
 
 @ONE_NODE  # pinctl's SIGINT while it waits to retry; the CRI is never reached

@@ -1,8 +1,9 @@
-"""Every command as an operator sees it in a real terminal, 80 and 120 columns wide: tmux runs it
-and capture-pane -J reads back each line whole (a line the terminal had to wrap comes back as
-one), so a line wider than the window is seen as such. Against a real containerd 1.7 and its CRI,
-with a long reference, a policy from a file with a long path and an ineffective label, so that
-every table has something that does not fit."""
+"""Every command as an operator sees it in a real terminal, 60, 80 and 120 columns wide:
+tmux runs it and capture-pane -J reads back each line whole (a line the terminal had to wrap
+comes back as one), so a line wider than the window is seen as such. Against a real containerd
+1.7 and its CRI, with a long reference, a 40-character one a pattern covers but nothing pins yet,
+a policy from a file with a long path and an ineffective label, so that every table has
+something that does not fit."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from tests.integration.test_terminal import VENV_BIN, LoadImages, Tmux, pinctl_e
 
 LONG_REF = "registry.example.test/team-platform/very-long-component-name/ingress-controller:v1.2.3-rc.1"
 INEFFECTIVE = "example.test/fit/labelled:1"
+READ_REF = "registry.example.test/read/tools/alpha:1"  # 40 characters, as the issue's
+READ_PATTERN = "registry.example.test/read/*"
 # Each command and switch with a table, and what must be on its screen.
 COMMANDS: list[tuple[str, str]] = [
     ("ls", "NAMESPACE"),
@@ -50,12 +53,13 @@ def fit_node(containerd17: ContainerdDaemon, clean_k8s_io: Callable[[ContainerdD
     daemon = clean_k8s_io(containerd17)
     load_images(daemon, [images.recipe("example.test/fit/app:1", "example.test/fit/app:latest", seed="fit-app"),
                          images.recipe(LONG_REF, seed="fit-long"), images.recipe(INEFFECTIVE, seed="fit-label"),
+                         images.recipe(READ_REF, seed="fit-read"),
                          images.recipe("example.test/loose:1", seed="fit-loose")])  # what a prune may take
     daemon.label_image(INEFFECTIVE, {"io.cri-containerd.pinned": "true"})  # not 'pinned': a long WHY
     # A policy in a file whose path alone is long, as a drop-in of one team would be.
     policy = tmp_path / "etc" / "pinctl-config-of-the-platform-team" / "config.toml"
     policy.parent.mkdir(parents=True)
-    policy.write_text('pinned_images = ["example.test/fit/*", "*ingress*", "*nothing-matches-this*"]\n')
+    policy.write_text(f'pinned_images = ["example.test/fit/*", "*ingress*", "*nothing-matches-this*", "{READ_PATTERN}"]\n')
     yield daemon, policy
     clean_k8s_io(daemon)
 
@@ -80,7 +84,7 @@ def assert_lines_fit(command: str, lines: list[str], width: int) -> None:
     assert "internal error" not in shown and "Traceback" not in shown, shown
 
 
-@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("width", [60, 80, 120])
 def test_every_command_fits_the_terminal(fit_node: tuple[ContainerdDaemon, Path], tmp_path: Path,
                                          width: int) -> None:
     daemon, policy = fit_node
@@ -96,29 +100,64 @@ def test_every_command_fits_the_terminal(fit_node: tuple[ContainerdDaemon, Path]
     finally:
         terminal.close()
     ls = screens["ls"]
-    # One namespace folds into a heading; the long reference keeps its registry and last part.
+    # One namespace folds into a heading; the long reference is whole where the window holds it.
     assert ls[0] == "NAMESPACE: k8s.io", ls
-    long_row = next(line for line in ls if "ingress-controller:v1.2.3-rc.1" in line)
-    assert long_row.startswith("regist") and "…" in long_row.split()[0]
+    assert any(line.split()[0] == LONG_REF for line in ls if line.strip()) is (width > len(LONG_REF)), ls
     # WHY is never a stub: the ineffective label's explanation is there in full, on its lines.
     words = " ".join(" ".join(ls).split())
     assert "ineffective label io.cri-containerd.pinned=true: the value must be 'pinned'" in words
-    # A pattern's file by its name: -o wide and JSON give the whole path.
-    assert "(config.toml:1)" in words and "pinctl-config-of-the-platform-team" not in words
+    # The short thing: a pattern without its file; -o wide and JSON give the whole path.
+    assert f"pattern {READ_PATTERN} not applied: pinctl sync" in words and "config.toml" not in words
     help_lines = screens["--help"]
     assert help_lines.index("Commands:") < 24 - 13, help_lines  # the commands in the first 24 lines
 
 
 def test_a_pipe_still_gets_whole_values(fit_node: tuple[ContainerdDaemon, Path], tmp_path: Path) -> None:
+    """Into a pipe nothing is cut or wrapped, and the 40-character name's row, whose pattern is not
+    applied, stays under 120 columns; -o wide says the whole WHY, with the pattern's file."""
     daemon, policy = fit_node
     terminal = terminal_at(daemon, policy, tmp_path, 80)
     try:
-        lines = terminal.output_of("pinctl ls | cat")
+        # stderr aside: it reaches the terminal directly, racing cat's copy of stdout.
+        lines = terminal.output_of("pinctl ls 2>/dev/null | cat")
+        wide = terminal.output_of("pinctl ls -o wide 2>/dev/null | cat")
+        # Beside the 92-character name every row is wider (columns line up): this one alone.
+        alone = terminal.output_of(f"pinctl ls '{READ_PATTERN}' 2>/dev/null | cat")
     finally:
         terminal.close()
-    assert lines.pop() == "EXIT=0"
-    assert lines[0].split()[:2] == ["NAMESPACE", "REF"] and any(LONG_REF in line for line in lines)
+    assert lines.pop() == "EXIT=0" and wide.pop() == "EXIT=0" and alone.pop() == "EXIT=0"
+    assert lines[0].split()[:2] == ["NAMESPACE", "REF"] and any(LONG_REF in line.split() for line in lines)
     assert any(len(line) > 80 for line in lines)  # the terminal wraps them; capture-pane -J joins them again
+    assert "…" not in "\n".join(lines)
+    read = next(line for line in alone if READ_REF in line.split())
+    assert len(read) < 120 and "not applied: pinctl sync" in read, alone
+    whole = next(line for line in wide if READ_REF in line.split())
+    assert f"pattern {READ_PATTERN} ({policy}:1), not applied: pinctl sync" in whole
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_ls_never_cuts_a_name_that_fits_the_window(fit_node: tuple[ContainerdDaemon, Path], tmp_path: Path,
+                                                   width: int) -> None:
+    """The issue's report: at 80 and 60 columns ls cut a 40-character name to 'registry…/…/alpha'
+    while WHY took 30 columns. Now WHY gives way and the name stays whole; the 92-character one,
+    wider than the window, is cut into a pattern that, pasted back, lists that image alone."""
+    daemon, policy = fit_node
+    terminal = terminal_at(daemon, policy, tmp_path, width)
+    try:
+        lines = terminal.output_of("pinctl ls")
+        assert lines.pop() == "EXIT=0", lines
+        assert_lines_fit("ls", lines, width)
+        assert any(line == READ_REF or line.startswith(READ_REF + "  ") for line in lines), "\n".join(lines)
+        assert "…" not in "\n".join(lines)
+        [cut] = [line for line in lines if line.startswith("*") and line.endswith("*")]
+        assert cut[1:-1] in LONG_REF and cell_len(cut) <= width
+        pasted = terminal.output_of(f"pinctl ls -q '{cut}'")
+    finally:
+        terminal.close()
+    assert pasted.pop() == "EXIT=0"
+    assert [name for name in pasted if not name.startswith("sha256:")] == [LONG_REF], pasted
+    words = " ".join(" ".join(lines).split())
+    assert f"pattern {READ_PATTERN} not applied: pinctl sync" in words
 
 
 # As the sandbox has them: references up to 29 cells, one of 51, and the CRI sandbox image.

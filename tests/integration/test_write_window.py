@@ -22,7 +22,7 @@ import pytest
 
 from pinctl.backends import containerd as containerd_backend
 from pinctl.backends.containerd import ContainerdStore
-from pinctl.commands import ChangeReport
+from pinctl.commands.pin import ChangeReport
 from pinctl.errors import EXIT_INTERRUPTED
 from pinctl.model import ACTION_ALREADY_PINNED, ACTION_FAILED, ACTION_PINNED, StoredImage
 from pinctl.pins import plans as pinning

@@ -10,7 +10,7 @@ from typing import Optional
 
 import pytest
 
-from pinctl import commands
+from pinctl.commands import check, config, ls, pin, sync
 from pinctl.backends.cri import CriImage, RuntimeVersion
 from pinctl.config.loader import Config, PatternEntry
 from pinctl.config.settings import Settings
@@ -45,34 +45,44 @@ def policy_of(*patterns: str) -> Policy:
 def test_ls_filters_and_names_need_no_manifests() -> None:
     store = store_with_images()
     node = node_of(store)
-    pinned = commands.ls(node, Policy(), commands.LsQuery(pinned=True))
+    pinned = ls.ls(node, Policy(), ls.LsQuery(pinned=True))
     assert [row.ref for row in pinned.rows] == ["example.test/app:1"]
-    assert commands.ls_names(node) == ["example.test/app:1", "example.test/bee:1", "sha256:" + "b" * 64]
-    assert commands.LsQuery().names_only_will_do and not commands.LsQuery(drift=True).names_only_will_do
+    assert ls.ls_names(node) == ["example.test/app:1", "example.test/bee:1", "sha256:" + "b" * 64]
+    assert ls.LsQuery().names_only_will_do and not ls.LsQuery(drift=True).names_only_will_do
+
+
+def test_ls_exits_1_when_a_term_names_nothing_on_the_node() -> None:
+    node = node_of(store_with_images())
+    assert ls.ls(node, Policy(), ls.LsQuery(("example.test/app:1",))).exit_code == EXIT_OK
+    # Left out by --pinned, but on the node: no miss.
+    assert ls.ls(node, Policy(), ls.LsQuery(("example.test/bee:1",), pinned=True)).exit_code == EXIT_OK
+    for term in ("example.test/none:1", "none.example/*", "abcd1234"):
+        missing = ls.ls(node, Policy(), ls.LsQuery(("example.test/app:1", term)))
+        assert [row.ref for row in missing.rows] == ["example.test/app:1"] and missing.exit_code == EXIT_ERROR, term
 
 
 def test_change_reports_every_item_and_its_exit_code() -> None:
     store = store_with_images()
     store.fail_names.add("example.test/bee:1")
-    report = commands.change(node_of(store), "pin", ["example.test/app:1", "example.test/bee:1"], "pinctl", False)
+    report = pin.change(node_of(store), "pin", ["example.test/app:1", "example.test/bee:1"], "pinctl", False)
     assert {r.ref: r.action for r in report.results} == {
         "example.test/app:1": "already-pinned", "example.test/bee:1": "failed"}
     assert (report.status, report.exit_code) == ("partial", EXIT_PARTIAL)
-    only_failures = commands.change(node_of(store), "pin", ["example.test/bee:1"], "pinctl", False)
+    only_failures = pin.change(node_of(store), "pin", ["example.test/bee:1"], "pinctl", False)
     assert only_failures.exit_code == EXIT_ERROR
 
 
 def test_sync_refuses_an_empty_policy_prune_unless_told() -> None:
     store = store_with_images()
     with pytest.raises(UsageError, match="--allow-empty-policy"):
-        commands.sync(node_of(store), Policy(), commands.SyncRequest(prune=True, files=["x.toml"]))
-    report = commands.sync(node_of(store), Policy(), commands.SyncRequest(prune=True, dry_run=True, allow_empty_policy=True))
+        sync.sync(node_of(store), Policy(), sync.SyncRequest(prune=True, files=["x.toml"]))
+    report = sync.sync(node_of(store), Policy(), sync.SyncRequest(prune=True, dry_run=True, allow_empty_policy=True))
     assert report.exit_code == EXIT_OK
 
 
 def test_sync_labels_what_the_policy_covers() -> None:
     store = store_with_images()
-    report = commands.sync(node_of(store), policy_of("example.test/bee:*"), commands.SyncRequest())
+    report = sync.sync(node_of(store), policy_of("example.test/bee:*"), sync.SyncRequest())
     assert [(r.ref, r.action) for r in report.results] == [("example.test/bee:1", "pinned")]
     assert store.writes == [("k8s.io", "example.test/bee:1", "pinned")]
 
@@ -119,7 +129,7 @@ def test_check_waits_until_the_runtime_catches_up() -> None:
         asked_before_open.extend(store.prefetched)
         return runtime, RUNTIME
 
-    report = commands.check(node_of(store), Policy(), open_runtime, commands.CheckRequest(wait=10),
+    report = check.check(node_of(store), Policy(), open_runtime, check.CheckRequest(wait=10),
                             lambda _r, left: heard.append(left), FakeClock())
     assert report.exit_code == EXIT_OK and runtime.asked == 3
     assert report.waited == 2.0 and heard == [10.0, 9.0]
@@ -131,7 +141,7 @@ def test_check_waits_until_the_runtime_catches_up() -> None:
 
 def test_check_without_wait_reports_at_once() -> None:
     runtime = FakeRuntime(5)
-    report = commands.check(node_of(store_with_images()), Policy(), lambda: (runtime, RUNTIME), commands.CheckRequest(),
+    report = check.check(node_of(store_with_images()), Policy(), lambda: (runtime, RUNTIME), check.CheckRequest(),
                             lambda *_: None, FakeClock())
     assert report.exit_code == EXIT_ERROR and report.waited is None
 
@@ -146,7 +156,7 @@ def config_of(tmp_path: Path, containerd_toml: str = "version = 3\n") -> Config:
 def test_export_expands_over_names_not_ids(tmp_path: Path) -> None:
     store = store_with_images()
     store.runtime_version = "2.1.9"
-    result = commands.export("containerd", policy_of("example.test/*"), node_of(store), config_of(tmp_path))
+    result = config.export("containerd", policy_of("example.test/*"), node_of(store), config_of(tmp_path))
     assert "example.test/bee:1" in result.text and "sha256:" not in result.text
 
 
@@ -154,20 +164,20 @@ def test_export_for_containerd_asks_the_daemon_and_reads_the_configured_file(tmp
     store = store_with_images()
     store.runtime_version = "2.1.9"
     cfg = config_of(tmp_path, "version = 2\n")
-    result = commands.export("containerd", policy_of("example.test/app:1"), node_of(store), cfg)
+    result = config.export("containerd", policy_of("example.test/app:1"), node_of(store), cfg)
     assert "containerd 2.1.9 CRI config (version 2)" in result.text
     assert f"Merge the table into {cfg.settings.containerd_config}, which is version 2" in " ".join(
         line.lstrip("# ") for line in result.text.splitlines())
     assert result.notes == []
     store.runtime_version = "1.7.24"
     with pytest.raises(UsageError, match="containerd 1.7.24 at /fake.sock has no pinned_images") as refused:
-        commands.export("containerd", policy_of("example.test/app:1"), node_of(store), cfg)
+        config.export("containerd", policy_of("example.test/app:1"), node_of(store), cfg)
     assert "pinctl sync" in refused.value.hint
 
 
 def test_lint_report_exit_code() -> None:
-    assert commands.lint([PatternEntry("example.test/app:1", "test", "pinctl")], None).exit_code == EXIT_OK
-    bad = commands.lint([PatternEntry("*", "test", "pinctl")], None)
+    assert config.lint([PatternEntry("example.test/app:1", "test", "pinctl")], None).exit_code == EXIT_OK
+    bad = config.lint([PatternEntry("*", "test", "pinctl")], None)
     assert bad.exit_code == EXIT_ERROR and bad.problems[0].kind == "invalid"
 
 
@@ -175,7 +185,7 @@ def test_namespaces_marks_the_defaults_and_the_node_closes_its_stores() -> None:
     store = store_with_images()
     store.add("other", "example.test/x:1", "x")
     node = node_of(store)
-    assert commands.namespaces(node) == [("k8s.io", True), ("other", False)]
+    assert ls.namespaces(node) == [("k8s.io", True), ("other", False)]
     node.close()
     assert store.closed == 1
 
@@ -185,7 +195,7 @@ def test_namespaces_marks_the_defaults_and_the_node_closes_its_stores() -> None:
 
 def test_unpin_warns_that_a_pattern_pins_the_image_again() -> None:
     store = store_with_images()
-    report = commands.change(node_of(store), "unpin", ["example.test/app:1"], "pinctl", False,
+    report = pin.change(node_of(store), "unpin", ["example.test/app:1"], "pinctl", False,
                              policy_of("*app*"))
     assert [r.action for r in report.results] == ["unpinned"]
     assert report.warnings == ["example.test/app:1: pattern *app* (test) pins it again at the next sync"]
@@ -200,8 +210,8 @@ def sandbox_store(version: str, pins: tuple[ConfigPin, ...] = ()) -> FakeStore:
     return store
 
 
-def unpin_sandbox(store: FakeStore, dry_run: bool) -> commands.ChangeReport:
-    return commands.change(node_of(store), "unpin", ["example.test/pause:3.9"], "pinctl", dry_run, Policy())
+def unpin_sandbox(store: FakeStore, dry_run: bool) -> pin.ChangeReport:
+    return pin.change(node_of(store), "unpin", ["example.test/pause:3.9"], "pinctl", dry_run, Policy())
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
@@ -230,7 +240,7 @@ def test_unpin_of_containerd_2x_sandbox_image_says_containerd_pins_it_again() ->
     store = FakeStore(sandbox="pause:3.9", pins=[ConfigPin("sandbox", "pause:3.9", "/etc/containerd/config.toml")])
     store.runtime_version = "2.1.9"
     store.add("k8s.io", "docker.io/library/pause:3.9", "p", PIN)
-    report = commands.change(node_of(store), "unpin", ["docker.io/library/pause:3.9"], "pinctl", True, Policy())
+    report = pin.change(node_of(store), "unpin", ["docker.io/library/pause:3.9"], "pinctl", True, Policy())
     [warning] = [r.warning for r in report.results if r.warning]
     assert "labels only the record named exactly as pinned_images.sandbox has it (pause:3.9)" in warning
 
@@ -242,22 +252,22 @@ def test_unpin_of_the_sandbox_image_on_a_cri_ignoring_pins_adds_nothing() -> Non
 
 def test_unpin_says_nothing_when_nothing_keeps_the_image() -> None:
     store = store_with_images()
-    assert commands.change(node_of(store), "unpin", ["example.test/app:1"], "pinctl", False,
+    assert pin.change(node_of(store), "unpin", ["example.test/app:1"], "pinctl", False,
                            policy_of("*bee*")).warnings == []
     # pin never warns, and neither does an unpin that found no image.
-    assert commands.change(node_of(store), "pin", ["example.test/app:1"], "pinctl", False,
+    assert pin.change(node_of(store), "pin", ["example.test/app:1"], "pinctl", False,
                            policy_of("*app*")).warnings == []
-    assert commands.change(node_of(store), "unpin", ["example.test/none:1"], "pinctl", False,
+    assert pin.change(node_of(store), "unpin", ["example.test/none:1"], "pinctl", False,
                            policy_of("*none*")).warnings == []
 
 
 def test_a_short_hex_argument_hints_at_the_id_prefix_rule() -> None:
     store = store_with_images()
-    [result] = commands.change(node_of(store), "pin", ["e14"], "pinctl", False).results
+    [result] = pin.change(node_of(store), "pin", ["e14"], "pinctl", False).results
     assert result.action == "failed" and result.error is not None
     assert "no image e14 (docker.io/library/e14:latest)" in result.error
     assert "for an image ID, give 4 or more hex digits" in result.error and len(result.error) <= 100
-    [named] = commands.change(node_of(store), "pin", ["example.test/nothing:1"], "pinctl", False).results
+    [named] = pin.change(node_of(store), "pin", ["example.test/nothing:1"], "pinctl", False).results
     assert "ID prefix" not in (named.error or "")
 
 

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from pinctl import commands
+from pinctl.commands.config import lint
 from pinctl.config.containerd import read_config_pins
 from pinctl.model import ConfigPin
 from pinctl.pins.containerd_entries import dead_entries
@@ -51,7 +51,7 @@ def test_lint_lists_them_at_file_and_line(tmp_path: pathlib.Path) -> None:
     site.parent.mkdir()
     site.write_text("version = 3\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
                     "  good = 'example.test/a:1'\n  tools = 'local.test/team/tools'\n")
-    report = commands.lint([], None, lambda: read_config_pins(str(main)))
+    report = lint([], None, lambda: read_config_pins(str(main)))
     assert report.exit_code == 1
     [problem] = report.problems
     assert (problem.kind, problem.pattern, problem.source) == (PROBLEM_CONTAINERD_ENTRY, "local.test/team/tools",

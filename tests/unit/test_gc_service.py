@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 import pytest
 
+from pinctl.commands.gc import PruneReport, prune_exit_code
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError
 from pinctl.gc import plan as gc
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
@@ -122,7 +123,44 @@ def test_apply_rechecks_each_image_and_reports_every_item() -> None:
     assert actions[images[0].id] == ("kept", "in use since planning by late-container")
     assert actions[images[5].id][0] == "failed" and "refused" in (actions[images[5].id][1] or "")
     assert actions[images[1].id][0] == "removed" and domain.removed == [images[1].id]
-    assert gc.PruneReport(items, False).exit_code == EXIT_PARTIAL
+    assert PruneReport(items, False).exit_code == EXIT_PARTIAL
+
+
+@pytest.mark.parametrize(("actions", "policy_code", "named_code"), [
+    (["removed", "removed"], EXIT_OK, EXIT_OK),
+    (["would-remove"], EXIT_OK, EXIT_OK),  # a dry run exits as the prune would
+    (["kept"], EXIT_OK, EXIT_ERROR),  # too young, pinned, in use: named, it is an item not done
+    (["removed", "kept"], EXIT_OK, EXIT_PARTIAL),
+    (["would-remove", "kept"], EXIT_OK, EXIT_PARTIAL),
+    (["removed", "failed"], EXIT_PARTIAL, EXIT_PARTIAL),
+    (["failed"], EXIT_PARTIAL, EXIT_ERROR),
+    (["kept", "failed"], EXIT_PARTIAL, EXIT_ERROR),
+    ([], EXIT_OK, EXIT_ERROR),  # nothing due is no failure; a name that led to no image is
+])
+def test_a_named_image_not_deleted_makes_the_exit_code(actions: list[gc.PruneAction], policy_code: int,
+                                                       named_code: int) -> None:
+    assert prune_exit_code(actions, named=False) == policy_code
+    assert prune_exit_code(actions, named=True) == named_code
+
+
+def test_a_named_prune_shows_each_kept_image_and_its_status_follows_the_exit_code(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    images, containers = node_images()
+    domain = FakeDomain(images, containers, used_percent=90)
+    young, free = images[3], images[1]  # d is too young; b nothing keeps
+    plan = gc.plan_prune(domain, [], GcSettings(), gc.PruneRequest(images=(young.id, free.id)), NOW)
+    items = gc.apply_prune([plan], lambda _image: None, dry_run=False)
+    report = PruneReport(items, False, [plan], named=True)
+    assert {i.image_id: i.action for i in items} == {young.id: "kept", free.id: "removed"}
+    assert report.exit_code == EXIT_PARTIAL
+    out = io.StringIO()
+    gc_output.print_prune(items, False, "table", out, plans=[plan], named=True)
+    [kept] = [line for line in out.getvalue().splitlines() if line.startswith("kept")]
+    assert "younger than the minimum age" in kept
+    assert "-o wide says why" not in capsys.readouterr().err
+    out = io.StringIO()
+    gc_output.print_prune([i for i in items if i.action == "kept"], False, "json", out, named=True)
+    assert json.loads(out.getvalue())["status"] == "error"
 
 
 def test_a_label_found_at_recheck_keeps_the_image() -> None:

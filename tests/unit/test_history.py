@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
-from pinctl import commands
+from pinctl.commands import check, ls
 from pinctl.backends.cri import CriImage
 from pinctl.commands.history import (HistoryRequest, history, latest_deletions, parse_since, pointer, term_matcher,
                                      went)
@@ -252,8 +252,8 @@ def test_ls_points_an_unmatched_name_at_its_journal_entry(tmp_path: Path) -> Non
     where = tmp_path / "history"
     write(where, deletion(7260, "example.test/gone:1", at=time.time()))
     node = node_of(store_with_images())
-    query = commands.LsQuery(("example.test/gone:1", "example.test/never:1"), history_dir=str(where))
-    result = commands.ls(node, Policy(), query)
+    query = ls.LsQuery(("example.test/gone:1", "example.test/never:1"), history_dir=str(where))
+    result = ls.ls(node, Policy(), query)
     assert result.unmatched == ["example.test/gone:1", "example.test/never:1"]
     said = result.went["example.test/gone:1"]
     assert said.startswith("deleted 2h ago ") and "by the kubelet" in said and "pinctl history example.test/gone:1" in said
@@ -265,10 +265,10 @@ def test_ls_names_the_policy_s_absent_images_the_journal_saw_go(tmp_path: Path) 
     write(where, *(deletion(100 + n, f"example.test/gone:{n}") for n in range(7)))
     names = [f"example.test/gone:{n}" for n in range(7)]
     policy = policy_of("example.test/app:1", "example.test/never:1", "example.test/*", *names)
-    result = commands.ls(node_of(store_with_images()), policy, commands.LsQuery(history_dir=str(where),
+    result = ls.ls(node_of(store_with_images()), policy, ls.LsQuery(history_dir=str(where),
                                                                                 point_absent=True))
     lines = result.deleted_wanted
-    assert len(lines) == commands.DELETED_WANTED_LINES
+    assert len(lines) == ls.DELETED_WANTED_LINES
     assert lines[0].startswith("example.test/gone:0, wanted by the policy (test), is not on the node: deleted ")
     assert lines[-1] == "and 3 more wanted images deleted: pinctl history --wanted"
     assert not any("never" in line or "app:1" in line for line in lines)
@@ -285,11 +285,11 @@ def test_ls_reads_no_journal_when_every_wanted_image_is_there(tmp_path: Path, mo
 
     monkeypatch.setattr(history_module, "latest_deletions", latest_deletions)
     node = node_of(store_with_images())
-    commands.ls(node, policy_of("example.test/app:1", "example.test/*"),
-                commands.LsQuery(history_dir=str(tmp_path), point_absent=True))
-    commands.ls(node, policy_of("example.test/gone:1"), commands.LsQuery(history_dir=str(tmp_path)))
+    ls.ls(node, policy_of("example.test/app:1", "example.test/*"),
+                ls.LsQuery(history_dir=str(tmp_path), point_absent=True))
+    ls.ls(node, policy_of("example.test/gone:1"), ls.LsQuery(history_dir=str(tmp_path)))
     assert asked == []
-    commands.ls(node, policy_of("example.test/gone:1"), commands.LsQuery(history_dir=str(tmp_path), point_absent=True))
+    ls.ls(node, policy_of("example.test/gone:1"), ls.LsQuery(history_dir=str(tmp_path), point_absent=True))
     assert asked == [["example.test/gone:1"]]
 
 
@@ -301,8 +301,8 @@ class StatusRuntime(FakeRuntime):
 def test_check_of_a_deleted_image_names_who_deleted_it(tmp_path: Path) -> None:
     where = tmp_path / "history"
     write(where, deletion(3 * 3600 + 60, "example.test/gone:1", at=time.time(), deleter=DELETER_OUTSIDE_CRI, client=""))
-    request = commands.CheckRequest(("example.test/gone:1", "example.test/gone:2"), history_dir=str(where))
-    report = commands.check(node_of(store_with_images()), Policy(), lambda: (StatusRuntime(0), RUNTIME), request,
+    request = check.CheckRequest(("example.test/gone:1", "example.test/gone:2"), history_dir=str(where))
+    report = check.check(node_of(store_with_images()), Policy(), lambda: (StatusRuntime(0), RUNTIME), request,
                             lambda *_: None, FakeClock())
     items = {item.refs[0]: item for item in report.result.items}
     gone = items["example.test/gone:1"]
@@ -313,8 +313,8 @@ def test_check_of_a_deleted_image_names_who_deleted_it(tmp_path: Path) -> None:
 
 
 def test_check_of_an_absent_name_a_pattern_covers_says_it_is_wanted(tmp_path: Path) -> None:
-    request = commands.CheckRequest(("example.test/gone:1", "other.test/gone:1"), history_dir=str(tmp_path))
-    report = commands.check(node_of(store_with_images()), policy_of("example.test/*"),
+    request = check.CheckRequest(("example.test/gone:1", "other.test/gone:1"), history_dir=str(tmp_path))
+    report = check.check(node_of(store_with_images()), policy_of("example.test/*"),
                             lambda: (StatusRuntime(0), RUNTIME), request, lambda *_: None, FakeClock())
     wanted = {item.refs[0]: item.desired for item in report.result.items if item.refs[0].endswith("gone:1")}
     assert wanted == {"example.test/gone:1": True, "other.test/gone:1": False}
@@ -358,7 +358,7 @@ def test_ls_and_check_cli_point_at_the_journal(store: Any, monkeypatch: pytest.M
     write(where, deletion(7260, "example.test/gone:1", at=time.time(), image_id="sha256:" + "99" * 32))
     monkeypatch.setenv("PINCTL_HISTORY_DIR", str(where))
     code, out, err = invoke("ls", "example.test/gone:1")
-    assert code == EXIT_OK and len(out.splitlines()) == 1  # the header alone
+    assert code == EXIT_ERROR and len(out.splitlines()) == 1  # the header alone; named, and not there
     assert "no image matches example.test/gone:1: deleted 2h ago by the kubelet" in err
     assert "see pinctl history example.test/gone:1" in err
     monkeypatch.setenv("PINCTL_PINNED_IMAGES", "example.test/gone:1")

@@ -1,6 +1,7 @@
 """pinctl history as an operator reads it: at 60, 80 and 200 columns, into a pipe, with -o wide,
--q and JSON. The image's name stays whole until every other column has given way, and never
-goes below 20 cells; WHY goes on under its row rather than push a line past the window."""
+-q and JSON. The image's name is never shortened: every other column gives way first, then a
+row whose name does not fit folds; WHY goes on under its row rather than push a line past the
+window."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from rich.cells import cell_len
 from pinctl.commands.history import HistoryResult
 from pinctl.journal import DELETER_CRI_CLIENT, DELETER_OUTSIDE_CRI, Deletion, RemoveRequest, Restore, stamp
 from pinctl.render import history as render
-from pinctl.render.table import REF_FLOOR
 
 from .test_output import Terminal, strip_ansi
 
@@ -80,28 +80,26 @@ def test_at_200_columns_every_cell_is_whole(monkeypatch: pytest.MonkeyPatch) -> 
     assert lines[3].endswith("the kubelet's image GC: cri-proxy saw its RemoveImage")
 
 
-def test_at_80_columns_the_name_is_the_last_to_give(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_at_80_columns_a_name_too_long_for_its_row_folds_it(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = on_terminal(80, monkeypatch)
     assert all(cell_len(line) <= 80 for line in lines), "\n".join(lines)
-    rows = [line for line in lines[1:] if not line.startswith(" ")]
-    assert len(rows) == 3  # one line a deletion; WHY goes on under it
-    names = column(lines, "IMAGE", "WANTED")
-    assert names[0] == "example.test/tool:3" and names[2] == WEB
-    assert "…" in names[1] and names[1].endswith("agent:v1.2.3-rc.1") and cell_len(names[1]) >= REF_FLOOR
-    # What gave way before the name: the kind of each reason, the deleter's short form, the time.
-    assert column(lines, "WANTED", "PINNED") == ["-", "import", "pattern"]
-    assert column(lines, "DELETER", "WHY") == ["crictl", "not CRI", "kubelet"]
-    assert column(lines, "TIME", "IMAGE") == ["05:45", "04:46", "Dec 04"]
-    under = [line.strip() for line in lines if line.startswith("    ")]
-    assert "no RemoveImage while cri-proxy served: ctr, nerdctl or docker" in under
+    # The 62-cell name has a line of its own, whole; its row goes on under it.
+    at = lines.index(LONG)
+    assert lines[at + 1].split()[:4] == ["04:46", "import", "label", "not"], "\n".join(lines)
+    names = column([line for line in lines if line != LONG], "IMAGE", "WANTED")
+    assert names == ["example.test/tool:3", WEB]
+    # What gave way before a row folded: the kind of each reason, the deleter's short form, the time.
+    assert column([line for line in lines if line != LONG], "DELETER", "WHY") == ["crictl", "not CRI", "kubelet"]
+    assert "…" not in "\n".join(lines)
 
 
 def test_at_60_columns_a_20_cell_name_stays_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = on_terminal(60, monkeypatch)
     assert all(cell_len(line) <= 60 for line in lines), "\n".join(lines)
-    names = column(lines, "IMAGE", "WANTED")
-    assert names[2] == WEB and names[1].endswith("/agent:v1.2.3-rc.1")
-    assert lines[0].index("WANTED") - lines[0].index("IMAGE") >= REF_FLOOR  # the column keeps its 20 cells
+    assert any(line.startswith(f"Dec 04  {WEB}  ") for line in lines), "\n".join(lines)
+    # Wider than the window alone: cut into a pattern that names it and no other entry.
+    [cut] = [line for line in lines if line.startswith("*")]
+    assert cut.endswith("/agent:v1.2.3-rc.1*") and cut[1:-1] in LONG and cell_len(cut) == 60
     joined = " ".join(line.strip() for line in lines if line.startswith("    "))
     assert "ctr, nerdctl or docker" in joined and "cri-proxy saw its RemoveImage" in joined
 

@@ -197,8 +197,8 @@ def test_ls_fits_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "sha256:3a3a3a3a3a3a…" in out.getvalue() and "3a" * 32 not in out.getvalue()
     # WHY whole, on indented lines under its row, never cut to a stub.
     assert "…" not in strip_ansi(out.getvalue()).replace("sha256:3a3a3a3a3a3a…", "")
-    below = [line.strip() for line in lines[3:] if line.startswith("    ")]
-    assert " ".join(below).count("50-platform-team.toml:12") == 2
+    assert " ".join(" ".join(lines).split()).count("pattern example.test/platform/base/*; pattern *base*") == 2
+    assert "50-platform-team.toml" not in out.getvalue()  # where a pattern was written: -o wide
     assert lines[-1].startswith("example.test/other:1 ") and lines[-1].endswith(" -")
 
 
@@ -235,7 +235,8 @@ def test_ls_in_a_pipe_keeps_full_values() -> None:
     output.print_images(ls_rows(), [], "table", False, out, id_refs=True)
     lines = out.getvalue().splitlines()
     assert lines[2].split()[1] == "sha256:" + "3a" * 32
-    assert lines[1].endswith(cells.why(ls_rows()[0], wide=False))
+    # The sha256: reference's 71 cells leave WHY too little of 120 columns: its brief form.
+    assert lines[1].endswith("   " + cells.why_brief(ls_rows()[0])) and cells.why_brief(ls_rows()[0]) == "pattern"
     assert "…" not in out.getvalue()
 
 
@@ -243,17 +244,21 @@ LONG_REF = "registry.example.test/team-platform/very-long-component-name/ingress
 
 
 @pytest.mark.parametrize("width", [80, 100, 120])
-def test_a_long_reference_is_shortened_in_its_middle(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+def test_a_long_reference_is_never_shortened(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """92 cells: at 100 and 120 the name is whole on its row once the figures left and WHY went
+    under it; at 80, wider than the window alone, it has a line of its own, cut into a pattern
+    that names it and no other image, and its row goes on under it."""
     monkeypatch.setenv("COLUMNS", str(width))
     out = Terminal()
     output.print_images([image_row(LONG_REF), image_row("example.test/other:1")], [], "table", False, out)
     lines = assert_fits(out.getvalue(), width)
-    shown = lines[2].split()[0]
-    assert shown.endswith("/ingress-controller:v1.2.3-rc.1") and shown.startswith("regist")
-    # The figures leave first: a name is cut only once IMAGE ID and SIZE are gone.
-    assert ("…" in shown) is (width < 120) and ("IMAGE ID" in lines[1]) is False
-    assert ("SIZE" in lines[1]) is (width >= 120) and (shown == LONG_REF) is (width >= 120)
-    assert lines[3].split()[0] == "example.test/other:1"
+    assert "IMAGE ID" not in lines[1]
+    if width > len(LONG_REF):
+        assert any(line.split()[0] == LONG_REF for line in lines) and "…" not in out.getvalue()
+    else:
+        assert lines[2].startswith("*") and lines[2].endswith("ingress-controller:v1.2.3-rc.1*")
+        assert lines[2][1:-1] in LONG_REF and lines[3].split() == ["no", "-"]
+    assert lines[-1].split()[0] == "example.test/other:1"
 
 
 @pytest.mark.parametrize("switches", [{}, {"show_drift": True}, {"show_cri": True},
@@ -282,7 +287,7 @@ def test_ellipsis_is_ascii_where_the_terminal_is(monkeypatch: pytest.MonkeyPatch
     output.print_images([*ls_rows(), image_row(LONG_REF)], [], "table", False, out, id_refs=True)
     out.flush()
     text = raw.getvalue().decode("ascii")
-    assert "sha256:3a3a3a3a3a3a..." in text and ".../ingress-controller:v1.2.3-rc.1" in text
+    assert "sha256:3a3a3a3a3a3a..." in text and "ingress-controller:v1.2.3-rc.1*" in text
     assert_fits(text)
 
 
@@ -533,9 +538,76 @@ def test_at_60_columns_names_stay_whole_and_apart_before_figures(monkeypatch: py
     assert "IMAGE ID" not in lines[1]
 
 
-def test_a_tables_why_names_a_patterns_file_and_wide_its_path() -> None:
+def test_a_tables_why_says_the_short_thing_and_wide_the_whole() -> None:
     row = image_row("example.test/a:1", [Reason("pattern", "example.test/*", "/etc/pinctl/config.d/50-team.toml:3")])
-    assert cells.why(row, wide=False) == "pattern example.test/* (50-team.toml:3)"
+    assert cells.why(row, wide=False) == "pattern example.test/*"
     assert cells.why(row) == "pattern example.test/* (/etc/pinctl/config.d/50-team.toml:3)"
+    row.drift, row.pinned = "unlabelled", False
+    assert cells.why(row, wide=False) == "pattern example.test/* not applied: pinctl sync"
+    assert cells.why(row) == "pattern example.test/* (/etc/pinctl/config.d/50-team.toml:3), not applied: pinctl sync"
+    assert cells.why_brief(row) == "not applied: pinctl sync"
     env = image_row("example.test/a:1", [Reason("pattern", "*a*", "env PINCTL_PINNED_IMAGES")])
-    assert cells.why(env, wide=False) == "pattern *a* (env PINCTL_PINNED_IMAGES)"
+    assert cells.why(env, wide=False) == "pattern *a*"
+
+
+NAME_40 = "registry.example.org/read/tools/alpha:10"
+
+
+def not_applied_row(name: str, pattern: str) -> ImageRow:
+    row = image_row(name, [Reason("pattern", pattern, "/etc/pinctl/config.d/50-platform-team.toml:12")])
+    row.drift, row.pinned = "unlabelled", False
+    return row
+
+
+@pytest.mark.parametrize("pattern", ["web:*", "registry.example.org/read/*", NAME_40])
+def test_a_40_character_names_row_whose_pattern_is_not_applied_stays_under_120_columns_in_a_pipe(
+        pattern: str) -> None:
+    """The issue's 171-column row: WHY repeated the pattern and its file. A pipe keeps every value
+    whole and stays under 120 columns, WHY taking its brief form when the short one is too long;
+    -o wide and JSON say the whole."""
+    rows = [not_applied_row(NAME_40, pattern), image_row("example.test/web:1")]
+    rows[0].size = 123_456_789  # "117.7 MiB": SIZE at its usual widest
+    out = io.StringIO()
+    output.print_images(rows, [], "table", False, out)
+    lines = out.getvalue().splitlines()
+    assert all(len(line) < 120 for line in lines), out.getvalue()
+    row = next(line for line in lines if NAME_40 in line)
+    assert row.split()[1] == NAME_40 and "not applied: pinctl sync" in row
+    short = cells.why(rows[0], wide=False)
+    assert row.endswith(short) is (len(row) - len(cells.why_brief(rows[0])) + len(short) < 120)
+    wide = io.StringIO()
+    output.print_images(rows, [], "wide", False, wide)
+    assert cells.why(rows[0]) in wide.getvalue() and "50-platform-team.toml:12" in wide.getvalue()
+    data = io.StringIO()
+    output.print_images(rows, [], "json", False, data)
+    [reason] = json.loads(data.getvalue())["images"][0]["reasons"]
+    assert reason == {"kind": "pattern", "detail": pattern, "source": "/etc/pinctl/config.d/50-platform-team.toml:12"}
+    assert json.loads(data.getvalue())["images"][0]["drift"] == "unlabelled"
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+@pytest.mark.parametrize("name", ["example.test/web/app:1.0", NAME_40,
+                                  "registry.example.org/platform/observability/agent-eta:v0.9.1"])
+def test_ls_on_a_terminal_never_cuts_a_name_that_fits_the_window(monkeypatch: pytest.MonkeyPatch, width: int,
+                                                                  name: str) -> None:
+    monkeypatch.setenv("COLUMNS", str(width))
+    rows = [not_applied_row(name, "registry.example.org/*"), image_row("example.test/other:1", LONG_WHY)]
+    out = Terminal()
+    output.print_images(rows, [], "table", False, out)
+    lines = assert_fits(out.getvalue(), width)
+    text = "\n".join(lines)
+    if len(name) <= width:
+        assert any(line == name or line.startswith(name + " ") for line in lines), text
+    else:
+        assert any(line.startswith("*") and line.endswith("*") and line[1:-1] in name for line in lines), text
+    assert "…" not in text and "pattern registry.example.org/* not applied: pinctl sync" in " ".join(text.split())
+
+
+def test_why_in_fewest_words_names_each_kind_once() -> None:
+    name = "example.test/pause:3.9"
+    row = image_row(name, [Reason("label", name), Reason("label", "sha256:" + "3a" * 32), Reason("sandbox", name),
+                           Reason("pattern", "*pause*", "env PINCTL_PINNED_IMAGES"),
+                           Reason("pattern", "example.test/*", "/etc/pinctl/config.toml:1")])
+    assert cells.why_brief(row) == "label; sandbox; pattern"
+    other = image_row(name, [Reason("label", "example.test/pause:latest")])
+    assert cells.why_brief(other) == "label on another name" and cells.why_brief(image_row(name, [])) == "-"

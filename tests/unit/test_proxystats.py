@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from pinctl.criproxy import health as proxyhealth
 from pinctl.criproxy import proxy as criproxy
 from pinctl.criproxy import stats as proxystats
 from pinctl.errors import EngineUnreachable
@@ -157,27 +158,27 @@ def proxy() -> Iterator[tuple[criproxy.Proxy, FakeNode, Clock]]:
 
 def test_health_follows_the_server_the_socket_and_the_pins(proxy: tuple[criproxy.Proxy, FakeNode, Clock]) -> None:
     served, node, clock = proxy
-    assert not proxystats.liveness(served).ok and not proxystats.readiness(served).ok
+    assert not proxyhealth.liveness(served).ok and not proxyhealth.readiness(served).ok
     served.start()
-    assert proxystats.liveness(served).ok
-    ready = proxystats.readiness(served)
+    assert proxyhealth.liveness(served).ok
+    ready = proxyhealth.readiness(served)
     assert ready.ok and "no image call has needed the pins yet" in ready.reason
     served.pins.current()
     clock.now += 7
-    assert proxystats.readiness(served).reason.endswith("pins read 7 s ago")
+    assert proxyhealth.readiness(served).reason.endswith("pins read 7 s ago")
     node.fail = True
     clock.now += criproxy.REFRESH_SECONDS
     served.pins.current()
-    verdict = proxystats.readiness(served)
+    verdict = proxyhealth.readiness(served)
     assert not verdict.ok and verdict.reason == "cannot read the pins, image answers pass through unchanged: " \
                                                 "containerd is down"
-    assert proxystats.liveness(served).ok
+    assert proxyhealth.liveness(served).ok
     node.fail = False
     clock.now += criproxy.REFRESH_SECONDS
     served.pins.current()
-    assert proxystats.readiness(served).ok
+    assert proxyhealth.readiness(served).ok
     os.unlink(served.listen)
-    verdict = proxystats.readiness(served)
+    verdict = proxyhealth.readiness(served)
     assert not verdict.ok and "removed or replaced" in verdict.reason
 
 
@@ -185,7 +186,7 @@ def test_an_error_over_several_lines_is_one_line_in_the_reason(proxy: tuple[crip
     served, _node, _clock = proxy
     served.start()
     served.pins._failed(EngineUnreachable("no socket at /run/c.sock\n(is it running?)\x1b[2J"))
-    reason = proxystats.readiness(served).reason
+    reason = proxyhealth.readiness(served).reason
     assert "\n" not in reason and "\x1b" not in reason and "/run/c.sock (is it running?)" in reason
 
 
@@ -197,14 +198,14 @@ def test_figures_and_their_exposition(proxy: tuple[criproxy.Proxy, FakeNode, Clo
     stats.upstream_errors["UNAVAILABLE"] += 2
     stats.images_marked = 5
     served.guard.outcomes["refused"] += 2
-    found = proxystats.proxy_figures(served, stats)
+    found = proxyhealth.proxy_figures(served, stats)
     assert found.ready and found.pinned_keys is None and found.pins_age is None and found.runtime is None
     served.pins.current()
     clock.now += 3
     served.runtime = ("containerd", "1.6.20~ds1")
     node.fail = True  # not read again: a scrape reads nothing
-    got = samples(metrics.text_of(metrics.info_families(proxystats.proxy_figures(served, stats).runtime)
-                                  + metrics.proxy_families(proxystats.proxy_figures(served, stats))))
+    got = samples(metrics.text_of(metrics.info_families(proxyhealth.proxy_figures(served, stats).runtime)
+                                  + metrics.proxy_families(proxyhealth.proxy_figures(served, stats))))
     assert node.reads == 1
     assert got[("pinctl_cri_proxy_calls_total", (("method", "ListImages"),))] == 3
     assert got[("pinctl_cri_proxy_calls_total", (("method", "other"),))] == 0
@@ -236,7 +237,7 @@ def test_unreadable_pins_leave_the_pinned_set_out(proxy: tuple[criproxy.Proxy, F
     node.fail = True
     clock.now += criproxy.REFRESH_SECONDS
     served.pins.current()
-    found = proxystats.proxy_figures(served)
+    found = proxyhealth.proxy_figures(served)
     assert not found.ready and found.pinned_keys is None and found.pin_reads == {"ok": 1, "failed": 1}
     text = metrics.text_of(metrics.proxy_families(found))
     assert "pinctl_cri_proxy_pinned_keys" not in text and "pinctl_cri_proxy_pins_age_seconds " in text
@@ -259,7 +260,7 @@ def test_the_endpoint_serves_the_proxys_health(proxy: tuple[criproxy.Proxy, Fake
 
 def test_the_proxy_and_the_cli_do_not_import_prometheus_client() -> None:
     """pinctl --help stays instant: the exposition library is imported only when metrics are served."""
-    code = ("import sys, pinctl.cli; from pinctl.criproxy import proxy, stats; "
+    code = ("import sys, pinctl.cli; from pinctl.criproxy import health, proxy, stats; "
             "print('prometheus_client' in sys.modules)")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert found.stdout.strip() == "False", found.stderr

@@ -148,6 +148,8 @@ def test_exit_codes() -> None:
     assert pull.PullReport("r", [ok, bad], 80).exit_code == 3
     assert pull.PullReport("r", [ok, skipped], 80).exit_code == 3
     assert pull.PullReport("r", [bad], 80).exit_code == 1
+    assert pull.PullReport("r", [skipped], 80).exit_code == 1  # named, not pulled: nothing done
+    assert pull.PullReport("r", [skipped, bad], 80).exit_code == 1
     assert pull.PullReport("r", [ok], 80, interrupted=True).exit_code == 130
     # The JSON status follows the exit code; an interrupted run is partial, whatever its items.
     assert [pull.PullReport("r", items, 80, interrupted=stopped).status

@@ -70,3 +70,11 @@ def test_one_to_three_hex_digits_hint_at_the_id_prefix_rule(text: str, hinted: b
     hint = refs.not_found_hint(text)
     assert (hint is not None) == hinted
     assert hint is None or f"{refs.ID_PREFIX_MIN} or more hex digits" in hint
+
+
+def test_an_abbreviated_id_a_table_shows_can_be_pasted_back() -> None:
+    for shown in ("sha256:3ab413910e19…", "sha256:3ab413910e19..."):
+        selector = refs.parse_selector(shown)
+        assert selector.id_prefix == "3ab413910e19" and selector.ref is None
+    with pytest.raises(UsageError):
+        refs.parse_selector("sha256:3ab…")

@@ -32,8 +32,8 @@ LIST_IMAGES = "/containerd.services.images.v1.Images/List"
 # again (one read window, _grpc.WINDOW), then its writes sent, while the writes of the group
 # before it are still on their way: 128 calls in flight at most. On 2 cores (pinctl's thread on
 # one, containerd's on the other) that is the overlap there is; deeper, the writes only queue for
-# bolt's one writer, each against its own deadline. docs/benchmarks.md, "pin of 1,000 references
-# in a window", has the measurements.
+# bolt's one writer, each against its own deadline. The measurements: docs/benchmarks.md's
+# history (git log -p), "pin of 1,000 references in a window".
 WRITE_GROUP = _grpc.WINDOW
 WRITE_DEPTH = 2
 

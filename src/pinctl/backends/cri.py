@@ -13,9 +13,11 @@ from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth
 from pinctl.errors import EngineError, EngineUnreachable
 
 # The sockets crictl and the kubelet are usually pointed at, most common first.
+# CRI-O's own default socket, where crictl looks for it.
+CRIO_ENDPOINT = "unix:///run/crio/crio.sock"
 KNOWN_ENDPOINTS = (
     "unix:///run/containerd/containerd.sock",
-    "unix:///run/crio/crio.sock",
+    CRIO_ENDPOINT,
     "unix:///run/cri-dockerd.sock",
     "unix:///run/k3s/containerd/containerd.sock",
 )

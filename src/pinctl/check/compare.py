@@ -13,6 +13,9 @@ from pinctl.check.credentials import Judgement, KubeletPolicy
 from pinctl.node.crio import RELOAD_ANY_CRIO
 from pinctl.model import (
     CRI_NAMESPACE,
+    RUNTIME_CONTAINERD,
+    RUNTIME_CRIO,
+    RUNTIME_DOCKER,
     REASON_CRIO_CONFIG,
     REASON_CRIO_PIN,
     REASON_DOCKER_LABEL,
@@ -38,8 +41,8 @@ if TYPE_CHECKING:
     from pinctl.backends.cri_dockerd import CriDockerd
     from pinctl.node.crio import CrioSite
 
-# How the CRI names the runtimes: cri-dockerd answers as "docker".
-CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
+# The runtimes' names live in pinctl.model; commands.check still reads this one here.
+DOCKER = RUNTIME_DOCKER
 # What CRI-O pins by itself, as its files say now: if its CRI disagrees, it has not re-read them.
 CRIO_OWN: tuple[ReasonKind, ...] = (REASON_CRIO_CONFIG, REASON_CRIO_PIN, REASON_SANDBOX)
 # check --wait asks again this often: the CRI plugin sees a label change within about a second.
@@ -144,7 +147,7 @@ def check(
     config_pins: containerd 2.x's own pinned_images entries (those that pin nothing are named)."""
     index = _Index(rows)
     dead = ({entry.fix: entry for entry in containerd_entries.dead_entries(config_pins) if entry.fix}
-            if runtime.name == CONTAINERD and pin_labels.has_pinned_images(runtime.version) else {})
+            if runtime.name == RUNTIME_CONTAINERD and pin_labels.has_pinned_images(runtime.version) else {})
     site = _Site(runtime, endpoint, frontend, crio, dead)
     items = [_item(cri, index.matching(cri), site) for cri in listed]
     items += [CheckItem("", [ref], False, False, cause="the runtime knows no image by this name",
@@ -277,11 +280,11 @@ def _item(cri: CriImage, rows: Sequence[ImageRow], site: _Site) -> CheckItem:
     item = CheckItem(cri.id, refs, desired, cri.pinned, reasons, digests=_digest_names(cri))
     if desired and not cri.pinned:
         item.mismatch, item.cause, item.fix = _why_not_pinned(reasons, site, refs[0])
-    elif cri.pinned and not desired and site.runtime.name == DOCKER:
+    elif cri.pinned and not desired and site.runtime.name == RUNTIME_DOCKER:
         # cri-dockerd pins its sandbox image and what its own flags name, and nothing else.
         item.reasons.append(dockerd.own_pin(cri, rows, site.frontend))
         item.desired = True
-    elif cri.pinned and not desired and site.runtime.name == CRIO:
+    elif cri.pinned and not desired and site.runtime.name == RUNTIME_CRIO:
         item.mismatch, item.cause, item.fix = _crio_not_reloaded(
             site.crio, "CRI-O pins it, but its files as they are now do not")
     elif not cri.pinned and (entry := next((site.dead[ref] for ref in refs if ref in site.dead), None)):
@@ -331,10 +334,10 @@ Diagnosis = tuple[Mismatch, str, str]
 def _why_not_pinned(reasons: Sequence[Reason], site: _Site, ref: str) -> Diagnosis:
     kinds = {r.kind for r in reasons}
     runtime = site.runtime
-    if runtime.name == DOCKER:
+    if runtime.name == RUNTIME_DOCKER:
         mismatch, cause, fix = dockerd.cause(kinds, site.frontend, site.endpoint)
         return MISMATCH_NAMED[mismatch], cause, fix
-    if runtime.name == CRIO:
+    if runtime.name == RUNTIME_CRIO:
         return _crio_cause(kinds, site.crio)
     return _containerd_cause(reasons, kinds, runtime, ref)
 

@@ -40,17 +40,17 @@ def check_command(ctx: click.Context, refs: Sequence[str], wait: float, kubelet_
     (KEP-2535): will a pod run the copy on disk, or make the kubelet pull it again?
     Those warnings leave the exit code alone.
     """
-    from pinctl import commands
+    from pinctl.commands.check import CheckRequest, check
     from pinctl.render import output
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
     if textfile:
         textfile_target(textfile, refs)
-    request = commands.CheckRequest(refs, wait, sizes=bool(textfile), history_dir=cfg.settings.history_dir,
-                                    kubelet_config=kubelet_config, kubelet_root_dir=cfg.settings.kubelet_root_dir)
+    request = CheckRequest(refs, wait, sizes=bool(textfile), history_dir=cfg.settings.history_dir,
+                           kubelet_config=kubelet_config, kubelet_root_dir=cfg.settings.kubelet_root_dir)
     with output.check_progress(active=wait > 0) as progress:
-        report = commands.check(open_node(cfg), policy, lambda: open_runtime(cfg), request, progress)
+        report = check(open_node(cfg), policy, lambda: open_runtime(cfg), request, progress)
     output.print_check(report.result, fmt, waited=report.waited)
     if textfile:
         from pinctl.metrics import exposition as metrics

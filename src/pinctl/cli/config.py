@@ -46,13 +46,13 @@ def config_lint(ctx: click.Context, offline: bool, fmt: OutputFormat, **_: Any) 
     containerd 2.x's own pinned_images (its config and the files it imports) that pin nothing,
     as containerd compares them with image names as written (a short or tagless name).
     """
-    from pinctl import commands
+    from pinctl.commands.config import lint
     from pinctl.config.containerd import read_config_pins
     from pinctl.render import output
 
     cfg = load_config(ctx)
-    report = commands.lint(cfg.patterns, None if offline else lambda: open_node(cfg),
-                           lambda: read_config_pins(cfg.settings.containerd_config))
+    report = lint(cfg.patterns, None if offline else lambda: open_node(cfg),
+                  lambda: read_config_pins(cfg.settings.containerd_config))
     output.print_problems(report.problems, fmt)
     return report.exit_code
 
@@ -79,12 +79,12 @@ def config_export(ctx: click.Context, target: str, offline: bool, **_: Any) -> i
     that image's names, and refused when no such image is present (or with --offline). The crio
     drop-in carries over CRI-O's own entries (--crio-config) and says how to load it.
     """
-    from pinctl import commands
+    from pinctl.commands.config import export
     from pinctl.render import output
 
     cfg = load_config(ctx)
     node = None if offline else open_node(cfg)
-    result = commands.export(target, load_policy(cfg), node, cfg)
+    result = export(target, load_policy(cfg), node, cfg)
     click.echo(result.text, nl=False)
     for note in result.notes:
         output.warn(note)

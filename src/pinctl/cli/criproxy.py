@@ -39,15 +39,15 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: floa
     If the pins cannot be read, calls pass through. Config file changes or SIGHUP reload the
     config; SIGTERM stops it. --metrics-address serves metrics, /healthz and /readyz.
     """
-    from pinctl.commands import services
+    from pinctl.commands.criproxy import ProxyRequest, cri_proxy
     from pinctl.criproxy.relay import find_relay
     from pinctl.metrics import serve
     from pinctl.render import output
     from pinctl.render.log import Log
 
-    request = services.ProxyRequest(listen, find_relay(relay), allow_remove_pinned, refresh)
+    request = ProxyRequest(listen, find_relay(relay), allow_remove_pinned, refresh)
     log = Log(log_format)
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")
-    return services.cri_proxy(lambda: load_config(ctx), request, log, output.warn,
-                              lambda proxy: serve.proxy_metrics(address, source, proxy, log))
+    return cri_proxy(lambda: load_config(ctx), request, log, output.warn,
+                     lambda proxy: serve.proxy_metrics(address, source, proxy, log))

@@ -60,7 +60,7 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
     once: that is listed too. Of a tie (images the kubelet ranks equal) it says how many go, not
     which.
     """
-    from pinctl import commands
+    from pinctl.commands.gc import gc_plan
     from pinctl.render import gc as gc_output
 
     cfg = load_config(ctx)
@@ -70,7 +70,7 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
             raise UsageError("--usage simulates a disk: its figures do not belong in a textfile",
                              "give --usage or --textfile, not both")
         textfile_target(textfile)
-    report = commands.gc_plan(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), settings, usage)
+    report = gc_plan(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), settings, usage)
     gc_output.print_gc_plan(report, fmt)
     if textfile:
         from pinctl.metrics import exposition as metrics
@@ -79,9 +79,9 @@ def gc_plan_command(ctx: click.Context, usage: Optional[float], kubelet_config: 
     return report.exit_code
 
 
-@cli.command("prune", short_help="Delete unused images as the kubelet's GC would, keeping pins.", epilog=exit_codes("0 done", "1 error or the plan not confirmed",
-                                        "2 usage or config error (or no --yes without a terminal)",
-                                        "3 some deletions failed"))
+@cli.command("prune", short_help="Delete unused images as the kubelet's GC would, keeping pins.", epilog=exit_codes(
+    "0 done (given names: each deleted)", "1 error, not confirmed, or no named image deleted",
+    "2 usage or config error, or no --yes without a terminal", "3 some failed or named ones kept"))
 @click.argument("images", nargs=-1, metavar="[REF|ID]...")
 @click.option("--until-usage", type=Percent(), metavar="PERCENT",
               help="Delete until the image filesystem is this full. Default: the kubelet's low threshold.")
@@ -103,20 +103,20 @@ def prune_command(ctx: click.Context, images: Sequence[str], until_usage: Option
     Never deleted: an image a container uses or names, one the runtime or pinctl pins, the
     sandbox image, one younger than the minimum age. The plan is confirmed first (scripts pass
     --yes); each image is checked again just before it goes. Ties: largest first. Given REF or
-    ID, only those images are candidates, whatever the usage.
+    ID, only those images are candidates, whatever the usage; each one kept is listed with why.
     """
-    from pinctl import commands
+    from pinctl.commands.gc import PruneJob, prune
     from pinctl.gc.plan import PruneRequest
     from pinctl.render import gc as gc_output
 
     cfg = load_config(ctx)
     settings = _gc_settings(kubelet_config, high_threshold, low_threshold, min_age, max_age).settings
-    job = commands.PruneJob(settings, PruneRequest(until_usage, all_unused, older_than, tuple(images)), cfg.settings.namespaces,
-                            dry_run)
+    job = PruneJob(settings, PruneRequest(until_usage, all_unused, older_than, tuple(images)), cfg.settings.namespaces,
+                   dry_run)
     with gc_output.prune_progress() as progress:
-        report = commands.prune(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), job,
-                                lambda plans: _confirm_prune(plans, yes), progress)
-    gc_output.print_prune(report.items, dry_run, fmt, plans=report.plans)
+        report = prune(open_node(cfg), load_policy(cfg), lambda: open_runtime(cfg), job,
+                       lambda plans: _confirm_prune(plans, yes), progress)
+    gc_output.print_prune(report.items, dry_run, fmt, plans=report.plans, named=report.named)
     return report.exit_code
 
 

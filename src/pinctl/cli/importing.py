@@ -46,7 +46,7 @@ def import_command(ctx: click.Context, archives: Sequence[str], pin: bool, platf
     line naming the archive and the entry, none of its images named or labelled. --max-usage is
     pull's disk budget.
     """
-    from pinctl import commands
+    from pinctl.commands.importing import ImportCallbacks, import_
     from pinctl.gc.kubelet import read_gc_settings
     from pinctl.imports.run import ImportRequest
     from pinctl.pull.run import default_max_usage
@@ -59,7 +59,6 @@ def import_command(ctx: click.Context, archives: Sequence[str], pin: bool, platf
                             cfg.settings.namespaces, snapshotter, import_timeout)
     node = open_node(any_namespaces(cfg))
     with import_output.import_progress() as (progress, finished):
-        report = commands.import_(node, lambda: open_runtime(cfg), cfg, request,
-                                  commands.ImportCallbacks(progress, finished))
+        report = import_(node, lambda: open_runtime(cfg), cfg, request, ImportCallbacks(progress, finished))
     import_output.print_import(report, fmt)
     return report.exit_code

@@ -7,12 +7,13 @@ from typing import Any, Optional, Sequence
 import click
 
 from pinctl.cli.options import common_options, output_options
-from pinctl.cli.root import NO_PARTIAL_HELP, cli, load_config, load_policy, open_node, open_runtime
+from pinctl.cli.root import NO_PARTIAL_HELP, cli, exit_codes, load_config, load_policy, open_node, open_runtime
 from pinctl.errors import EXIT_OK
 from pinctl.model import OutputFormat
 
 
-@cli.command("ls", epilog=NO_PARTIAL_HELP)
+@cli.command("ls", epilog=exit_codes("0 ok", "1 a REF, ID or PATTERN matched no image (the rest are listed), or an error",
+                                     "2 usage or config error"))
 @click.argument("filters", nargs=-1, metavar="[REF|ID|PATTERN]...")
 @click.option("--pinned/--unpinned", "pinned", default=None,
               help="Only images the runtime keeps (--pinned), or only those the GC may delete (--unpinned).")
@@ -36,30 +37,31 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
     and where it came from, and labels that look like pins but are not. The table shows an
     image's names; its sha256:<id> reference only with --id-refs, or when it has no name.
     A REF that matches nothing, and a name the policy wants that the node lacks, are looked up
-    in the deletion journal: a line on stderr says who deleted it and when (pinctl history).
+    in the deletion journal: a line on stderr says who deleted it and when (pinctl history). A
+    REF, ID or PATTERN that matches nothing makes the exit code 1, as in pinctl history.
     """
-    from pinctl import commands
+    from pinctl.commands.ls import LsQuery, ls, ls_names
     from pinctl.render import output
 
     cfg = load_config(ctx)
     # A wanted image that is not on the node is looked up in the deletion journal (a table's
     # reader asks why it is missing; a script reading -q does not).
-    query = commands.LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect, cfg.settings.history_dir,
-                             point_absent=not quiet and not filters)
+    query = LsQuery(tuple(filters), pinned, drift, cfg.settings.pattern_dialect, cfg.settings.history_dir,
+                    point_absent=not quiet and not filters)
     node = open_node(cfg)
     if quiet and query.names_only_will_do and not cri:
-        output.print_names(commands.ls_names(node))
+        output.print_names(ls_names(node))
         return EXIT_OK
     runtime = open_runtime(cfg)[0] if cri else None
-    result = commands.ls(node, load_policy(cfg), query, runtime)
+    result = ls(node, load_policy(cfg), query, runtime)
     output.print_images(result.rows, result.errors, fmt, quiet, show_drift=drift, show_cri=cri, id_refs=id_refs)
-    for term in result.unmatched:  # as pin would say it; listing nothing is no failure
+    for term in result.unmatched:  # as pin would say it
         went = result.went.get(term)
         output.warn(f"ls: no image matches {term}: {went}" if went else
                     f"ls: no image matches {term}; pinctl ls lists them all")
     for line in result.deleted_wanted:
         output.warn(f"ls: {line}")
-    return EXIT_OK
+    return result.exit_code
 
 
 @cli.command("namespaces", short_help="List containerd's namespaces, marking the default ones.", epilog=NO_PARTIAL_HELP)
@@ -68,9 +70,9 @@ def ls_command(ctx: click.Context, filters: Sequence[str], pinned: Optional[bool
 @click.pass_context
 def namespaces_command(ctx: click.Context, quiet: bool, **_: Any) -> int:
     """List containerd's namespaces; those pinctl reads by default are marked."""
-    from pinctl import commands
+    from pinctl.commands.ls import namespaces
     from pinctl.render import output
 
-    found = commands.namespaces(open_node(load_config(ctx)))
+    found = namespaces(open_node(load_config(ctx)))
     output.print_namespaces(found, quiet)
     return EXIT_OK

@@ -49,10 +49,10 @@ def unpin_command(ctx: click.Context, refs: Sequence[str], dry_run: bool, fmt: O
 
 def _run_change(ctx: click.Context, command: str, args: Sequence[str], dry_run: bool, fmt: OutputFormat,
                 quiet: bool) -> int:
-    from pinctl import commands
+    from pinctl.commands.pin import change
 
     cfg = load_config(ctx)
     # unpin reads the policy too: to say which pattern would pin an image again.
     policy = load_policy(cfg) if command == "unpin" else None
-    report = commands.change(open_node(cfg), command, args, cfg.settings.pattern_dialect, dry_run, policy)
+    report = change(open_node(cfg), command, args, cfg.settings.pattern_dialect, dry_run, policy)
     return print_change(report, fmt, quiet)

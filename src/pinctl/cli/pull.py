@@ -35,7 +35,7 @@ def any_namespaces(cfg: Config) -> Config:
     return dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, namespaces=()))
 
 
-@cli.command("pull", short_help="Pull images through their runtime, within a disk budget.", epilog=exit_codes("0 every image pulled or present (and pinned)", "1 error or every pull failed",
+@cli.command("pull", short_help="Pull images through their runtime, within a disk budget.", epilog=exit_codes("0 every image pulled or present (and pinned)", "1 error or none pulled",
                                        "2 usage or config error",
                                        "3 partial (some failed or skipped for lack of room)", "130 interrupted"))
 @click.argument("refs", nargs=-1, required=True, metavar="REF...")
@@ -55,13 +55,13 @@ def pull_command(ctx: click.Context, refs: Sequence[str], pin: bool, fmt: Output
     the registry answers pinctl; when it does not, the pull is refused only when usage is at or
     past the budget already). Credentials never appear in output or errors.
     """
-    from pinctl import commands
+    from pinctl.commands.pull import PullCallbacks, pull
     from pinctl.render import pull as pull_output
 
     cfg = load_config(ctx)
     request = pull_request(cfg, refs, pin, options)
     node = open_node(any_namespaces(cfg))
     with pull_output.pull_progress() as (progress, finished):
-        report = commands.pull(node, lambda: open_runtime(cfg), request, commands.PullCallbacks(progress, finished))
+        report = pull(node, lambda: open_runtime(cfg), request, PullCallbacks(progress, finished))
     pull_output.print_pull(report, fmt)
     return report.exit_code

@@ -16,7 +16,7 @@ from pinctl.model import OutputFormat
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriRuntime, RuntimeVersion
-    from pinctl.commands import ChangeReport
+    from pinctl.commands.pin import ChangeReport
     from pinctl.config.loader import Config
     from pinctl.node.sources import Node
     from pinctl.pins.policy import Policy

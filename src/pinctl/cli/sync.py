@@ -14,8 +14,7 @@ from pinctl.errors import UsageError
 from pinctl.model import OutputFormat
 
 if TYPE_CHECKING:
-    from pinctl.commands import SyncRequest
-    from pinctl.commands.services import NodeStatusRequest, WatchRequest
+    from pinctl.commands.sync import NodeStatusRequest, SyncRequest, WatchRequest
     from pinctl.config.loader import Config
     from pinctl.pins.policy import Policy
 
@@ -55,18 +54,17 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
     io.pinctl.managed=true to record that sync put it there. --prune removes pins carrying
     that mark when no pattern covers them any more; a pin set by anyone else is never removed.
     """
-    from pinctl import commands
-    from pinctl.commands import services
+    from pinctl.commands.sync import SyncRequest, WatchRequest, sync
 
     cfg = load_config(ctx)
     policy = load_policy(cfg)
-    request = commands.SyncRequest(prune, dry_run, allow_empty_policy, cfg.files)
+    request = SyncRequest(prune, dry_run, allow_empty_policy, cfg.files)
     if watch:
         if pull_first:
             raise UsageError("--watch and --pull do not go together", "run sync --pull once, then sync --watch")
         if dry_run:
             raise UsageError("--watch and --dry-run do not go together", "use sync --dry-run once to see the plan")
-        return _watch(ctx, services.WatchRequest(prune, allow_empty_policy, kubelet_config, options["max_usage"]),
+        return _watch(ctx, WatchRequest(prune, allow_empty_policy, kubelet_config, options["max_usage"]),
                       log_format, check_interval, _node_status(node_status, status_heartbeat, check_interval))
     if node_status:
         raise UsageError("--node-status needs --watch", "add --watch: the condition is kept true as the node changes")
@@ -74,13 +72,14 @@ def sync_command(ctx: click.Context, prune: bool, allow_empty_policy: bool, dry_
         return _sync_pull(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
     if cfg.settings.import_dirs:
         return _sync_imports(cfg, policy, request, fmt, quiet, {**options, "kubelet_config": kubelet_config})
-    return print_change(commands.sync(open_node(cfg), policy, request), fmt, quiet)
+    return print_change(sync(open_node(cfg), policy, request), fmt, quiet)
 
 
 def _sync_imports(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFormat, quiet: bool,
                   options: Mapping[str, Any]) -> int:
     """sync with import_dirs: the directories' archives imported and pinned, then the policy."""
-    from pinctl import commands
+    from pinctl.commands.importing import ImportCallbacks
+    from pinctl.commands.sync import SyncImportRequest, sync_with_imports
     from pinctl.gc.kubelet import read_gc_settings
     from pinctl.imports.run import ImportRequest
     from pinctl.pull.run import default_max_usage
@@ -91,16 +90,17 @@ def _sync_imports(cfg: Config, policy: Policy, request: SyncRequest, fmt: Output
         max_usage = default_max_usage(read_gc_settings(options["kubelet_config"]).settings.high_threshold_percent)
     imports = ImportRequest((), True, max_usage=max_usage, namespaces=cfg.settings.namespaces)
     with import_output.import_progress() as (progress, finished):
-        report = commands.sync_with_imports(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
-                                            lambda: open_runtime(cfg), cfg, request, imports,
-                                            commands.ImportCallbacks(progress, finished))
+        report = sync_with_imports(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
+                                   lambda: open_runtime(cfg), cfg, SyncImportRequest(request, imports),
+                                   ImportCallbacks(progress, finished))
     import_output.print_sync_imports(report, fmt, quiet)
     return report.exit_code
 
 
 def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFormat, quiet: bool,
                options: Mapping[str, Any]) -> int:
-    from pinctl import commands
+    from pinctl.commands.pull import PullCallbacks
+    from pinctl.commands.sync import sync_pull
     from pinctl.render import pull as pull_output
 
     if request.dry_run:
@@ -111,15 +111,14 @@ def _sync_pull(cfg: Config, policy: Policy, request: SyncRequest, fmt: OutputFor
         output.warn("sync --pull does not read import_dirs: run pinctl sync for them")
     pulls = pull_request(cfg, (), False, options)
     with pull_output.pull_progress() as (progress, finished):
-        report = commands.sync_pull(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy,
-                                    lambda: open_runtime(cfg), pulls, request,
-                                    commands.PullCallbacks(progress, finished))
+        report = sync_pull(open_node(any_namespaces(cfg)), lambda: open_node(cfg), policy, lambda: open_runtime(cfg),
+                           pulls, request, PullCallbacks(progress, finished))
     pull_output.print_sync_pull(report, fmt, quiet)
     return report.exit_code
 
 
 def _node_status(node: Optional[str], every: timedelta, check_interval: float) -> Optional[NodeStatusRequest]:
-    from pinctl.commands.services import NodeStatusRequest
+    from pinctl.commands.sync import NodeStatusRequest
 
     heartbeat = every.total_seconds()
     if not node:
@@ -135,7 +134,7 @@ def _watch(ctx: click.Context, request: WatchRequest, log_format: str, check_int
            node_status: Optional[NodeStatusRequest]) -> int:
     from dataclasses import replace
 
-    from pinctl.commands import services
+    from pinctl.commands.sync import watch
     from pinctl.metrics import serve
     from pinctl.render.log import Log
 
@@ -143,6 +142,5 @@ def _watch(ctx: click.Context, request: WatchRequest, log_format: str, check_int
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")
     request = replace(request, check_interval=check_interval, metrics=bool(address), node_status=node_status)
-    return services.watch(lambda: load_config(ctx), request, log,
-                          lambda watcher, checker: serve.watcher_metrics(address, source, watcher, checker, log,
-                                                                         check_interval))
+    return watch(lambda: load_config(ctx), request, log,
+                 lambda watcher, checker: serve.watcher_metrics(address, source, watcher, checker, log, check_interval))

@@ -35,7 +35,9 @@ from pinctl.config import files as config_files
 from pinctl.config.files import LineIndex, key_line, list_directory, list_item_lines, os_error_text, read_toml, toml_reader
 from pinctl.errors import ConfigError, PinctlError
 
+# CRI-O's own defaults for --config and --config-dir (pkg/config: CrioConfigPath, CrioConfigDropInPath).
 CRIO_DEFAULT_PATH = "/etc/crio/crio.conf"
+CRIO_DEFAULT_DIR = f"{CRIO_DEFAULT_PATH}.d"
 PINCTL_DROPIN_NAME = "zz-pinctl.conf"
 # write_dropin's temporary names, in the drop-in directory: .zz-pinctl.conf.<random>.tmp
 TEMP_PREFIX = f".{PINCTL_DROPIN_NAME}."

@@ -20,6 +20,8 @@ from pinctl.model import (
     REASON_LABEL,
     REASON_PATTERN,
     REASON_SANDBOX,
+    RUNTIME_CONTAINERD,
+    RUNTIME_DOCKER,
     ImageRow,
     LogFn,
 )
@@ -38,7 +40,7 @@ REFRESH_SECONDS = 2.0
 ID_TAG = 0x0A
 PINNED_TRUE = b"\x40\x01"
 # The pin label counts only in the containerd namespace the runtime itself reads, by its CRI name.
-RUNTIME_NAMESPACES = {"containerd": CRI_NAMESPACE, "docker": DOCKER_NAMESPACE}
+RUNTIME_NAMESPACES = {RUNTIME_CONTAINERD: CRI_NAMESPACE, RUNTIME_DOCKER: DOCKER_NAMESPACE}
 
 
 @dataclass

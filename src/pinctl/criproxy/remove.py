@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     import grpc
 
 REMOVE_IMAGE: Final = "/runtime.v1.ImageService/RemoveImage"
-REFUSED_CODE: Final = "FAILED_PRECONDITION"
 ALLOW_FLAG: Final = "--allow-remove-pinned"
 # The runtime's own pinned_images: it pins by them, and removes on request all the same.
 RUNTIME_CONFIG_KINDS = (REASON_CONTAINERD_CONFIG, REASON_CRIO_CONFIG, REASON_CRIO_PIN)

@@ -1,5 +1,5 @@
-"""What cri-proxy tells monitoring: counters kept inline on its hot path, its health, and the
-figures a scrape reads from both.
+"""What cri-proxy tells monitoring: counters kept inline on its hot path, and the figures a scrape
+reads (ProxyFigures; criproxy.health fills them, with the proxy's health).
 
 The proxy's hot path only counts, at the cost of a dict increment: a scrape copies the counters
 and reads the pinned set the proxy already holds, so a scrape never waits on containerd or the
@@ -20,13 +20,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, Optional, get_args
+from typing import Any, Final, Literal, Optional, get_args
 
-from pinctl.display import visible
-from pinctl.service.monitoring import Runtime, Verdict
-
-if TYPE_CHECKING:
-    from pinctl.criproxy.proxy import Proxy
+from pinctl.service.monitoring import Runtime
 
 # runtime.v1's methods (k8s.io/cri-api). A call's method name comes from the caller, so any
 # other name is counted as OTHER_METHOD: the label's values stay a closed set.
@@ -84,35 +80,6 @@ def method_label(method: str) -> str:
     return METHOD_LABELS.get(method, OTHER_METHOD)
 
 
-# -- health -------------------------------------------------------------------------------------
-
-
-def liveness(proxy: Proxy) -> Verdict:
-    """Healthy while the gRPC server (or the relay) runs: from start until SIGTERM."""
-    if not proxy.running():
-        return Verdict(False, "the CRI server is not running (starting, stopping, or the relay being replaced)")
-    return Verdict(True, f"serving the CRI on {proxy.listen}")
-
-
-def readiness(proxy: Proxy) -> Verdict:
-    """Ready while the socket the kubelet connects to is the proxy's, and the last read of the
-    pins succeeded (or no image call has needed one yet): otherwise answers pass through
-    without pinctl's pins."""
-    alive = liveness(proxy)
-    if not alive.ok:
-        return alive
-    if not proxy.socket_is_ours():
-        return Verdict(False, f"{proxy.listen} was removed or replaced: callers no longer reach the proxy")
-    pins = proxy.pins
-    if pins.failing:
-        error = visible(" ".join(pins.last_error.split()))
-        return Verdict(False, f"cannot read the pins, image answers pass through unchanged: {error}")
-    age = pins.age()
-    if age is None:
-        return Verdict(True, f"serving the CRI on {proxy.listen}; no image call has needed the pins yet")
-    return Verdict(True, f"serving the CRI on {proxy.listen}; pins read {age:.0f} s ago")
-
-
 # -- what a scrape reads --------------------------------------------------------------------------
 
 
@@ -149,24 +116,3 @@ def relay_stats(counted: dict[str, Any]) -> ProxyStats:
     stats.passed_through[ANSWER_UNREADABLE] = counted.get("unreadable_answers", 0)
     stats.images_marked = counted.get("images_marked", 0)
     return stats
-
-
-def proxy_figures(proxy: Proxy, stats: Optional[ProxyStats] = None) -> ProxyFigures:
-    stats = proxy.call_stats() if stats is None else stats
-    pins = proxy.pins
-    keys = pins.latest
-    # Copies in one step each (dict() of a dict runs in C, under the GIL).
-    return ProxyFigures(
-        ready=readiness(proxy).ok,
-        calls=dict(stats.calls),
-        upstream_errors=dict(stats.upstream_errors),
-        pin_reads=dict(zip(READ_RESULTS, (pins.ok_reads, pins.failures))),
-        passed_through=dict(stats.passed_through),
-        images_marked=stats.images_marked,
-        pinned_keys=None if keys is None else dict(zip(KEY_KINDS, (len(keys.ids), len(keys.names)))),
-        pins_age=pins.age(),
-        runtime=Runtime(*proxy.runtime) if proxy.runtime else None,
-        config_reloads=dict(pins.reloads),
-        last_reload_ok=pins.last_reload_ok,
-        remove_requests=dict(proxy.guard.outcomes),
-    )

@@ -38,7 +38,6 @@ DEFAULT_EVICTION_HARD: Mapping[str, str] = {
     "imagefs.available": "15%",
     "imagefs.inodesFree": "5%",
 }
-MONITORING_PERIOD = timedelta(seconds=10)
 IMAGEFS, NODEFS = "imagefs", "nodefs"
 # Disk signals -> (filesystem, measure): what pinctl evaluates.
 DISK_SIGNALS = {

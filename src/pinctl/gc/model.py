@@ -61,17 +61,12 @@ from pinctl.gc.records import (
 )
 from pinctl.gc.ties import tie_groups
 
-SHORTFALL_EVENT_REASON = "FreeDiskSpaceFailed"
-# The event's text from kubelet 1.35 on (usage before the threshold step, capacity as formatSize).
+# The FreeDiskSpaceFailed event's text from kubelet 1.35 on (usage before the threshold step, capacity
+# as formatSize); docs/gc-model.md has the text before 1.35.
 SHORTFALL_MESSAGE = (
     "Insufficient free disk space on the node's image filesystem ({usage}% of {capacity} used). "
     "Failed to free sufficient space by deleting unused images (freed {freed} bytes). "
     "Investigate disk usage, as it could be used by active images, logs, volumes, or other data."
-)
-# Up to 1.34 (the same condition).
-SHORTFALL_MESSAGE_BEFORE_1_35 = (
-    "Failed to garbage collect required amount of images. "
-    "Attempted to free {amount} bytes, but only found {freed} bytes eligible to free."
 )
 INVALID_CAPACITY_MESSAGE = "invalid capacity 0 on image filesystem"
 # The errors GarbageCollect returns when the runtime refuses a delete; the runtime's own error

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Final, Iterable, Literal, NamedTuple
 
 from pinctl import refs as references
 from pinctl.backends import procfs
-from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError, PinctlError, UsageError
+from pinctl.errors import EXIT_ERROR, EXIT_OK, EngineError, PinctlError, UsageError
 from pinctl.gc import estimate, eviction, refusals
 from pinctl.gc import model as gcmodel
 from pinctl.gc.estimate import ObservedContainer, ObservedImage
@@ -22,9 +22,8 @@ from pinctl.gc.kubelet import parse_duration, read_kubelet_config
 from pinctl.gc.model import GcImage, GcPlan, GcSettings, ImageFs
 from pinctl.gc.wanted import wanted_by_pinctl
 from pinctl.node import crio_storage
-from pinctl.node.crio import RUNTIME_NAME as CRIO_RUNTIME_NAME
 from pinctl.pins import crio as crio_pins
-from pinctl.model import CRI_NAMESPACE, PIN_LABEL, SOURCE_DOCKER
+from pinctl.model import CRI_NAMESPACE, PIN_LABEL, RUNTIME_CONTAINERD, RUNTIME_CRIO, RUNTIME_DOCKER, SOURCE_DOCKER
 from pinctl.node.imagefs import fs_figures, statfs
 
 if TYPE_CHECKING:
@@ -82,8 +81,6 @@ class GcDomain(Protocol):
         """Delete the image through the runtime that owns it."""
 
 
-# How the CRI's Version call names containerd.
-CONTAINERD_RUNTIME_NAME: Final = "containerd"
 # Image IDs -> when each came to the node (Node.arrivals for the CRI's namespace).
 Arrivals = Callable[[Sequence[str]], dict[str, datetime]]
 
@@ -154,7 +151,7 @@ class CriDomain:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
         mountpoint = procfs.as_served(self.runtime.endpoint, filesystems[0].mountpoint)
         listed_images = self.runtime.list_images()
-        by_id = _id_records(rows) if self.version.name == CONTAINERD_RUNTIME_NAME else {}
+        by_id = _id_records(rows) if self.version.name == RUNTIME_CONTAINERD else {}
         undated = [i.id for i in listed_images if i.id not in by_id]
         arrived = self._arrived(mountpoint, undated)
         created = earliest_records(rows) if undated else {}
@@ -179,10 +176,10 @@ class CriDomain:
     def _refusals(self, images: Sequence[ObservedImage], cri_containers: set[str]) -> tuple[dict[str, str], str]:
         """Which deletes the runtime will refuse, as far as pinctl can tell, and how it told."""
         name = self.version.name
-        if name == refusals.CRIO and (stored := crio_storage.storage_containers(self.mountpoint)) is not None:
+        if name == RUNTIME_CRIO and (stored := crio_storage.storage_containers(self.mountpoint)) is not None:
             return refusals.predicted(name, images, storage=[c for c in stored if c.id not in cri_containers],
                                       where=os.path.dirname(self.mountpoint))
-        if name == refusals.DOCKER and self.docker is not None:
+        if name == RUNTIME_DOCKER and self.docker is not None:
             try:
                 listed = self.docker.list_containers()
             except EngineError as err:  # the plan stands without them, and says so
@@ -194,9 +191,9 @@ class CriDomain:
     def _arrived(self, mountpoint: str, image_ids: Sequence[str]) -> dict[str, datetime]:
         """When each image ID came to the node, as the runtime keeps it: the kubelet dates an
         image by its ID, so a tag re-pointed to a new image must not lend it the record's age."""
-        if self.version.name == CRIO_RUNTIME_NAME:
+        if self.version.name == RUNTIME_CRIO:
             return crio_storage.arrival_times(mountpoint)  # its CRI has no times; its store has
-        if self.version.name == CONTAINERD_RUNTIME_NAME and self.arrivals is not None:
+        if self.version.name == RUNTIME_CONTAINERD and self.arrivals is not None:
             return self.arrivals(image_ids)
         return {}
 
@@ -218,7 +215,7 @@ class CriDomain:
 
 def cri_domain(node: Node, runtime: CriRuntime, version: RuntimeVersion) -> CriDomain:
     """The CRI runtime, its images dated by their arrival in k8s.io; behind cri-dockerd, Docker's API too."""
-    docker = node.docker_engine() if version.name == refusals.DOCKER else None
+    docker = node.docker_engine() if version.name == RUNTIME_DOCKER else None
     return CriDomain(runtime, version, lambda ids: node.arrivals(CRI_NAMESPACE, ids), docker)
 
 
@@ -567,21 +564,6 @@ def wanted_now(node: Node, policy: Policy) -> Callable[[GcImage], Optional[str]]
         return None
 
     return check
-
-
-@dataclass
-class PruneReport:
-    items: list[PruneItem]
-    dry_run: bool
-    plans: Sequence[PrunePlan] = ()  # what the items came from: why nothing goes, when nothing does
-
-    @property
-    def freed(self) -> int:
-        return sum(item.size for item in self.items if item.action == PRUNE_REMOVED)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_PARTIAL if any(item.action == PRUNE_FAILED for item in self.items) else EXIT_OK
 
 
 def prune_domains(node: Node, namespaces: Sequence[str],

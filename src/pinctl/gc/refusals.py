@@ -29,17 +29,29 @@ No I/O here: gc/plan.py lists Docker's containers and reads CRI-O's store.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Optional
+from typing import TYPE_CHECKING, Final, Optional, Protocol
+
+from pinctl.model import RUNTIME_CONTAINERD, RUNTIME_CRIO, RUNTIME_DOCKER
 
 if TYPE_CHECKING:
     from pinctl.backends.docker import DockerContainer
     from pinctl.gc.estimate import ObservedImage
-    from pinctl.node.crio_storage import StorageContainer
 
-# How the CRI's Version call names the runtimes here.
-DOCKER: Final = "docker"
-CONTAINERD: Final = "containerd"
-CRIO: Final = "cri-o"
+
+class StorageContainer(Protocol):
+    """A container of CRI-O's containers/storage, as gc/plan.py reads it (node.crio_storage's
+    StorageContainer is one): typed here, since this pure logic sits below the node."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def image_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
 NO_CRIO_STORE = "not read: CRI-O's containers/storage files are not readable here"
 NO_DOCKER_API = ("not read: Docker's API is not one of pinctl's sources here (--docker-host), so containers "
                  "outside Kubernetes, which make Docker refuse a delete, are not seen")
@@ -53,15 +65,15 @@ def predicted(runtime: str, images: Sequence[ObservedImage], *, docker: Optional
     The containers the CRI does not list: ``docker``, Docker's on cri-dockerd (``where``: its
     host); ``storage``, containers/storage's on CRI-O (``where``: the store's directory); None
     when they could not be read."""
-    if runtime == DOCKER:
+    if runtime == RUNTIME_DOCKER:
         if docker is None:
             return {}, NO_DOCKER_API
         return docker_refusals(images, docker), f"Docker's containers at {where}, outside the CRI's"
-    if runtime == CRIO:
+    if runtime == RUNTIME_CRIO:
         if storage is None:
             return {}, NO_CRIO_STORE
         return crio_refusals(images, storage), f"containers/storage's containers in {where}, outside the CRI's"
-    if runtime == CONTAINERD:
+    if runtime == RUNTIME_CONTAINERD:
         return {}, CONTAINERD_NONE
     return {}, f"not read: pinctl knows no refusal of {runtime}'s RemoveImage"
 

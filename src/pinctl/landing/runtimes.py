@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.backends import procfs
 from pinctl.errors import EngineError
-from pinctl.model import CRI_NAMESPACE, DOCKER_NAMESPACE
+from pinctl.model import CRI_NAMESPACE, DOCKER_NAMESPACE, RUNTIME_CRIO
 from pinctl.node.imagefs import statfs
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ class CriTarget:
         self.runtime = runtime
         self.name = f"{version} at {runtime.endpoint}"
         # CRI-O keeps no namespaces: its images are in none ("" here, null in JSON).
-        self.namespace = "" if version.name == "cri-o" else CRI_NAMESPACE
+        self.namespace = "" if version.name == RUNTIME_CRIO else CRI_NAMESPACE
         self._reached: dict[str, str] = {}  # each reported mount point, as reached from here
 
     def present(self, ref: str) -> bool:

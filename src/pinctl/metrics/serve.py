@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Optio
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
-from pinctl.criproxy.stats import liveness, proxy_figures, readiness
+from pinctl.criproxy.health import liveness, proxy_figures, readiness
 from pinctl.errors import UsageError
 from pinctl.metrics.exposition import proxy_registry, watcher_registry
 from pinctl.model import LogFn

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl import refs
-from pinctl.backends.cri import CriRuntime, socket_path
+from pinctl.backends.cri import CRIO_ENDPOINT, CriRuntime, socket_path
 from pinctl.config import crio as crio_config
 from pinctl.node import crio_apply, crio_lock, crio_process
 from pinctl.node.crio_process import CrioProcess
+from pinctl.node.protocol import Followed, Name
 from pinctl.errors import AmbiguousRef, EngineError, PinctlError
 from pinctl.model import (
     ACTION_ALREADY_PINNED,
@@ -31,6 +32,7 @@ from pinctl.model import (
     REASON_CRIO_PIN,
     REASON_PATTERN,
     REASON_SANDBOX,
+    RUNTIME_CRIO,
     ImageRow,
     ItemResult,
 )
@@ -43,15 +45,8 @@ if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage, RuntimeVersion
     from pinctl.config.crio import CrioConfig, CrioEntry
     from pinctl.config.loader import Config
-    from pinctl.node.sources import Followed, Name
     from pinctl.pins.plans import NamespaceView
 
-# CRI-O's own default socket, where crictl looks for it.
-DEFAULT_ENDPOINT = "unix:///run/crio/crio.sock"
-# CRI-O applies a SIGHUP in a fraction of a second; the wait for the CRI to say so is generous,
-# since a busy node must not turn a slow reload into a failed pin.
-READ_BACK_S = 30.0
-READ_BACK_POLL_S = 0.1
 # ItemResult.namespace on a CRI-O node, which has none (shown as -).
 NO_NAMESPACE = ""
 
@@ -61,12 +56,8 @@ NO_NAMESPACE = ""
 # and reads --config and --config-dir from its command line, so the files it shows are the ones
 # CRI-O runs with.
 
-DEFAULT_CONFIG = crio_process.DEFAULT_CONFIG
-DEFAULT_CONFIG_DIR = crio_process.DEFAULT_CONFIG_DIR
 # The reload to name when the crio process cannot be told (CrioSite.reload names its pid then).
 RELOAD_ANY_CRIO = "systemctl reload crio (or: kill -HUP $(pidof crio))"
-# How the CRI's Version call names CRI-O.
-RUNTIME_NAME = "cri-o"
 
 
 @dataclass
@@ -174,9 +165,9 @@ def detect(cfg: Config, warn: Callable[[str], None]) -> Optional[CrioNode]:
     containerd = cfg.settings.containerd_address
     no_containerd = cfg.defaulted("containerd_address") and not os.path.exists(containerd)
     if endpoint is None:
-        if not no_containerd or not os.path.exists(socket_path(DEFAULT_ENDPOINT)):
+        if not no_containerd or not os.path.exists(socket_path(CRIO_ENDPOINT)):
             return None
-        endpoint = DEFAULT_ENDPOINT
+        endpoint = CRIO_ENDPOINT
     elif _same_socket(endpoint, containerd) or (not no_containerd and not os.path.exists(socket_path(endpoint))):
         return None
     runtime = CriRuntime(endpoint, cfg.settings.timeout)
@@ -186,7 +177,7 @@ def detect(cfg: Config, warn: Callable[[str], None]) -> Optional[CrioNode]:
         if no_containerd:
             raise  # nothing else to read: the endpoint's own error names it
         return None
-    if version.name != RUNTIME_NAME:
+    if version.name != RUNTIME_CRIO:
         return None
     return _node(cfg, runtime, version, warn)
 
@@ -199,8 +190,8 @@ def address_shown(cfg: Config) -> str:
     if cfg.defaulted("containerd_address") and not os.path.exists(containerd):
         if endpoint is not None and not _same_socket(endpoint, containerd):
             return endpoint
-        if endpoint is None and os.path.exists(socket_path(DEFAULT_ENDPOINT)):
-            return DEFAULT_ENDPOINT
+        if endpoint is None and os.path.exists(socket_path(CRIO_ENDPOINT)):
+            return CRIO_ENDPOINT
     return containerd
 
 
@@ -220,7 +211,8 @@ def _node(cfg: Config, runtime: CriRuntime, version: RuntimeVersion, warn: Calla
         return CrioNode(runtime, version, process, named, f"{named}.d", explicit=True, not_found=missing, notice=warn)
     if process is not None:
         return CrioNode(runtime, version, process, process.config_path, process.config_dir, notice=warn)
-    return CrioNode(runtime, version, None, DEFAULT_CONFIG, DEFAULT_CONFIG_DIR, not_found=missing, notice=warn)
+    return CrioNode(runtime, version, None, crio_config.CRIO_DEFAULT_PATH, crio_config.CRIO_DEFAULT_DIR,
+                    not_found=missing, notice=warn)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from pinctl.config import crio as crio_config
 from pinctl.errors import PinctlError
@@ -22,13 +22,23 @@ from pinctl.pins import crio as crio_pins
 if TYPE_CHECKING:
     from pinctl.backends.cri import CriImage
     from pinctl.config.crio import CrioConfig
-    from pinctl.node.crio import CrioNode
     from pinctl.node.crio_process import CrioProcess
 
 # CRI-O applies a SIGHUP in a fraction of a second; the wait for the CRI to say so is generous,
 # since a busy node must not turn a slow reload into a failed pin.
 READ_BACK_S = 30.0
 READ_BACK_POLL_S = 0.1
+
+
+class ReloadTarget(Protocol):
+    """What apply needs of a CRI-O node (crio.CrioNode is one): the process to signal, its files
+    and its CRI's images, each read afresh."""
+
+    def writable(self) -> CrioProcess: ...
+
+    def config(self) -> CrioConfig: ...
+
+    def images(self) -> list[CriImage]: ...
 
 
 @dataclass
@@ -72,7 +82,7 @@ def dropin_stale(config: CrioConfig, own: crio_pins.OwnEntries) -> bool:
     return current != crio_config.render_dropin(config.site_entries, own.items)
 
 
-def apply(crio: CrioNode, config: CrioConfig, own: crio_pins.OwnEntries, images: Sequence[CriImage],
+def apply(crio: ReloadTarget, config: CrioConfig, own: crio_pins.OwnEntries, images: Sequence[CriImage],
           dry_run: bool) -> Applied:
     """Write own's items (when they or the site's changed), reload CRI-O when it was written or the
     CRI disagrees with the files, and read the CRI back. The caller holds the writers' lock and read
@@ -97,7 +107,7 @@ def apply(crio: CrioNode, config: CrioConfig, own: crio_pins.OwnEntries, images:
     return Applied(before, after, expected, now, failure, reloaded=True)
 
 
-def _reload(crio: CrioNode, process: CrioProcess, images: Sequence[CriImage], before: dict[str, bool],
+def _reload(crio: ReloadTarget, process: CrioProcess, images: Sequence[CriImage], before: dict[str, bool],
             expected: dict[str, bool], wrote: bool, dropin: str) -> tuple[dict[str, Optional[bool]], Optional[str]]:
     """SIGHUP, then the CRI asked until it agrees with the files, CRI-O's log says how the reload
     ended, or READ_BACK_S passes; the CRI's last word and, when CRI-O did not apply the files, why."""

@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pinctl.backends import goexe, procfs
+from pinctl.config.crio import CRIO_DEFAULT_DIR, CRIO_DEFAULT_PATH
 from pinctl.errors import EngineError
 
-# CRI-O's own defaults for --config and --config-dir (pkg/config: CrioConfigPath, CrioConfigDropInPath).
-DEFAULT_CONFIG = "/etc/crio/crio.conf"
-DEFAULT_CONFIG_DIR = "/etc/crio/crio.conf.d"
 # The main package CRI-O's crio binary is built from, as its Go build information records it.
 CRIO_MAIN_PACKAGE = "github.com/cri-o/cri-o/cmd/crio"
 RELOADED = "Configuration reload completed"
@@ -84,8 +82,8 @@ class CrioProcess:
     pid: int
     ticks: int  # its start time (clock ticks since boot): a pid reused since is not it
     executable: str
-    config_path: str = DEFAULT_CONFIG
-    config_dir: str = DEFAULT_CONFIG_DIR
+    config_path: str = CRIO_DEFAULT_PATH
+    config_dir: str = CRIO_DEFAULT_DIR
     log: CrioLog = CrioLog()
 
 
@@ -120,8 +118,8 @@ def find(endpoint: str) -> CrioProcess | NotFound:
 def describe(pid: int, ticks: int, executable: str, argv: list[str]) -> CrioProcess:
     flags = procfs.parse_flags(argv)
     environ = procfs.environ(pid)
-    config = flags.get("--config") or flags.get("-c") or environ.get("CONTAINER_CONFIG") or DEFAULT_CONFIG
-    config_dir = flags.get("--config-dir") or flags.get("-d") or environ.get("CONTAINER_CONFIG_DIR") or DEFAULT_CONFIG_DIR
+    config = flags.get("--config") or flags.get("-c") or environ.get("CONTAINER_CONFIG") or CRIO_DEFAULT_PATH
+    config_dir = flags.get("--config-dir") or flags.get("-d") or environ.get("CONTAINER_CONFIG_DIR") or CRIO_DEFAULT_DIR
     return CrioProcess(pid, ticks, executable, procfs.as_seen_by(pid, config), procfs.as_seen_by(pid, config_dir),
                        _log_of(pid, flags.get("--log") or environ.get("CONTAINER_LOG")))
 

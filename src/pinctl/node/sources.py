@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.backends import cri_dockerd
 from pinctl.backends.containerd import ContainerdStore
@@ -20,6 +20,7 @@ from pinctl.model import ALL_NAMESPACES, CRI_NAMESPACE, DEFAULT_NAMESPACES, DOCK
 from pinctl.node import crio as crio_node
 from pinctl.node import docker as docker_service
 from pinctl.node.docker import DockerView, rows_without_records
+from pinctl.node.protocol import Followed, Name, Source
 from pinctl.pins.export import ContainerdTarget
 from pinctl.pins.listing import Listing, list_images
 from pinctl.pins.plans import NamespaceView
@@ -34,44 +35,6 @@ if TYPE_CHECKING:
 
 # dockerd starts its own containerd here when none is configured for it.
 DOCKER_MANAGED_CONTAINERD = "/run/docker/containerd/containerd.sock"
-Name = tuple[Optional[str], str]
-
-
-class Source(Protocol):
-    """One place images come from. Sources are read in list order: Docker's joins the rows of
-    the containerd sources before it."""
-
-    description: str
-
-    def add_rows(self, listing: Listing, policy: Policy, runtime_sizes: bool = True) -> None:
-        """Add this source's rows (image IDs and pins worked out) to the listing. runtime_sizes:
-        SIZE as the runtime tells the kubelet (one more call to it); else as the manifests give it."""
-
-    def add_names(self, names: list[Name]) -> None:
-        """Add (namespace, reference) of each row add_rows would add, from image lists alone."""
-
-    def prefetch(self) -> None:
-        """Have the engine start on what add_rows will read first, where it can (Node.prefetch)."""
-
-    def views(self) -> list[NamespaceView]:
-        """The namespaces whose records can be labelled; none for a source without labels."""
-
-    def refusal(self, selector: refs.Selector) -> Optional[str]:
-        """Why an argument naming one of this source's images cannot be pinned; None if it can."""
-
-    def follow(self) -> Optional[Followed]:
-        """The event stream sync --watch follows for this source, if it has one."""
-
-    def close(self) -> None:
-        """Release connections."""
-
-
-@dataclass
-class Followed:
-    """A containerd whose image events the watcher follows, and which namespaces of it count."""
-
-    store: FollowableStore
-    watches: Callable[[str], bool]
 
 
 @dataclass

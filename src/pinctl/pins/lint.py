@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Final, Literal, Optional, Protocol, Sequence
 
 from pinctl.errors import PinctlError
 from pinctl.model import ConfigPin
@@ -13,8 +13,18 @@ from pinctl.pins.policy import Policy, compile_collecting, matches_ids
 
 if TYPE_CHECKING:
     from pinctl.config.loader import PatternEntry
-    from pinctl.node.sources import Node
+    from pinctl.pins.listing import Listing
     from pinctl.pins.patterns import Pattern
+
+
+class Node(Protocol):
+    """What lint reads of the node it opens (node.sources.Node is one): its rows, then close.
+    Typed here, since pins sits below the node."""
+
+    def rows(self, policy: Policy, runtime_sizes: bool = True) -> Listing: ...
+
+    def close(self) -> None: ...
+
 
 # How lint reads containerd's own pinned_images entries (its config and imports) when it wants them.
 ConfigPins = Callable[[], Sequence[ConfigPin]]

@@ -87,8 +87,9 @@ class PullReport:
 
     @property
     def exit_code(self) -> int:
+        # A reference skipped (no room on the disk) was named and not pulled: not done, as a failure.
         return batch_exit_code(self.interrupted, all(item.ok for item in self.items),
-                               all(item.action == FAILED for item in self.items))
+                               all(item.action in (FAILED, SKIPPED) and not item.unpullable for item in self.items))
 
     @property
     def status(self) -> Status:

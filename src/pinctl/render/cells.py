@@ -33,8 +33,9 @@ NOT_READ = "not applied: restart containerd"
 
 
 def why(row: ImageRow, wide: bool = True) -> str:
-    """A short WHY cell; the JSON reasons carry the full list. Without wide, a pattern's file is
-    named without its directory (-o wide and JSON give the path), so a row fits a line."""
+    """WHY: with wide (-o wide) the whole, each pattern with the file and line it came from; in a
+    table the short thing, each reason without where it was set (`pattern web:* not applied:
+    pinctl sync`). The JSON reasons carry the whole list."""
     if not row.reasons:
         return "-"
     if len(row.reasons) == 1 and row.reasons[0].kind == REASON_LABEL and row.reasons[0].detail == row.ref:
@@ -42,6 +43,43 @@ def why(row: ImageRow, wide: bool = True) -> str:
     parts = [_label_why(row)] if any(r.kind == REASON_LABEL for r in row.reasons) else []
     parts += [_other_why(row, r, wide) for r in row.reasons if r.kind != REASON_LABEL]
     return "; ".join(parts) or "-"
+
+
+def why_brief(row: ImageRow) -> str:
+    """WHY in the fewest words: each reason by its kind alone, no pattern, file or name. What a
+    row into a pipe takes when the short thing would make it 120 columns or more."""
+    if not row.reasons:
+        return "-"
+    labels = [reason.detail for reason in row.reasons if reason.kind == REASON_LABEL]
+    parts = [("label" if row.ref in labels else "label on another name")] if labels else []
+    parts += [_brief(row, reason) for reason in row.reasons if reason.kind != REASON_LABEL]
+    return "; ".join(dict.fromkeys(parts))  # two patterns are one "pattern"
+
+
+def _brief(row: ImageRow, reason: Reason) -> str:
+    if reason.kind == REASON_PATTERN:
+        return NOT_APPLIED if row.drift == DRIFT_UNLABELLED else "pattern"
+    if reason.kind == REASON_CONTAINERD_CONFIG:
+        return "containerd config" if row.pinned else NOT_READ
+    if reason.kind == REASON_CRIO_CONFIG:
+        return "crio config"
+    if reason.kind == REASON_CRIO_PIN:
+        return "pinctl drop-in"
+    if reason.kind == REASON_IGNORED:
+        return "but not reported"
+    if reason.kind == REASON_UNLABELLED_SANDBOX:
+        return "no label"
+    if reason.kind == REASON_DOCKER_LABEL:
+        return "docker label"
+    if reason.kind == REASON_INEFFECTIVE_LABEL:
+        return "ineffective label"
+    return _other_why(row, reason, False)
+
+
+def short_why(why: str, name: str) -> str:
+    """gc plan's and prune's WHY beside an image's name: "pin label", not "pin label on NAME"
+    again; -o wide and JSON say the whole."""
+    return why.replace(f" on {name}", "") if name else why
 
 
 def _label_why(row: ImageRow) -> str:
@@ -63,19 +101,19 @@ def _other_why(row: ImageRow, reason: Reason, wide: bool = True) -> str:
         # The item is worth showing only when it is not this very name (a pattern, another name).
         who = "crio" if reason.kind == REASON_CRIO_CONFIG else "pinctl"
         item = "" if reason.detail.lower() == row.ref.lower() else f" {reason.detail}"
-        return f"{who}{item} ({reason.source})"
+        return f"{who}{item} ({reason.source})" if wide else f"{who}{item}"
     if reason.kind == REASON_IGNORED:
         return f"but {reason.detail}"
     if reason.kind == REASON_UNLABELLED_SANDBOX:
         # The rule itself (which releases label it when) is in the JSON detail and check's cause.
         return "no label, and containerd puts none back"
     if reason.kind == REASON_PATTERN:
-        # A pattern keeps nothing by itself: until sync writes the pin, the row says so.
+        # A pattern keeps nothing by itself: until sync writes the pin, the row says so. Where it
+        # was written is for -o wide and JSON: in a table it would double a long row.
+        if not wide:
+            return f"pattern {reason.detail}" + (f" {NOT_APPLIED}" if row.drift == DRIFT_UNLABELLED else "")
         pending = f", {NOT_APPLIED}" if row.drift == DRIFT_UNLABELLED else ""
-        source = reason.source or ""
-        if not wide and source.startswith("/"):
-            source = source.rsplit("/", 1)[-1]
-        return f"pattern {reason.detail} ({source}){pending}"
+        return f"pattern {reason.detail} ({reason.source or ''}){pending}"
     if reason.kind == REASON_DOCKER_LABEL:
         return f"docker label {reason.detail}"
     if reason.kind == REASON_INEFFECTIVE_LABEL:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Literal, Optional
 from pinctl import refs
 from pinctl.display import human_size
 from pinctl.model import SOURCE_CRIO, ImageRow
-from pinctl.render.cells import CRIO_DRIFT_BRIEF, CRIO_DRIFT_TEXT, DRIFT_BRIEF, DRIFT_TEXT, abbreviate, why
+from pinctl.render.cells import CRIO_DRIFT_BRIEF, CRIO_DRIFT_TEXT, DRIFT_BRIEF, DRIFT_TEXT, abbreviate, why, why_brief
 from pinctl.render.table import give_way
 
 # table: the default view; wide: -o wide; a column may show in both, one, or neither (JSON only).
@@ -95,7 +95,7 @@ LS_COLUMNS: tuple[Column, ...] = (
     Column("cri_pinned", "CRI PINNED", lambda r: r.cri_pinned, lambda r, c: _yes(r.cri_pinned), switch="cri",
            highlight=GREEN_YES),
     Column("drift", "DRIFT", lambda r: r.drift, _drift, switch="drift", brief=_drift_brief),
-    Column("reasons", "WHY", lambda r: [reason.as_dict() for reason in r.reasons], _why),
+    Column("reasons", "WHY", lambda r: [reason.as_dict() for reason in r.reasons], _why, brief=why_brief),
     Column("labels", "LABELS", lambda r: dict(r.labels), _labels, views=WIDE_ONLY),
     Column("source", None, lambda r: r.source),
     Column("config_labels", None, lambda r: r.config_labels),
@@ -104,8 +104,11 @@ LS_COLUMNS: tuple[Column, ...] = (
 
 # How the table gives way on a terminal narrower than it (render/table.py, give_way): NAMESPACE
 # folds into a heading, DRIFT takes its brief form, WHY wraps, IMAGE ID then SIZE leave (-o wide
-# and JSON keep them: a name cut in its middle cannot be pasted back), REF is shortened last.
+# and JSON keep them), WHY goes on under its row; REF is never shortened: its row folds.
+# WHY's brief form is for pipes (PIPE_ROW), never taken on a terminal, where WHY wraps.
 LS_FIT = give_way("REF", "WHY", fold=["NAMESPACE"], brief=["DRIFT"], drop=["IMAGE ID", "SIZE"])
+# Into a pipe a row whose WHY would take it to this many columns takes WHY's brief form.
+PIPE_ROW = 120
 
 
 def _human(size: int) -> str:

@@ -9,9 +9,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TextIO
 
 from pinctl import refs
+from pinctl.commands.gc import prune_exit_code
 from pinctl.display import counted, human_size
+from pinctl.errors import batch_status
 from pinctl.gc.kubelet import format_duration
 from pinctl.model import FORMAT_JSON, FORMAT_WIDE, OutputFormat
+from pinctl.render.cells import short_why
 from pinctl.render.output import folded, print_table, warn, write_envelope
 from pinctl.render.table import NO_FIT, Fit, give_way
 
@@ -119,7 +122,7 @@ def _order_table(plan: GcPlan, title: str, wide: bool, out: TextIO) -> set[str]:
     if shown:
         # Which rows these are (the first in line, what goes, what pinctl wants kept) is in the columns.
         more = "" if wide or len(shown) == len(plan.order) else f": {len(shown)} of {len(plan.order)} (-o wide lists all)"
-        out.write(f"\n{title}{more}\n")
+        out.write("\n" + folded(f"{title}{more}", out) + "\n")
         headers = ["POS", "IMAGE", "IMAGE ID", "SIZE", "FREED", "FATE", "WANTED"]
         rows = [_order_cells(entry, entry.image.id in wanted, young.get(entry.image.id)) for entry in shown]
         if tie is not None:
@@ -165,6 +168,8 @@ def _table(headers: list[str], rows: list[list[str]], wide: bool, out: TextIO, f
         at = headers.index("IMAGE ID")
         headers = headers[:at] + headers[at + 1:]
         rows = [row[:at] + row[at + 1:] for row in rows]
+        named = headers.index("IMAGE")
+        rows = [row[:-1] + [short_why(row[-1], row[named])] for row in rows]
     print_table(headers, rows, out, fit=NO_FIT if wide else fit)
 
 
@@ -528,22 +533,21 @@ PLAN_INDENT = len("  delete  ")  # a delete line folded goes on under its image'
 
 
 def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, out: Optional[TextIO] = None,
-                plans: Sequence[PrunePlan] = ()) -> None:
+                plans: Sequence[PrunePlan] = (), named: bool = False) -> None:
     """What goes (in the order it goes) and what failed; with -o wide (and in JSON) also every image
     that stays, and why. Otherwise the kept images are a count in the summary line: a prune that
-    removed one image is not fourteen lines of what it left. plans: what the items came from, to
-    say why nothing goes when nothing does."""
+    removed one image is not fourteen lines of what it left. With named (prune REF...) every row
+    shows: each is an image asked for. plans: to say why nothing goes when nothing does."""
     out = out or sys.stdout
-    failed = any(item.action == "failed" for item in items)
     if fmt == FORMAT_JSON:
         body = [{"runtime": i.domain, "id": i.image_id, "refs": list(i.refs), "action": i.action, "size": i.size,
                  "why": i.why} for i in items]
         freed = sum(i.size for i in items if i.action == "removed")
-        status = "partial" if failed else "success"
+        status = batch_status(prune_exit_code([i.action for i in items], named))
         write_envelope(out, command="prune", dry_run=dry_run, status=status, freed_bytes=freed, results=body)
         return
     wide = fmt == FORMAT_WIDE
-    shown = items if wide else [i for i in items if i.action != "kept"]
+    shown = items if wide or named else [i for i in items if i.action != "kept"]
     cells = [[i.action.replace("-", " "), _name(i.refs, i.image_id), refs.short_id(i.image_id), human_size(i.size),
               i.why or "-"] for i in shown]
     if cells:
@@ -551,7 +555,7 @@ def print_prune(items: Sequence[PruneItem], dry_run: bool, fmt: OutputFormat, ou
     removed = [i for i in items if i.action in ("removed", "would-remove")]
     kept, failures = sum(i.action == "kept" for i in items), sum(i.action == "failed" for i in items)
     command = f"prune{' (dry run)' if dry_run else ''}"
-    why_kept = "" if wide or not kept else KEPT_HINT
+    why_kept = "" if wide or named or not kept else KEPT_HINT
     notes = [prune_tie_note(plan) for plan in plans] if dry_run else []  # else shown with the plan
     for note in filter(None, notes):
         warn(f"{command}: {note}")

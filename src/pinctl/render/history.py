@@ -33,18 +33,18 @@ if TYPE_CHECKING:
 def _history_fit() -> table.Fit:
     """The order the table gives way in is render.table.give_way's (docs/output.md): EVENT folds
     when every row says the same, DELETER takes its short form, WHY wraps, WANTED and PINNED wrap
-    down to their longest word. Where give_way drops figures before a name is cut, this table
-    has none; its short forms of WANTED and PINNED (the kind of each reason) and of TIME (the
-    time of day within the last day, else the day) take that place, then --all's EVENT leaves
-    (WHY still says what happened: "refused by cri-proxy", "imported again"). Only then is the
-    image's name shortened in its middle, never below 20 cells: at 60 columns a row keeps a
-    20-cell name, and WHY goes on under it."""
+    down to their longest word. Where give_way drops figures, this table has none; its short
+    forms of WANTED and PINNED (the kind of each reason) and of TIME (the time of day within the
+    last day, else the day) take that place, then --all's EVENT leaves (WHY still says what
+    happened: "refused by cri-proxy", "imported again"). Then WHY goes on under its row. The
+    image's name is never shortened: at 60 columns a 24-cell name stays whole, and a row whose
+    name does not fit folds."""
     fit = table.give_way("IMAGE", last="WHY", fold=["EVENT"], brief=["DELETER"], wrap=["WANTED", "PINNED"])
     steps = list(fit.steps)
-    first_cut = next(index for index, step in enumerate(steps) if step.column == "IMAGE")
-    steps[first_cut:first_cut] = [table.Give("WANTED", brief=True), table.Give("PINNED", brief=True),
-                                  table.Give("TIME", brief=True), table.Give("EVENT", drop=True)]
-    return table.Fit(fit.shapes, tuple(steps), fit.least, fit.drop_empty)
+    hang = next(index for index, step in enumerate(steps) if step.column == "WHY" and step.floor == 0)
+    steps[hang:hang] = [table.Give("WANTED", brief=True), table.Give("PINNED", brief=True),
+                        table.Give("TIME", brief=True), table.Give("EVENT", drop=True)]
+    return table.Fit(fit.shapes, tuple(steps), fit.least, fit.drop_empty, fit.name)
 
 
 HISTORY_FIT = _history_fit()

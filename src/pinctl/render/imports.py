@@ -14,7 +14,7 @@ from pinctl.render.progress import live_progress
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
-    from pinctl.commands import SyncImportReport
+    from pinctl.commands.sync import SyncImportReport
     from pinctl.imports.run import ImportItem, ImportReport
     from pinctl.model import OutputFormat
 

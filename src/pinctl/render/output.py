@@ -152,7 +152,22 @@ def _print_image_table(
     table_rows = [[column.text(row, cell) for column in columns] for row in rows]
     brief = {str(c.header): [c.brief(row) for row in rows] for c in columns if c.brief} if fit else {}
     highlight = {str(c.header): c.highlight for c in columns if c.highlight}
+    if not out.isatty() and not wide and columns and columns[-1].brief is not None:
+        _brief_when_long(table_rows, headers, [columns[-1].brief(row) for row in rows])
     print_table(headers, table_rows, out, highlight=highlight, fit=ls_columns.LS_FIT if fit else NO_FIT, brief=brief)
+
+
+def _brief_when_long(rows: list[list[str]], headers: Sequence[str], brief: Sequence[str]) -> None:
+    """Into a pipe the last column is the only one whose width moves no other: a row it would
+    take to PIPE_ROW columns or more gets its brief cell (ls's WHY without patterns and files;
+    -o wide and JSON keep the whole)."""
+    if not rows:
+        return
+    widths = [max(len(header), *(len(row[i]) for row in rows)) for i, header in enumerate(headers[:-1])]
+    before = sum(widths) + len(PLAIN_GAP) * len(widths)
+    for row, short in zip(rows, brief):
+        if before + len(row[-1]) >= ls_columns.PIPE_ROW:
+            row[-1] = short
 
 
 def print_results(
@@ -296,11 +311,14 @@ def _ellipsis(out: TextIO) -> str:
     return "…" if exact("…", getattr(out, "encoding", None)) else "..."
 
 
+PLAIN_GAP = "   "  # between a pipe's columns: scripts split on runs of blanks
+
+
 def _plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
     """Aligned columns with no trailing blanks, for pipes, files and scripts."""
     widths = [max(len(header), max(map(len, column), default=0)) for header, column in zip(headers, zip(*rows))] \
         if rows else [len(header) for header in headers]
-    line = "   ".join(f"{{:<{width}}}" for width in widths)
+    line = PLAIN_GAP.join(f"{{:<{width}}}" for width in widths)
     out.write("".join(line.format(*cells).rstrip() + "\n" for cells in [headers, *rows]))
 
 
@@ -327,8 +345,8 @@ def print_config(cfg: Config, fmt: OutputFormat, out: Optional[TextIO] = None) -
 
 
 # Values (paths, lists) wrap at their separators under themselves; SOURCE wraps, then runs on
-# indented lines under its row.
-CONFIG_FIT = table.give_way(last="SOURCE", wrap=["VALUE"])
+# indented lines under its row; a key is a name: never cut, its row folds.
+CONFIG_FIT = table.give_way("KEY", last="SOURCE", wrap=["VALUE"])
 
 
 def _config_text(value: Any) -> str:

@@ -16,7 +16,7 @@ from pinctl.render.progress import live_progress
 from pinctl.render.table import give_way
 
 if TYPE_CHECKING:
-    from pinctl.commands import SyncPullReport
+    from pinctl.commands.sync import SyncPullReport
     from pinctl.model import OutputFormat
     from pinctl.pull.run import PullItem, PullReport
 

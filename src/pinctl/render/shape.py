@@ -5,6 +5,8 @@ cell_len), so wide characters count double. No I/O; only a terminal table calls 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from typing import Optional, Sequence
 
 # Where a word too long for its line may be broken: after a path separator or a list comma, never
 # inside a name (an environment variable, a host name).
@@ -124,3 +126,57 @@ def wrap(text: str, first: int, rest: int) -> list[str]:
             push(piece, " " if index == 0 else "")
     lines.append(line)
     return lines
+
+
+class NameCuts:
+    """Names wider than the whole window, as the lines that show them.
+
+    Cut, a name becomes one of pinctl's own patterns, so that it can be pasted back
+    (`pinctl ls '*tools/alpha:1.0*'`): a keyword `*PART*` holding as much of the name's end as
+    fits, or, failing that, another part of it or a prefix `START*`. A cut is taken only when it
+    matches no other of the table's names (case-insensitively, as patterns match); when no cut
+    of that width does, the name is kept whole, broken over as many lines as it takes."""
+
+    def __init__(self, names: Sequence[str], width: int) -> None:
+        self.width = width
+        self.room = width - 2
+        self.names = names
+        self._counts: Optional[Counter[str]] = None
+
+    def _alone(self, text: str) -> bool:
+        """Whether text (a part of room cells, or a prefix marked by a leading NUL) is in one
+        name only. Counted once for every part of every name long enough to hold it, when the
+        first name needs a cut: a look-up per cut after that."""
+        if self._counts is None:
+            counts: Counter[str] = Counter()
+            room = self.room
+            for name in {name.lower() for name in self.names if len(name) >= room}:
+                counts.update({name[start:start + room] for start in range(len(name) - room + 1)})
+                counts["\x00" + name[: self.width - 1]] += 1
+            self._counts = counts
+        return self._counts[text] == 1
+
+    def lines(self, name: str) -> list[str]:
+        width, room = self.width, self.room
+        if cells(name) <= width:
+            return [name]
+        if room >= 4:
+            for start in range(len(name) - room, -1, -1):
+                part = name[start:start + room]
+                if cells(part) <= room and self._alone(part.lower()):
+                    return [f"*{part}*"]
+        prefix = name[: max(width - 1, 0)]
+        if width > 4 and self._alone("\x00" + prefix.lower()):
+            return [f"{prefix}*"]
+        lines = []
+        rest = name
+        while rest:
+            head = cut_end(rest, width, "") or rest[0]
+            lines.append(head)
+            rest = rest[len(head):]
+        return lines
+
+
+def cut_name(name: str, width: int, names: Sequence[str]) -> list[str]:
+    """One name as NameCuts shows it among names (which hold it)."""
+    return NameCuts([*names, name], width).lines(name)

@@ -75,9 +75,6 @@ class ImageIndex:
     def namespaces(self) -> list[str]:
         return list(self._refs)
 
-    def knows(self, namespace: str) -> bool:
-        return namespace in self._refs
-
     def refs(self, namespace: str) -> dict[str, Entry]:
         """The namespace's references (each entry read with digest_of)."""
         return self._refs.get(namespace, {})

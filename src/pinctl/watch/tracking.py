@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 from pinctl import refs as refnames
 from pinctl.backends import ImageEvent
 
-from pinctl.model import DOCKER_NAMESPACE, PIN_LABEL, PIN_VALUE, StoredImage
+from pinctl.model import DOCKER_NAMESPACE, PIN_LABEL, PIN_VALUE, RUNTIME_CONTAINERD, RUNTIME_CRIO, RUNTIME_DOCKER, StoredImage
 from pinctl.node import docker as docker_service
 from pinctl.node.sources import DockerSource
 from pinctl.pins import crio as crio_pins
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
     from pinctl.backends.docker import DockerImage, DockerImageEvents
     from pinctl.node.sources import Node
     from pinctl.pins.plans import NamespaceView
-
-RUNTIME_CONTAINERD = "containerd"
-RUNTIME_DOCKER = "docker"
-RUNTIME_CRIO = "cri-o"
 
 
 def runtime_of(namespace: str) -> str:
