@@ -46,7 +46,7 @@ def test_check_fails_before_pin_and_passes_after(ctd: ContainerdDaemon, load_ima
     assert found["wanted"] is True and found["cri_pinned"] is False and found["agrees"] is False
     assert "pattern known only to pinctl" in found["cause"] and "pinctl sync" in found["fix"]
     assert pinctl(ctd, "pin", APP).returncode == 0
-    doc = check(ctd, "--pinned-image", APP, "--wait", "10", expect=0)
+    doc = check(ctd, "--pinned-image", APP, "--wait", "60", expect=0)
     assert doc["agree"] is True and item(doc, APP)["cri_pinned"] is True
     table = pinctl(ctd, "check", "--runtime-endpoint", ctd.address)
     assert table.returncode == 0 and table.stdout == "" and "agree" in table.stderr
@@ -91,7 +91,7 @@ def test_containerd_16_ignores_labels(containerd16: ContainerdDaemon,
 def test_ls_cri_column(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(APP, "example.test/chk-app:latest", seed="chk")])
     ctd.label_image(APP, {PIN: "pinned"})
-    cri.wait_for(ctd.address, lambda imgs: any(APP in i.repo_tags and i.pinned for i in imgs), 10)
+    cri.wait_for(ctd.address, lambda imgs: any(APP in i.repo_tags and i.pinned for i in imgs), 60)
     result = pinctl(ctd, "ls", "--cri", "-o", "json", env={"CONTAINER_RUNTIME_ENDPOINT": f"unix://{ctd.address}"})
     rows = {img["ref"]: img for img in json.loads(result.stdout)["images"]}
     assert rows["example.test/chk-app:latest"]["cri_pinned"] is True
@@ -128,7 +128,7 @@ def test_runtime_timeout(ctd: ContainerdDaemon, mute_socket: Path) -> None:
 def test_check_named_images_through_image_status(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(APP, seed="chk"), images.recipe("example.test/chk-other:1", seed="o")])
     assert pinctl(ctd, "pin", APP).returncode == 0
-    doc = check(ctd, APP, "--wait", "10", expect=0)
+    doc = check(ctd, APP, "--wait", "60", expect=0)
     assert [i["refs"] for i in doc["images"]] == [[APP]] and doc["images"][0]["cri_pinned"] is True
     doc = check(ctd, APP, "example.test/chk-gone:1", expect=1)
     gone = item(doc, "example.test/chk-gone:1")

@@ -37,7 +37,7 @@ def ls_by_ref(daemon: ContainerdDaemon, *args: str) -> dict[str, dict[str, Any]]
 
 def cri_pinned(daemon: ContainerdDaemon, image_id: str, want: bool) -> bool:
     """What the kubelet would be told, waiting briefly for the CRI to see a label change."""
-    listed = cri.wait_for(daemon.address, lambda imgs: any(i.id == image_id and i.pinned == want for i in imgs), 10)
+    listed = cri.wait_for(daemon.address, lambda imgs: any(i.id == image_id and i.pinned == want for i in imgs), 60)
     return next(i.pinned for i in listed if i.id == image_id)
 
 
@@ -76,6 +76,7 @@ def test_pin_writes_one_label_and_the_cri_reports_it(ctd: ContainerdDaemon, load
     assert cri_pinned(ctd, app.image_id, True)
 
 
+@one_containerd  # pinctl's planning reads the label it wrote; writing it is tested on every engine
 def test_pin_is_idempotent(ctd: ContainerdDaemon, load_images: LoadImages) -> None:
     load_images(ctd, [images.recipe(APP[0], seed="app")])
     assert pinctl(ctd, "pin", APP[0]).returncode == 0
@@ -210,6 +211,7 @@ def test_table_output_for_a_pipe_is_plain(ctd: ContainerdDaemon, load_images: Lo
     assert "\x1b[" not in "".join(out) and all(line == line.rstrip() for line in out)
 
 
+@one_containerd  # pinctl's options (-n, all, the env, either side of the command)
 def test_namespace_selection(ctd: ContainerdDaemon, load_images: LoadImages, fresh_namespace: Callable[[ContainerdDaemon], str]) -> None:
     other_ns = fresh_namespace(ctd)
     load_images(ctd, [images.recipe("example.test/elsewhere:1", seed="e")], other_ns)

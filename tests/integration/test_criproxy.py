@@ -98,6 +98,14 @@ def status_pinned(address: str, ref: str) -> bool:
     return found.pinned
 
 
+def wait_for(condition: Callable[[], bool], what: str, proxy: ProxyProcess, timeout: float = 60.0) -> None:
+    """Until condition holds; the deadline only ends a test that would hang (both cores busy)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not {what} after {timeout:.0f} s: {proxy.log.read_text()}"
+        time.sleep(0.1)
+
+
 def call_code(address: str, method: str, request: bytes = b"") -> grpc.StatusCode:
     with grpc.insecure_channel(f"unix://{address}") as channel:
         try:
@@ -131,7 +139,7 @@ def test_on_containerd21_a_policy_only_image_reads_pinned_through_the_proxy(
     daemon = clean_k8s_io(containerd21)
     load_images(daemon, [images.recipe(ref, seed=ref) for ref in (LABELLED, POLICY_ONLY, PLAIN)])
     daemon.label_image(LABELLED, {PIN: "pinned"})
-    cri.wait_for(daemon.address, lambda imgs: any(LABELLED in i.repo_tags and i.pinned for i in imgs), 10)
+    cri.wait_for(daemon.address, lambda imgs: any(LABELLED in i.repo_tags and i.pinned for i in imgs), 60)
     proxy = proxies(daemon, "--pinned-image", POLICY_ONLY)
     direct = pinned_by_tag(daemon.address)
     assert (direct[LABELLED], direct[POLICY_ONLY], direct[PLAIN]) == (True, False, False)
@@ -217,30 +225,34 @@ def test_check_through_the_proxy_agrees_with_pinctl(ctd16: ContainerdDaemon,
     assert json.loads(through.stdout)["agree"] is True
 
 
-def test_a_label_added_later_shows_within_the_refresh_bound(ctd16: ContainerdDaemon,
-                                                            proxies: Callable[..., ProxyProcess]) -> None:
+def test_a_label_added_later_shows_through_the_refresh(ctd16: ContainerdDaemon,
+                                                       proxies: Callable[..., ProxyProcess]) -> None:
+    """Proven by order, not speed: of two proxies that both read the pins before the label, the
+    one with the default 2 s refresh shows it, the one whose refresh is an hour does not (so no
+    call reads the pins afresh: the refresh did it)."""
     proxy = proxies(ctd16)
-    assert pinned_by_tag(proxy.path)[PLAIN] is False
+    stale = proxies(ctd16, "--refresh", "3600")
+    assert pinned_by_tag(proxy.path)[PLAIN] is False and pinned_by_tag(stale.path)[PLAIN] is False
     ctd16.label_image(PLAIN, {PIN: "pinned"})
-    start = time.monotonic()
-    while not pinned_by_tag(proxy.path)[PLAIN]:
-        assert time.monotonic() - start < 4.0, "not pinned within the 2 s refresh (plus one read)"
-        time.sleep(0.1)
+    wait_for(lambda: pinned_by_tag(proxy.path)[PLAIN], "pinned after the refresh", proxy)
+    assert pinned_by_tag(stale.path)[PLAIN] is False, "an hour's refresh read the pins again"
 
 
 def test_sighup_reloads_the_policy(ctd16: ContainerdDaemon, proxies: Callable[..., ProxyProcess],
                                    tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(f'pinned_images = ["{POLICY_ONLY}"]\n')
-    proxy = proxies(ctd16, "--config", str(config))
+    # An hour's refresh: only a reload can make PLAIN pinned before the deadline.
+    proxy = proxies(ctd16, "--config", str(config), "--refresh", "3600")
     assert pinned_by_tag(proxy.path)[PLAIN] is False
+    # SIGHUP with the files unchanged: the config poll sees nothing, so this reload is SIGHUP's.
+    proxy.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "config reloaded" in proxy.log.read_text(), "reloaded on SIGHUP", proxy)
+    assert "config changed" not in proxy.log.read_text()
+    # The reload drops the pins read before it: the new policy shows at once, not after an hour.
     config.write_text(f'pinned_images = ["{POLICY_ONLY}", "{PLAIN}"]\n')
     proxy.proc.send_signal(signal.SIGHUP)
-    start = time.monotonic()
-    # Sooner than the 2 s refresh: the reload drops the pins read before it.
-    while not pinned_by_tag(proxy.path)[PLAIN]:
-        assert time.monotonic() - start < 1.5, proxy.log.read_text()
-        time.sleep(0.1)
+    wait_for(lambda: pinned_by_tag(proxy.path)[PLAIN], "PLAIN pinned after the reload", proxy)
 
 
 def test_unreadable_label_store_passes_answers_through(ctd16: ContainerdDaemon,
@@ -296,16 +308,14 @@ def test_upstream_stopped_and_restarted_under_the_proxy(ctd16: ContainerdDaemon,
         assert call_code(proxy.path, cri.LIST_IMAGES) == grpc.StatusCode.UNAVAILABLE
     finally:
         ctd16.start()
-    start = time.monotonic()
-    while call_code(proxy.path, VERSION) != grpc.StatusCode.OK:
-        assert time.monotonic() - start < 5.0, "the proxy did not reconnect"
-        time.sleep(0.1)
+    wait_for(lambda: call_code(proxy.path, VERSION) == grpc.StatusCode.OK, "the proxy reconnected", proxy)
     assert pinned_by_tag(proxy.path)[LABELLED] is True
     assert proxy.proc.poll() is None
 
 
-def test_eight_concurrent_clients_for_ten_seconds(ctd16: ContainerdDaemon,
-                                                  proxies: Callable[..., ProxyProcess]) -> None:
+def test_eight_concurrent_clients_reconnecting(ctd16: ContainerdDaemon,
+                                               proxies: Callable[..., ProxyProcess]) -> None:
+    """A count of calls, not a span of time: the same work however busy the machine is."""
     proxy = proxies(ctd16)
     assert call_code(proxy.path, VERSION) == grpc.StatusCode.OK
     baseline = proxy.fds()
@@ -313,16 +323,15 @@ def test_eight_concurrent_clients_for_ten_seconds(ctd16: ContainerdDaemon,
     calls = [0] * 8
 
     def hammer(index: int) -> None:
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
+        for _ in range(4):
             # A new connection every 50 calls: connections come and go, as clients restart.
             with grpc.insecure_channel(f"unix://{proxy.path}") as channel:
                 for _ in range(50):
                     try:
                         if calls[index] % 3 == 0:
-                            channel.unary_unary(cri.LIST_IMAGES)(b"", timeout=10)
+                            channel.unary_unary(cri.LIST_IMAGES)(b"", timeout=30)
                         else:
-                            channel.unary_unary(VERSION)(b"", timeout=10)
+                            channel.unary_unary(VERSION)(b"", timeout=30)
                     except grpc.RpcError as err:
                         errors.append(f"{err.code()}: {err.details()}")
                     calls[index] += 1
@@ -333,9 +342,9 @@ def test_eight_concurrent_clients_for_ten_seconds(ctd16: ContainerdDaemon,
     for thread in threads:
         thread.join()
     assert errors == []
-    assert min(calls) > 100, calls
-    time.sleep(1.0)
-    assert proxy.fds() <= baseline + 2, (baseline, proxy.fds())
+    assert calls == [200] * 8, calls
+    # The clients' connections are closed; the proxy lets go of them when it sees that.
+    wait_for(lambda: proxy.fds() <= baseline + 2, f"back to {baseline} + 2 descriptors", proxy)
 
 
 def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNode,
@@ -347,9 +356,15 @@ def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNo
         stream = channel.unary_stream(EVENTS)(b"")
         follower = threading.Thread(target=_follow, args=(stream, events), daemon=True)
         follower.start()
-        time.sleep(0.5)  # subscribed before the first container
         made = modern_pod_node.pods()
         made.address = proxy.path
+        # Subscribed before the container under test: shown by a probe's event coming through,
+        # not assumed after a pause (the stream sends nothing until the first event).
+        probe_pod, probes = made.pod(), set[str]()
+        deadline = time.monotonic() + 60
+        while not probes & {cid for cid, _ in events}:
+            assert time.monotonic() < deadline, events
+            probes.add(made.container(info.refs[0], "exited", pod=probe_pod).id)
         container = made.container(info.refs[0], "running")
         assert container.id in {c.id for c in cri_pods.list_containers(proxy.path)}
         cri_pods.stop_container(proxy.path, container.id)
@@ -358,6 +373,8 @@ def test_real_pods_and_container_events_through_the_proxy(modern_pod_node: PodNo
         assert container.id not in {c.id for c in cri_pods.list_containers(proxy.path)}
         cri_pods.stop_pod_sandbox(proxy.path, container.pod.id)
         cri_pods.remove_pod_sandbox(proxy.path, container.pod.id)
+        cri_pods.stop_pod_sandbox(proxy.path, probe_pod.id)
+        cri_pods.remove_pod_sandbox(proxy.path, probe_pod.id)
         assert cri_pods.list_pod_sandboxes(proxy.path) == []
         # ContainerEventType: CREATED 0, STARTED 1, STOPPED 2, DELETED 3.
         deadline = time.monotonic() + 10
@@ -392,13 +409,20 @@ def test_a_crashed_relay_is_replaced(ctd16: ContainerdDaemon, relay_proxies: Cal
     proxy = relay_proxies(ctd16, "--pinned-image", POLICY_ONLY)
     first = relay_pid(proxy)
     os.kill(first, signal.SIGKILL)
-    start = time.monotonic()
-    while call_code(proxy.path, VERSION) != grpc.StatusCode.OK or relay_pid(proxy) == first:
-        assert time.monotonic() - start < 5.0, proxy.log.read_text()
-        time.sleep(0.1)
+    # A call answered means a relay serves (between the two there is none to look at).
+    wait_for(lambda: call_code(proxy.path, VERSION) == grpc.StatusCode.OK and relay_pid(proxy) != first,
+             "another relay serving", proxy)
     assert pinned_by_tag(proxy.path)[POLICY_ONLY] is True
     assert "the relay stopped on its own; starting another" in proxy.log.read_text()
     assert proxy.stop() == 0
+
+
+def gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie nobody reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def test_the_relay_follows_pinctl_out(ctd16: ContainerdDaemon, relay_proxies: Callable[..., ProxyProcess]) -> None:
@@ -407,10 +431,7 @@ def test_the_relay_follows_pinctl_out(ctd16: ContainerdDaemon, relay_proxies: Ca
     relay = relay_pid(proxy)
     proxy.proc.kill()
     proxy.proc.wait(5)
-    start = time.monotonic()
-    while os.path.exists(f"/proc/{relay}") and Path(f"/proc/{relay}/stat").read_text().split()[2] != "Z":
-        assert time.monotonic() - start < 5.0, "the relay outlived pinctl"
-        time.sleep(0.05)
+    wait_for(lambda: gone(relay), "the relay gone after pinctl", proxy)
     assert not os.path.exists(proxy.path)
 
 

@@ -249,7 +249,7 @@ def mixed_node(node: PodNode) -> Mixed:
     first = load_one(node, "example.test/gc-first:1", 1 * MIB)
     policy = load_one(node, "example.test/gc-policy:1", MIB + MIB // 2)
     third = load_one(node, "example.test/gc-third:1", MIB // 2)
-    cri.wait_for(node.address, lambda imgs: any(i.id == labelled.image_id and i.pinned for i in imgs), 10)
+    cri.wait_for(node.address, lambda imgs: any(i.id == labelled.image_id and i.pinned for i in imgs), 60)
     last_old = record_times(node.address)[third.refs[0]]
     return Mixed(running, exited, created, labelled, [first, policy, third], policy,
                  {image_id: listed[cid] for image_id, cid in names.items()}, last_old)

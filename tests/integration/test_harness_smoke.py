@@ -70,10 +70,10 @@ def test_ctr_label_sets_and_removes_the_pin_label(
         time.sleep(0.3)
         assert not cri.by_tag(cri.list_images(containerd.address))[ref].pinned
     else:
-        cri.wait_for(containerd.address, lambda listed: cri.by_tag(listed)[ref].pinned, timeout=10)
+        cri.wait_for(containerd.address, lambda listed: cri.by_tag(listed)[ref].pinned, timeout=30)
     containerd.label_image(ref, {PIN_KEY: ""})
     assert PIN_KEY not in _labels(containerd, ref)
-    cri.wait_for(containerd.address, lambda listed: not cri.by_tag(listed)[ref].pinned, timeout=10)
+    cri.wait_for(containerd.address, lambda listed: not cri.by_tag(listed)[ref].pinned, timeout=30)
 
 
 def test_sandbox_image_pinned_by_cri_17_only(containerd: ContainerdDaemon) -> None:

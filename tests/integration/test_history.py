@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.conftest import one_containerd
 from tests.harness import cri, images
 from tests.harness import registry as reg
 from tests.harness.containerd import ContainerdDaemon
@@ -34,6 +35,7 @@ GONE = "example.test/hist-gone:1"
 KEPT = "example.test/hist-kept:1"
 
 
+@one_containerd  # the journal's pointers are pinctl's; deletions per engine: test_watch_history
 def test_ls_check_and_history_name_who_deleted_a_wanted_image(modern_containerd: ContainerdDaemon,
                                                                load_images: LoadImages, tmp_path: Path) -> None:
     ctd = modern_containerd

@@ -280,13 +280,13 @@ def test_the_kubelet_runs_the_daemonsets_pod_template_as_a_static_pod(
                     return statuses[0]
         return None
 
-    ready = wait_until("ready in the kubelet's /pods", ready_status, 10, made.log_tail)
+    ready = wait_until("ready in the kubelet's /pods", ready_status, 60, made.log_tail)
     assert ready["name"] == found.container and ready["restartCount"] == 0 and "running" in ready["state"]
     assert ready["containerID"] == f"containerd://{container.id}"
     probed = time.monotonic() - began
 
     # The mounted policy at work: the image it names pinned, the other not.
-    wait_until(f"{COVERED} pinned", lambda: pinned(node, COVERED), 10, lambda: "\n".join(pod_messages(made)))
+    wait_until(f"{COVERED} pinned", lambda: pinned(node, COVERED), 60, lambda: "\n".join(pod_messages(made)))
     assert not pinned(node, NOT_COVERED)
     assert {"full sync", "pinned"} <= set(pod_messages(made)), pod_messages(made)
 

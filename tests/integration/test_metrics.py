@@ -33,7 +33,7 @@ from tests.integration.test_watch import WatchProcess, labelled_within, load, wa
 POLICY = 'pinned_images = ["example.test/keep/*", "example.test/bench-*"]\n'
 SCRAPE_SECONDS = 1
 CHECK_SECONDS = "1"
-WAIT = 20.0  # Prometheus sees a change within a scrape or two; this is for a loaded CI machine
+WAIT = 60.0  # Prometheus sees a change within a scrape or two; this only ends a hung test
 
 
 def free_port() -> int:
@@ -126,7 +126,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
 def watcher(tmp_path: Path) -> Iterator[Callable[[ContainerdDaemon, str], WatchProcess]]:
     for start in watchers(tmp_path):
         yield lambda daemon, job: start(daemon, POLICY, "--metrics-address", f"127.0.0.1:{PORTS[job]}",
-                                        "--check-interval", CHECK_SECONDS)
+                                        "--check-interval", CHECK_SECONDS, patient=True)
 
 
 def series(name: str, job: str, **labels: str) -> str:
@@ -166,9 +166,45 @@ def test_prometheus_sees_pins_come_and_go_and_readiness_follow_containerd(
     check_lint(port, tmp_path)
     burst_is_scraped(daemon, prometheus, port, tmp_path)
     readiness_follows_containerd(daemon, proc, prometheus, port)
-    code, took = proc.terminate()
-    assert code == 0 and took < 2.0, "the endpoint and the check thread must not hold up SIGTERM"
+    # The endpoint must not hold up SIGTERM: a client keeps one of its threads reading a request
+    # that never ends, and the watcher exits while that client still writes (the order proves it;
+    # terminate's deadline only ends a hang). The check thread's wait: tests/unit/test_metrics.py.
+    with SlowClient(port) as client:
+        code, _ = proc.terminate()
+        assert code == 0 and client.writing_when_stopped(), "the endpoint held up SIGTERM"
     assert http_get(f"http://127.0.0.1:{port}/healthz", 1)[0] == 0, "nothing answers once it stopped"
+
+
+class SlowClient:
+    """A request to /metrics whose header line never ends: a byte now and then, so the server's
+    handler thread stays inside it (its 10 s read timeout starts again with each byte)."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        self.stop = threading.Event()
+        self.failed_at: list[BaseException] = []
+        self.thread = threading.Thread(target=self._drip, daemon=True)
+        self.thread.start()
+
+    def _drip(self) -> None:
+        try:
+            while not self.stop.wait(0.2):
+                self.conn.sendall(b"a")
+        except OSError as err:  # the server went away
+            self.failed_at.append(err)
+
+    def writing_when_stopped(self) -> bool:
+        """Whether the client was still dripping (not given up) when the watcher had exited."""
+        return self.thread.is_alive() or bool(self.failed_at)
+
+    def __enter__(self) -> SlowClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.conn.close()
 
 
 def check_lint(port: int, tmp_path: Path) -> None:
@@ -179,32 +215,45 @@ def check_lint(port: int, tmp_path: Path) -> None:
     assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint.stdout + lint.stderr
 
 
+def counted(body: str, name: str) -> float:
+    """A counter in a scrape's body, summed over its series."""
+    return sum(sample.value for family in text_string_to_metric_families(body)
+               for sample in family.samples if sample.name == name)
+
+
 def burst_is_scraped(daemon: ContainerdDaemon, prometheus: Prometheus, port: int, tmp_path: Path) -> None:
-    """1,000 image creations while /metrics is asked every 0.2 s: every scrape is answered."""
+    """1,000 image creations while /metrics is asked every 0.2 s: every scrape is answered, and
+    some while the burst's events still arrive (by what they count, not how long they took)."""
     answers: list[tuple[int, float]] = []
     done = threading.Event()
 
     def scrape() -> None:
         while not done.is_set():
-            start = time.monotonic()
-            code, _ = http_get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-            answers.append((code, time.monotonic() - start))
+            code, body = http_get(f"http://127.0.0.1:{port}/metrics", timeout=60)
+            if code != 200:
+                answers.append((code, False))
+            else:  # the burst's events had begun, its pins were not all written
+                labels = counted(body, "pinctl_labels_written_total")
+                answers.append((code, counted(body, "pinctl_image_events_total") > events_before and labels < 1001))
             time.sleep(0.2)
 
-    events_before = prometheus.value(series("pinctl_image_events_total", "ctd17")) or 0
+    code, body = http_get(f"http://127.0.0.1:{port}/metrics", timeout=60)
+    assert code == 200, body
+    events_before = counted(body, "pinctl_image_events_total")
     archive = tmp_path / "burst.tar"
     images.build_archive(archive, images.numbered_recipes(1000))
     scraper = threading.Thread(target=scrape)
     scraper.start()
     try:
-        daemon.ctr("images", "import", "--no-unpack", "--all-platforms", str(archive))
+        # A deadline that ends a hang only: with both cores busy, this import took over 120 s here.
+        daemon.ctr("images", "import", "--no-unpack", "--all-platforms", str(archive), timeout=900)
         prometheus.wait(series("pinctl_labels_written_total", "ctd17", namespace="k8s.io"), lambda v: v == 1001,
-                        timeout=60)
+                        timeout=300)
     finally:
         done.set()
         scraper.join()
     assert len(answers) >= 3 and all(code == 200 for code, _ in answers), answers
-    assert max(took for _, took in answers) < 5
+    assert any(mid_burst for _, mid_burst in answers), "no scrape answered while the burst's events came in"
     assert (prometheus.value(series("pinctl_image_events_total", "ctd17")) or 0) - events_before >= 1000
 
 

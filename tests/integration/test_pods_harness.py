@@ -21,8 +21,6 @@ pytestmark = pytest.mark.integration
 
 MIB = 1024 * 1024
 PIN_LABEL = "io.cri-containerd.pinned"
-# Generous: a pod and a container take about 0.15 s here; this only catches a hang or a retry loop.
-START_BUDGET_S = 5.0
 # The model takes the time as an input; every image here is long past the minimum age.
 _NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
 _LONG_AGO = _NOW - timedelta(days=1)
@@ -79,13 +77,19 @@ def test_stop_and_remove_a_container_then_its_pod(pod_node: PodNode) -> None:
     assert cri_pods.list_pod_sandboxes(pod_node.address) == []
 
 
-def test_a_pod_and_a_container_start_quickly(pod_node: PodNode, record_property: Callable[[str, object], None]) -> None:
+def test_five_pods_in_a_row_each_run_their_container(pod_node: PodNode,
+                                                     record_property: Callable[[str, object], None]) -> None:
+    """Made one after another, each pod and container is running at once and none replaces another;
+    how long each took is recorded (a hang ends in wait_for_state's deadline), never asserted."""
     (info,) = pod_node.load_runnable([runnable.runnable_recipe("example.test/timed:1")])
     made = pod_node.pods()
-    seconds = [made.container(info.refs[0], "running").seconds for _ in range(5)]
+    started = [made.container(info.refs[0], "running") for _ in range(5)]
+    seconds = [container.seconds for container in started]
     record_property("pod_and_container_start_s", seconds)
     print(f"pod + running container: median {statistics.median(seconds):.3f}s, max {max(seconds):.3f}s")
-    assert max(seconds) < START_BUDGET_S
+    assert len({container.pod.id for container in started}) == 5
+    running = {c.id for c in cri_pods.list_containers(pod_node.address) if c.state == "running"}
+    assert {container.id for container in started} <= running
 
 
 def test_image_fs_info_reports_the_dedicated_filesystem(pod_node: PodNode) -> None:

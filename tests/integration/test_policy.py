@@ -67,6 +67,7 @@ def pattern_reasons(doc: Any) -> dict[str, list[tuple[str, str]]]:
     }
 
 
+@one_containerd  # pinctl's matching and its sources; what the CRI then pins: sync, on every engine
 def test_ls_names_every_pattern_and_its_source(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = [\n  "registry.example/base/*",\n]\n')
     write(tmp_path / "config.d" / "10-team.toml", 'pinned_images = ["*fedora*"]\n')
@@ -94,7 +95,7 @@ def test_sync_labels_what_the_policy_covers(ctd: ContainerdDaemon, zoo: dict, tm
         assert found[ref][PIN] == "pinned" and found[ref][MANAGED] == "true"
     assert PIN not in found["myregistry.example/base/fake:1"] and PIN not in found["example.test/app:1"]
     os_id = zoo["registry.example/base/os:1"].image_id
-    cri.wait_for(ctd.address, lambda imgs: any(i.id == os_id and i.pinned for i in imgs), 10)
+    cri.wait_for(ctd.address, lambda imgs: any(i.id == os_id and i.pinned for i in imgs), 60)
     again = run_json(ctd, main, "sync")
     assert {r["action"] for r in again["results"]} == {"already-pinned"}
 
@@ -114,9 +115,10 @@ def test_prune_removes_only_what_sync_added(ctd: ContainerdDaemon, zoo: dict, tm
     assert found["registry.example/base/tools:2"][PIN] == "pinned"
     assert found["example.test/fedora-builder:3"][PIN] == "pinned"
     app_id = zoo["example.test/app:1"].image_id
-    cri.wait_for(ctd.address, lambda imgs: any(i.id == app_id and not i.pinned for i in imgs), 10)
+    cri.wait_for(ctd.address, lambda imgs: any(i.id == app_id and not i.pinned for i in imgs), 60)
 
 
+@one_containerd  # pinctl's refusal; a prune's write: the test before, on every engine
 def test_prune_with_an_empty_policy_is_refused(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["example.test/app:1"]\n')
     run_json(ctd, main, "sync")
@@ -127,6 +129,7 @@ def test_prune_with_an_empty_policy_is_refused(ctd: ContainerdDaemon, zoo: dict,
     assert [r["ref"] for r in doc["results"] if r["action"] == "pruned"] == ["example.test/app:1"]
 
 
+@one_containerd  # pinctl's patterns and dialects; the label write: test_core, on every engine
 def test_pin_and_unpin_by_pattern(ctd: ContainerdDaemon, zoo: dict) -> None:
     doc = run_json(ctd, None, "pin", "registry.example/base/*")
     assert {r["ref"] for r in doc["results"]} == {
@@ -140,6 +143,7 @@ def test_pin_and_unpin_by_pattern(ctd: ContainerdDaemon, zoo: dict) -> None:
     assert missing.returncode == 1 and "no image matches nothing.example/*" in missing.stderr
 
 
+@one_containerd  # pinctl's drift from labels and policy, and its rendering
 def test_drift_shows_both_directions(ctd: ContainerdDaemon, zoo: dict, tmp_path: Path) -> None:
     main = write(tmp_path / "config.toml", 'pinned_images = ["example.test/app:1"]\n')
     ctd.label_image("registry.example/base/tools:2", {PIN: "pinned"})

@@ -33,6 +33,8 @@ MIB = 1024 * 1024
 # FailingProxy counted them: 1.7 tries HEAD, then GET; 2.1's resolver asks once more, so a
 # pull through 2.1 rides out one 500 more on its own.
 RESOLVE_REQUESTS = {"containerd-1.7": 2, "containerd-2.1": 3, "containerd-2.4": 3}
+# For a test of what pinctl alone decides: the node on containerd 1.7 only.
+ONE_NODE = pytest.mark.parametrize("node", ["containerd-1.7"], ids=["ctd17"], indirect=True)
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +153,7 @@ def test_500_then_recovers_with_retries(clean: reg.RegistryContainerd, registry:
         proxy.close()
 
 
+@ONE_NODE  # pinctl's disk budget, decided before any pull
 def test_too_large_for_the_budget_is_skipped(clean: reg.RegistryContainerd, registry: reg.Registry,
                                              tmp_path: pathlib.Path) -> None:
     small = push(registry, tmp_path, "small:1", "pull-small")
@@ -166,6 +169,7 @@ def test_too_large_for_the_budget_is_skipped(clean: reg.RegistryContainerd, regi
     assert json.loads(alone.stdout)["status"] == "error"
 
 
+@ONE_NODE  # pinctl's SIGINT while it waits to retry; the CRI is never reached
 def test_sigint_stops_without_a_label(clean: reg.RegistryContainerd, registry: reg.Registry,
                                       tmp_path: pathlib.Path) -> None:
     push(registry, tmp_path, "slow:1", "pull-slow")
@@ -198,6 +202,7 @@ def test_sigint_stops_without_a_label(clean: reg.RegistryContainerd, registry: r
         proxy.close()
 
 
+@ONE_NODE  # pinctl's choice of what to pull; sync --pull per engine: the fresh-node test
 def test_sync_pull_pulls_exact_refs_and_skips_globs(clean: reg.RegistryContainerd, registry: reg.Registry,
                                                     tmp_path: pathlib.Path) -> None:
     ref = push(registry, tmp_path, "policy:1", "pull-policy")

@@ -251,10 +251,11 @@ def test_bash_and_fish_complete_history_from_the_journal(sandbox: Sandbox) -> No
 
 
 def test_bash_is_silent_and_quick_without_a_daemon(sandbox: Sandbox) -> None:
-    start = time.monotonic()
+    """Quick: with pinctl's timeout an hour, a completion that waited for the daemon would outlast
+    bash_complete's deadline; one that sees no socket and gives up returns at once."""
+    Path(sandbox.env["PINCTL_CONFIG"]).write_text("timeout = 3600\n")
     assert bash_complete(sandbox, "pinctl pin ex") == []  # bash_complete asserts an empty stderr
     assert bash_complete(sandbox, "pinctl -n ") == []
-    assert time.monotonic() - start < 10
     assert sandbox.calls() == ["ls -q", "namespaces -q"]
 
 
@@ -272,7 +273,7 @@ class Terminal:
 
     def run(self, *args: str) -> str:
         argv = [self.tmux, "-S", str(self.socket), "-f", "/dev/null", *args]
-        return subprocess.run(argv, env=self.env, check=True, capture_output=True, text=True, timeout=20).stdout
+        return subprocess.run(argv, env=self.env, check=True, capture_output=True, text=True, timeout=60).stdout
 
     def type(self, text: str, *keys: str) -> None:
         self.run("send-keys", "-l", text)

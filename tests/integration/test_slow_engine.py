@@ -93,7 +93,9 @@ def test_a_containerd_that_does_not_answer_is_reported_within_about_one_timeout(
     finally:
         os.kill(daemon.pid, signal.SIGCONT)
     assert_one_line_error(result, 1, "did not answer within 2s", "raise --timeout")
-    assert took < 4 * float(TIMEOUT) + 2, took  # start-up, then one deadline
+    # About one deadline, not one per call or per probe (the listing's probe waits up to 30 of
+    # them): a bound far from both, so a busy machine's start-up never reaches it.
+    assert took < 15 * float(TIMEOUT), took
 
 
 @one_engine

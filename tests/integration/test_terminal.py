@@ -260,7 +260,7 @@ def test_watch_logs_control_characters_escaped(containerd17: ContainerdDaemon, o
             time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
     raw = log_path.read_bytes()
     assert b"\x1b" not in raw and "\u202e".encode() not in raw
     lines = raw.decode().splitlines()
@@ -305,7 +305,7 @@ class Tmux:
 
     def tmux(self, *args: str) -> str:
         return subprocess.run([*self.argv, *args], env=self.env, check=True, capture_output=True, text=True,
-                              timeout=20).stdout
+                              timeout=60).stdout
 
     def screen(self) -> str:
         """The screen with every wrapped line joined again and its trailing blanks kept."""

@@ -21,24 +21,36 @@ from tests.integration.conftest import one_engine
 
 PIN = "io.cri-containerd.pinned"
 LoadImages = Callable[..., list[images.ImageInfo]]
-DEADLINE = 3.0  # generous for a loaded CI machine; bench/bench_watch.py measures the real latency
+# Only ends a test that would hang: the watcher has no periodic sync on containerd, so a label
+# that comes at all came from an event (bench/bench_watch.py measures the latency).
+DEADLINE = 60.0
+# pinctl with the watcher's safety net (the loop's wait for the next event, 5 s) an hour long:
+# a watcher run so that stops within a test's deadline was woken by its signal, not by that wait.
+# SIGUSR1 makes it write every thread's stack to its log: what held a stop up, when one is.
+PATIENT = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+           "import pinctl.watch.watcher as watcher; watcher.POLL_SECONDS = 3600.0; "
+           "sys.argv[0] = 'pinctl'; from pinctl.cli import main; main()")
+
+
+def pinctl_argv(patient: bool = False) -> list[str]:
+    return [sys.executable, "-c", PATIENT] if patient else [sys.executable, "-m", "pinctl"]
 
 
 class WatchProcess:
     def __init__(self, daemon: ContainerdDaemon, config: Path, *extra: str, env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, patient: bool = False) -> None:
         env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config), **(env or {})}
         env.pop("CONTAINERD_NAMESPACE", None)
         self.log_path = log_path or config.parent / "watch.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pinctl", "sync", "--watch", "--log-format", "json", *extra],
+            [*pinctl_argv(patient), "sync", "--watch", "--log-format", "json", *extra],
             env=env, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"),
         )
 
     def lines(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.strip()]
 
-    def wait_log(self, msg: str, count: int = 1, timeout: float = 15) -> None:
+    def wait_log(self, msg: str, count: int = 1, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while sum(line["msg"] == msg for line in self.lines()) < count:
             assert self.proc.poll() is None, self.log_path.read_text()
@@ -46,9 +58,18 @@ class WatchProcess:
             time.sleep(0.05)
 
     def terminate(self) -> tuple[int, float]:
+        """SIGTERM; the exit code and the seconds it took (for reports: no test asserts them). The
+        deadline only ends a hang: what could hold the stop up is shown held by the tests."""
         start = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=10)
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # a patient watcher's stacks, into its log
+            time.sleep(1)
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"not stopped 60 s after SIGTERM:\n{self.log_path.read_text()[-6000:]}") from None
         return code, time.monotonic() - start
 
 
@@ -57,10 +78,10 @@ def watchers(tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
     every one still running is killed afterwards."""
     started: list[WatchProcess] = []
 
-    def start(daemon: ContainerdDaemon, policy: str, *extra: str) -> WatchProcess:
+    def start(daemon: ContainerdDaemon, policy: str, *extra: str, patient: bool = False) -> WatchProcess:
         config = tmp_path / "config.toml"
         config.write_text(policy)
-        process = WatchProcess(daemon, config, *extra)
+        process = WatchProcess(daemon, config, *extra, patient=patient)
         started.append(process)
         process.wait_log("full sync")
         return process
@@ -75,17 +96,19 @@ def watchers(tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
 @pytest.fixture
 def watch(daemon: ContainerdDaemon, tmp_path: Path) -> Iterator[Callable[..., WatchProcess]]:
     for start in watchers(tmp_path):
-        yield lambda policy, *extra: start(daemon, policy, *extra)
+        yield lambda policy, *extra, patient=False: start(daemon, policy, *extra, patient=patient)
 
 
 def labelled_within(daemon: ContainerdDaemon, ref: str, timeout: float = DEADLINE, value: str | None = "pinned",
-                    namespace: str = "k8s.io") -> float:
-    start = time.monotonic()
+                    namespace: str = "k8s.io") -> None:
+    """Until ref's pin label is value; checked once more after the deadline, so a timeout of 0
+    asks whether it is so now."""
+    deadline = time.monotonic() + timeout
     while True:
         labels = {row.ref: row.labels for row in daemon.images(namespace)}
         if labels.get(ref, {}).get(PIN) == value:
-            return time.monotonic() - start
-        assert time.monotonic() - start < timeout, f"{ref} labels {labels.get(ref)} after {timeout}s"
+            return
+        assert time.monotonic() < deadline, f"{ref} labels {labels.get(ref)} after {timeout}s"
         time.sleep(0.05)
 
 
@@ -96,7 +119,7 @@ def load(daemon: ContainerdDaemon, tmp_path: Path, *recipes: images.ImageRecipe)
 
 
 def test_new_and_retagged_images_are_pinned(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
-    proc = watch('pinned_images = ["example.test/keep/*"]\n')
+    proc = watch('pinned_images = ["example.test/keep/*"]\n', patient=True)
     load(daemon, tmp_path, images.recipe("example.test/keep/app:1", seed="w1"), images.recipe("example.test/other:1", seed="w2"))
     labelled_within(daemon, "example.test/keep/app:1")
     daemon.ctr("images", "tag", "example.test/other:1", "example.test/keep/other:2")
@@ -110,11 +133,11 @@ def test_new_and_retagged_images_are_pinned(daemon: ContainerdDaemon, watch: Cal
     load(daemon, tmp_path, images.recipe("example.test/keep/app:1", seed="w1-v2"))
     labelled_within(daemon, "example.test/keep/app:1")
     assert {row.ref: row.digest for row in daemon.images()}["example.test/keep/app:1"] != before
-    cri.wait_for(daemon.address, lambda imgs: any("example.test/keep/app:1" in i.repo_tags and i.pinned for i in imgs), 10)
+    cri.wait_for(daemon.address, lambda imgs: any("example.test/keep/app:1" in i.repo_tags and i.pinned for i in imgs), 60)
     pinned = [line for line in proc.lines() if line["msg"] == "pinned"]
     assert {line["ref"] for line in pinned} >= {"example.test/keep/app:1", "example.test/keep/other:2"}
-    code, took = proc.terminate()
-    assert code == 0 and took < 2.0
+    # Patient: its loop's own wait is an hour, so a stop within terminate's deadline was SIGTERM's.
+    assert proc.terminate()[0] == 0
 
 
 def test_recovers_when_containerd_restarts(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
@@ -134,12 +157,13 @@ def test_catches_up_on_what_happened_while_disconnected(daemon: ContainerdDaemon
     proc.wait_log("containerd unreachable, retrying")
     daemon.start()
     load(daemon, tmp_path, images.recipe("example.test/keep/meanwhile:1", seed="w4"))
-    labelled_within(daemon, "example.test/keep/meanwhile:1", timeout=15)
+    labelled_within(daemon, "example.test/keep/meanwhile:1")
 
 
+@one_engine  # SIGHUP and a reload are pinctl's; labels per engine: the test above
 def test_sighup_reloads_the_config(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess], tmp_path: Path) -> None:
     load(daemon, tmp_path, images.recipe("example.test/later:1", seed="w5"))
-    proc = watch('pinned_images = ["example.test/keep/*"]\n')
+    proc = watch('pinned_images = ["example.test/keep/*"]\n', patient=True)
     assert PIN not in {row.ref: row.labels for row in daemon.images()}["example.test/later:1"]
     (tmp_path / "config.toml").write_text('pinned_images = ["example.test/later:*"]\n')
     proc.proc.send_signal(signal.SIGHUP)
@@ -149,8 +173,7 @@ def test_sighup_reloads_the_config(daemon: ContainerdDaemon, watch: Callable[...
     proc.proc.send_signal(signal.SIGHUP)
     proc.wait_log("config reload failed, keeping the previous one")
     assert proc.proc.poll() is None
-    code, took = proc.terminate()
-    assert code == 0 and took < 2.0
+    assert proc.terminate()[0] == 0  # patient, as above: SIGTERM's stop
 
 
 @one_engine  # the log's format and a signal: pinctl's own, whatever containerd it follows
@@ -158,14 +181,20 @@ def test_text_log_and_sigint(daemon: ContainerdDaemon, tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('pinned_images = ["example.test/keep/*"]\n')
     env = {**os.environ, "CONTAINERD_ADDRESS": daemon.address, "PINCTL_CONFIG": str(config)}
-    proc = subprocess.Popen([sys.executable, "-m", "pinctl", "sync", "--watch"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    start = time.monotonic()
+    log = tmp_path / "watch.log"
+    with open(log, "w") as stderr:
+        # Patient (an hour's wait for the next event): a stop within the deadline is SIGINT's.
+        proc = subprocess.Popen([*pinctl_argv(patient=True), "sync", "--watch"], env=env,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+    deadline = time.monotonic() + DEADLINE
+    while " info full sync (" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=10)
-    assert proc.returncode == 0 and time.monotonic() - start < 2.0
-    assert out == "" and " info full sync (" in err and err.rstrip().endswith("info stopped")
+    out, _ = proc.communicate(timeout=60)
+    err = log.read_text()
+    assert proc.returncode == 0, err
+    assert out == "" and err.rstrip().endswith("info stopped")
 
 
 @one_engine  # refused before containerd is asked anything
@@ -203,9 +232,10 @@ def test_watch_follows_dockers_own_containerd_as_sync_does(
                           env={**os.environ, **env, "CONTAINERD_ADDRESS": containerd16.address,
                                "PINCTL_CONFIG": str(config)})
     assert once.returncode == 0, once.stderr
-    labelled_within(moby, "example.test/dkw/two:1", timeout=0.1, namespace="moby")
+    labelled_within(moby, "example.test/dkw/two:1", timeout=0, namespace="moby")
 
 
+@one_engine  # pinctl's own connections; reconnecting per engine: the restart tests
 def test_reloads_leave_no_connection_behind(daemon: ContainerdDaemon, watch: Callable[..., WatchProcess]) -> None:
     proc = watch('pinned_images = ["example.test/keep/*"]\n')
     fds = Path(f"/proc/{proc.proc.pid}/fd")
@@ -220,4 +250,9 @@ def test_reloads_leave_no_connection_behind(daemon: ContainerdDaemon, watch: Cal
         return len(list(fds.iterdir()))
 
     settled = reload(10)
-    assert reload(100) <= settled + 2, proc.log_path.read_text()[-2000:]
+    reload(100)
+    # A leak never comes back down; a session still being set up on a busy machine does.
+    deadline = time.monotonic() + DEADLINE
+    while len(list(fds.iterdir())) > settled + 2:
+        assert time.monotonic() < deadline, (settled, proc.log_path.read_text()[-2000:])
+        time.sleep(0.1)

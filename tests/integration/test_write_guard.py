@@ -256,16 +256,14 @@ def test_a_daemon_that_stops_answering_bounds_the_whole_command(two_images: Any)
     assert daemon.pid is not None
     os.kill(daemon.pid, signal.SIGSTOP)
     try:
-        began = time.monotonic()
         results = pinning.apply_plan(plan, dry_run=False)
-        elapsed = time.monotonic() - began
     finally:
         os.kill(daemon.pid, signal.SIGCONT)
     assert len(results) == len(refs) + 1 and all(r.failed for r in results)  # and example.test/a:1
     assert "did not answer within 0.5s" in (results[0].error or "")
+    # Before, every window of 128 waited out its own deadline (12 s here); now the first deadline
+    # ends the command: proven by count, not by the clock, since all but two windows were never tried.
     assert sum("not tried" in (r.error or "") for r in results) >= len(refs) - 2 * 128
-    # Before: every window of 128 waited out its own deadline (12 s here); now about one.
-    assert elapsed < 4 * 0.5, elapsed
 
 
 def test_an_id_prefix_needs_four_digits_with_or_without_sha256(two_images: Any) -> None:

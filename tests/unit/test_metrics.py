@@ -339,6 +339,40 @@ def test_an_address_in_use_is_a_usage_error(server: tuple[serve.MetricsServer, m
     assert "already in use" in str(info.value)
 
 
+def test_stop_does_not_wait_for_a_client_still_sending(server: tuple[serve.MetricsServer, monitor.WatchState]) -> None:
+    """A request whose headers never end keeps a handler thread reading (each byte starts its
+    10 s timeout again): stop() returns while that client still sends, so SIGTERM is not held."""
+    served, _state = server
+    client = socket.create_connection(("127.0.0.1", served.port), timeout=30)
+    client.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+    sending = threading.Event()
+    sending.set()
+
+    def drip() -> None:
+        while sending.is_set():
+            try:
+                client.sendall(b"a")
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
+    deadline = time.monotonic() + 60
+    while not any("process_request" in thread.name for thread in threading.enumerate()):
+        assert time.monotonic() < deadline, "the server never took the connection"
+        time.sleep(0.01)
+    stopper = threading.Thread(target=served.stop, daemon=True)
+    try:
+        stopper.start()
+        stopper.join(60)
+        assert not stopper.is_alive(), "stop() waited for the client"
+    finally:
+        sending.clear()
+        dripper.join(30)
+        client.close()
+
+
 def test_textfile_is_replaced_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
     path = tmp_path / "pinctl.prom"
     path.write_text("old\n")
