@@ -36,11 +36,11 @@ PIN = "io.cri-containerd.pinned"
 IMAGES_LIST = "/containerd.services.images.v1.Images/List"
 CONTENT_INFO = "/containerd.services.content.v1.Content/Info"
 # Old images are at least this much older than the young one. The minimum age passed keeps the
-# young one too young for AGE_GAP_S - MARGIN_S after it is worked out (pinctl's start-up on a busy
+# young one too young for AGE_GAP_S - MARGIN_S (11 s) after it is worked out (pinctl's start-up on a busy
 # machine fits in that, with room), while the old ones are past it by MARGIN_S already (the
 # model's second-resolution "now" fits in that). The wait costs no CPU, and the suite's other
 # workers go on meanwhile.
-AGE_GAP_S = 21.0
+AGE_GAP_S = 12.0
 MARGIN_S = 1.0
 LoadImages = Callable[..., list[images.ImageInfo]]
 
@@ -137,7 +137,7 @@ def settled_available(fs: pods.DedicatedFs, timeout: float = 10.0) -> int:
 
 def min_age_between(young_created: datetime) -> str:
     """A --min-age that keeps the young image (created at ``young_created``) too young for the
-    next 20 seconds, while images created AGE_GAP_S earlier are past it."""
+    next 11 seconds, while images created AGE_GAP_S earlier are past it."""
     age = (datetime.now(timezone.utc) - young_created).total_seconds()
     return f"{int((age + AGE_GAP_S - MARGIN_S) * 1000)}ms"
 
