@@ -3,10 +3,11 @@
 Each test module is one unit of work, sent whole to one worker, so its module fixtures start once
 and its tests keep their order. The fleet modules are one unit together: they share the fleet of
 four nodes, which a second worker would start again; so are the modules of the control plane
-alone. Units go out longest first, so that no long one starts last and holds up the end: the
-periodic GC module (its scenarios wait five minutes for the kubelets' second run, its worker idle
-meanwhile), the fleet, the LONG_MODULES, then the other integration modules and the unit modules
-in the order collected. docs/testing.md has the durations behind this order.
+alone. Units go out longest first, so that no long one starts last and holds up the end: the fleet, the
+LONG_MODULES, the other integration modules. The periodic GC module's scenarios wait five minutes
+for the kubelets' second run: one worker (PERIODIC_WORKER) starts them in the background at its
+start, goes on with integration units meanwhile, and alone takes the periodic unit, queued after
+the integration units; the unit modules come last. docs/testing.md has the durations behind this order.
 
 pytest-xdist's own ``--dist loadgroup`` reads ``xdist_group`` marks by rewriting node ids, which
 pytest 9.2 no longer allows, so the grouping is a scheduler of ours (``make_scheduler``): xdist's
@@ -52,17 +53,36 @@ def unit_of(nodeid: str) -> str:
 
 
 def rank(unit: str) -> int:
-    """Where a unit goes in the queue: lower first."""
-    if unit == PERIODIC_UNIT:
-        return 0
+    """Where a unit goes in the queue: lower first. The integration units, longest first; then the
+    periodic GC module, whose scenarios its worker started at the beginning and which by then have
+    had their five minutes; then the unit modules, which some set os.environ in (the scenarios'
+    pinctl and daemons would inherit it)."""
+    long_count = len(LONG_MODULES)
+    name = unit.rpartition("/")[2]
     if unit == FLEET_UNIT:
         return 1
     if unit == CONTROL_PLANE_UNIT:
         return 2 + LONG_MODULES.index("test_terminal.py")
-    name = unit.rpartition("/")[2]
-    if name in LONG_MODULES:
-        return 2 + LONG_MODULES.index(name)
-    return 2 + len(LONG_MODULES) + (0 if unit.startswith(INTEGRATION_PREFIX) else 1)
+    if unit.startswith(INTEGRATION_PREFIX):
+        return 2 + (LONG_MODULES.index(name) if name in LONG_MODULES else long_count)
+    if unit == PERIODIC_UNIT:
+        return 3 + long_count
+    return 4 + long_count + (LONG_MODULES.index(name) if name in LONG_MODULES else long_count)
+
+
+# The worker that starts the periodic GC scenarios at its session's start (tests/integration/
+# conftest.py) and alone takes their unit. It takes the queue strictly in order, so it has taken the
+# periodic unit before any unit module.
+PERIODIC_WORKER = "gw0"
+
+
+def pick(queue: list[str], worker: str, periodic_worker: str = PERIODIC_WORKER) -> int | None:
+    """The index in the queue of the unit ``worker`` takes next, None when none is for it: any
+    worker takes the first unit, except that the periodic unit is only ``periodic_worker``'s."""
+    for index, unit in enumerate(queue):
+        if unit != PERIODIC_UNIT or worker == periodic_worker:
+            return index
+    return None
 
 
 def make_scheduler(config: Any, log: Any) -> Any:
@@ -72,6 +92,38 @@ def make_scheduler(config: Any, log: Any) -> Any:
     class UnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
+
+        def _periodic_worker(self) -> str:
+            # Should that worker be gone (crashed), the first left takes the unit, and its
+            # fixture starts the scenarios then.
+            ids = [node.gateway.id for node in self.assigned_work]
+            return PERIODIC_WORKER if PERIODIC_WORKER in ids or not ids else ids[0]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            index = pick(list(self.workqueue), node.gateway.id, self._periodic_worker())
+            if index is None:
+                return  # only the periodic unit is left, and it is another worker's
+            scope = list(self.workqueue)[index]
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+            if not self.workqueue:
+                # A worker left idle while the periodic unit waited for its worker is not asked
+                # again: end it now, as xdist ends a worker that finds the queue empty.
+                for other in self.assigned_work:
+                    if other is not node and not other.shutting_down and not self._pending_of(self.assigned_work[other]):
+                        other.shutdown()
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 2:
+                return
+            self._assign_work_unit(node)
 
     # The queue keeps the order the workers collected, which tests/conftest.py sorts by rank:
     # xdist's default would sort the units by their number of tests.

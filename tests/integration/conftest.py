@@ -3,6 +3,7 @@ not what pinctl expects, for the fault tests; and the head start of the periodic
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator, Sequence
 from concurrent import futures
@@ -15,7 +16,7 @@ import pytest
 from tests.conftest import engine_unavailable
 from tests.harness import cri, debs, images
 from tests.harness.containerd import ContainerdDaemon, DaemonError
-from tests.harness.work_units import CLUSTER_MODULES, PERIODIC_MODULE
+from tests.harness.work_units import CLUSTER_MODULES, PERIODIC_MODULE, PERIODIC_WORKER
 
 # In one process (no xdist): the periodic GC module's scenarios wait 5 minutes for the kubelet's
 # second GC run: they start with the first integration test and the module's tests run after the
@@ -45,9 +46,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", autouse=True)
 def periodic_head_start(request: pytest.FixtureRequest) -> None:
-    """The periodic GC run started in the background, when its module is among the tests. Under
-    xdist its module is the first unit sent out, and its own fixture starts it."""
-    if under_xdist(request.config):
+    """The periodic GC run started in the background, when its module is among the tests: in one
+    process, or in the xdist worker that alone takes that module (tests/harness/work_units.py),
+    at the first integration test it runs."""
+    if under_xdist(request.config) and os.environ.get("PYTEST_XDIST_WORKER") != PERIODIC_WORKER:
         return
     if any(item.path.name == PERIODIC_MODULE for item in request.session.items):
         from tests.integration.test_kubelet_gc import start_periodic

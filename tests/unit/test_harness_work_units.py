@@ -23,13 +23,23 @@ def test_a_module_is_one_unit_and_the_fleet_modules_are_one_together() -> None:
     assert work_units.unit_of("tests/unit/test_refs.py::test_a[x::y@z]") == "tests/unit/test_refs.py"
 
 
-def test_the_periodic_module_goes_first_then_the_fleet_then_the_long_ones() -> None:
+def test_the_fleet_goes_first_then_the_long_ones_and_the_periodic_module_before_the_unit_modules() -> None:
     order = sorted(["tests/unit/test_refs.py", "tests/integration/test_errors.py", work_units.FLEET_UNIT,
-                    "tests/integration/test_kubelet_harness.py", work_units.PERIODIC_UNIT,
+                    "tests/unit/test_types.py", "tests/integration/test_kubelet_harness.py", work_units.PERIODIC_UNIT,
                     "tests/integration/test_criproxy.py"], key=work_units.rank)
-    assert order == [work_units.PERIODIC_UNIT, work_units.FLEET_UNIT, "tests/integration/test_criproxy.py",
+    assert order == [work_units.FLEET_UNIT, "tests/integration/test_criproxy.py",
                      "tests/integration/test_kubelet_harness.py", "tests/integration/test_errors.py",
-                     "tests/unit/test_refs.py"]
+                     work_units.PERIODIC_UNIT, "tests/unit/test_types.py", "tests/unit/test_refs.py"]
+
+
+def test_only_the_periodic_worker_takes_the_periodic_unit_and_it_takes_the_queue_in_order() -> None:
+    queue = [work_units.PERIODIC_UNIT, "tests/unit/test_refs.py"]
+    assert work_units.pick(queue, "gw0") == 0
+    assert work_units.pick(queue, "gw1") == 1
+    assert work_units.pick([work_units.PERIODIC_UNIT], "gw2") is None
+    assert work_units.pick([], "gw0") is None
+    # Another worker stands in when told to (the periodic worker gone).
+    assert work_units.pick([work_units.PERIODIC_UNIT], "gw2", periodic_worker="gw2") == 0
 
 
 def test_every_module_the_order_names_exists() -> None:
