@@ -56,23 +56,19 @@ def why_brief(row: ImageRow) -> str:
     return "; ".join(dict.fromkeys(parts))  # two patterns are one "pattern"
 
 
+# A reason's fewest words, where they do not depend on the row.
+_BRIEF = {REASON_CRIO_CONFIG: "crio config", REASON_CRIO_PIN: "pinctl drop-in", REASON_IGNORED: "but not reported",
+          REASON_UNLABELLED_SANDBOX: "no label", REASON_DOCKER_LABEL: "docker label",
+          REASON_INEFFECTIVE_LABEL: "ineffective label"}
+
+
 def _brief(row: ImageRow, reason: Reason) -> str:
     if reason.kind == REASON_PATTERN:
         return NOT_APPLIED if row.drift == DRIFT_UNLABELLED else "pattern"
     if reason.kind == REASON_CONTAINERD_CONFIG:
         return "containerd config" if row.pinned else NOT_READ
-    if reason.kind == REASON_CRIO_CONFIG:
-        return "crio config"
-    if reason.kind == REASON_CRIO_PIN:
-        return "pinctl drop-in"
-    if reason.kind == REASON_IGNORED:
-        return "but not reported"
-    if reason.kind == REASON_UNLABELLED_SANDBOX:
-        return "no label"
-    if reason.kind == REASON_DOCKER_LABEL:
-        return "docker label"
-    if reason.kind == REASON_INEFFECTIVE_LABEL:
-        return "ineffective label"
+    if reason.kind in _BRIEF:
+        return _BRIEF[reason.kind]
     return _other_why(row, reason, False)
 
 
