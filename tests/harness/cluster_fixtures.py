@@ -1,7 +1,7 @@
 """pytest fixtures for a real Kubernetes control plane, shared by every cluster test of a session.
 
 Registered in tests/conftest.py. ``kubernetes_binaries`` and ``etcd_binary`` build (or take from
-the machine's cache) the kubernetes commands and etcd: 25-40 minutes the first time on two cores,
+the machine's cache) the kubernetes commands and etcd: 6-20 minutes the first time on two cores,
 nothing afterwards. ``control_plane`` starts etcd, kube-apiserver, kube-controller-manager and
 kube-scheduler once per session (``control_plane.py``) and stops them at its end. A build or a
 start that fails skips locally and fails the test in CI (CI=true), like every missing engine.

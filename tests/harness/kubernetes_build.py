@@ -429,7 +429,7 @@ def _build_kubernetes(target: pathlib.Path, version: str) -> None:
         downloaded = time.monotonic()
         partial = _fresh_partial(target)
         ldflags = kubernetes_ldflags(version, datetime.datetime.now(datetime.timezone.utc))
-        space.say(f"go build {len(packages)} commands in one (25-40 minutes on two busy cores the first time; log {space.log})")
+        space.say(f"go build {len(packages)} commands in one (6 minutes on two quiet cores the first time, up to 20 on busy ones; log {space.log})")
         space.run([go, "build", "-o", f"{partial}/", "-ldflags", ldflags, *packages], "go build", BUILD_TIMEOUT_S)
         built = time.monotonic()
         reported = _install(space, partial, KUBERNETES_COMMANDS)
