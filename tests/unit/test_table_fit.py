@@ -86,7 +86,7 @@ def test_a_name_wider_than_the_row_leaves_folds_its_row_and_a_name_wider_than_th
     layout = table.lay_out(HEADERS, rows(ref=LONG, why=why), 80, FIT)
     assert layout.fold_all and layout.folded == {0} and 1 not in layout.columns
     assert sum(layout.widths[i] for i in layout.columns) + table.GAP * (len(layout.columns) - 1) + table.HANG <= 80
-    assert shape.cut_name(LONG, 80, [LONG]) == ["*" + LONG[-78:] + "*"]
+    assert shape.NameCuts([LONG], 80).lines(LONG) == ["*" + LONG[-78:] + "*"]
 
 
 def test_fixed_columns_never_shrink() -> None:
@@ -223,15 +223,15 @@ def test_history_keeps_a_24_cell_name_whole(width: int, monkeypatch: pytest.Monk
 
 
 def test_a_cut_keeps_as_much_of_the_end_as_names_the_image_alone() -> None:
-    assert shape.cut_name(NAME_60, 40, [NAME_60]) == ["*" + NAME_60[-38:] + "*"]
-    [cut] = shape.cut_name(NAME_60, 40, [NAME_60, TWIN_60])
+    assert shape.NameCuts([NAME_60], 40).lines(NAME_60) == ["*" + NAME_60[-38:] + "*"]
+    [cut] = shape.NameCuts([NAME_60, TWIN_60], 40).lines(NAME_60)
     assert cut.startswith("*") and cut.endswith("*") and len(cut) <= 40
     assert cut[1:-1] in NAME_60 and cut[1:-1].lower() not in TWIN_60.lower()
     # Two names alike but for their very middle, too long for any cut to tell apart: whole, on lines.
     a, b = "x" * 30 + "a" + "y" * 30, "x" * 30 + "b" + "y" * 30
-    lines = shape.cut_name(a, 20, [a, b, "x" * 29 + "a" + "y" * 31, "x" * 31 + "a" + "y" * 29])
+    lines = shape.NameCuts([a, b, "x" * 29 + "a" + "y" * 31, "x" * 31 + "a" + "y" * 29], 20).lines(a)
     assert "".join(lines) == a and all(len(line) <= 20 for line in lines)
-    assert shape.cut_name(NAME_24, 40, [NAME_24]) == [NAME_24]
+    assert shape.NameCuts([NAME_24], 40).lines(NAME_24) == [NAME_24]
 
 
 def test_gc_and_prune_tables_say_pin_label_not_the_name_again(monkeypatch: pytest.MonkeyPatch) -> None:

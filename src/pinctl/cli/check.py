@@ -9,6 +9,7 @@ import click
 
 from pinctl.cli.options import Duration, Seconds, common_options, output_options, textfile_option
 from pinctl.cli.root import cli, exit_codes, load_config, load_policy, open_node, open_runtime, textfile_target
+from pinctl.fleet.condition import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE
 from pinctl.model import OutputFormat
 
 
@@ -82,10 +83,10 @@ def fleet_group() -> None:
               help="A condition not rewritten for this long means its agent is gone.")
 @click.option("--kubeconfig", metavar="FILE", help="As kubectl's: default KUBECONFIG, then ~/.kube/config.")
 @click.option("--context", metavar="NAME", help="The kubeconfig context; default: its current one.")
-@click.option("--namespace", default="pinctl", show_default=True, metavar="NAME",
+@click.option("--namespace", default=POLICY_NAMESPACE, show_default=True, metavar="NAME",
               help="The policy ConfigMap's namespace.")
-@click.option("--configmap", default="pinctl-config", show_default=True, metavar="NAME", help="The policy ConfigMap.")
-@click.option("--key", default="config.toml", show_default=True, metavar="KEY", help="The ConfigMap's key holding the policy.")
+@click.option("--configmap", default=POLICY_CONFIGMAP, show_default=True, metavar="NAME", help="The policy ConfigMap.")
+@click.option("--key", default=POLICY_KEY, show_default=True, metavar="KEY", help="The ConfigMap's key holding the policy.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the names of the nodes not applied.")
 @output_options(quiet=False)
 def fleet_status_command(selector: str, wait: timedelta, stale_after: timedelta, kubeconfig: Optional[str],

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Optional
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK, PinctlError, UsageError
+from pinctl.fleet.condition import POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE
 
 if TYPE_CHECKING:
     from pinctl.kubeapi import KubeApi
@@ -26,9 +27,9 @@ class FleetStatusRequest:
     kubeconfig: Optional[str] = None
     context: Optional[str] = None
     selector: str = ""
-    namespace: str = "pinctl"
-    configmap: str = "pinctl-config"
-    key: str = "config.toml"
+    namespace: str = POLICY_NAMESPACE
+    configmap: str = POLICY_CONFIGMAP
+    key: str = POLICY_KEY
     stale_after: float = 900.0
     wait: float = 0.0  # seconds; 0: look once
 

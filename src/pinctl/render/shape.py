@@ -176,7 +176,3 @@ class NameCuts:
             rest = rest[len(head):]
         return lines
 
-
-def cut_name(name: str, width: int, names: Sequence[str]) -> list[str]:
-    """One name as NameCuts shows it among names (which hold it)."""
-    return NameCuts([*names, name], width).lines(name)
