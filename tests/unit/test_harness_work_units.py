@@ -72,3 +72,12 @@ def test_the_durations_table_sums_each_unit_from_a_runs_junit_xml(tmp_path: path
     table = work_units.durations_table(rows, longest=2).splitlines()
     assert table[2] == "| periodic-gc | 1 | 300 |"
     assert table[4] == "| 1 other modules | 2 | 1 |" and table[5] == "| all | 5 | 316 |"
+
+
+def test_the_xdist_scheduler_still_has_what_ours_overrides() -> None:
+    """work_units.make_scheduler overrides and calls these of xdist's scope scheduler: an xdist
+    without them would leave ours unused, and the suite's grouping gone, without a word."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    for name in ("_split_scope", "_assign_work_unit", "_reschedule", "_pending_of", "workqueue"):
+        assert name in LoadScopeScheduling.__dict__ or name in LoadScopeScheduling.__init__.__code__.co_names, name
