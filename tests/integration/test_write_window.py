@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Optional, Sequence
@@ -140,3 +141,29 @@ def test_ctrl_c_on_the_command_leaves_no_write_unreported(many_refs: Any) -> Non
     interrupted = [r for r in doc["results"] if r["action"] == ACTION_FAILED]
     assert all("interrupted" in r["error"] for r in interrupted), interrupted[:3]
     assert proc.returncode == (EXIT_INTERRUPTED if interrupted else 0), err
+
+
+def test_one_polling_thread_serves_a_whole_batch(many_refs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC's Python channel answers futures from a polling thread that it starts whenever a call
+    begins with none in flight. Between two groups of writes there were none, so a batch started
+    one or two such threads per group, each start waiting to be scheduled on a busy node; the
+    call set_labels keeps open for the batch leaves one thread serving every group."""
+    daemon, ns, a, refs = many_refs
+    started: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def counting(thread: threading.Thread) -> None:
+        started.append(thread)
+        start(thread)
+
+    store = ContainerdStore(daemon.address, 5.0)
+    plan = pinning.make_plan([pinning.NamespaceView(store, ns)], "pin", refs)
+    groups = -(-len(plan.changes) // containerd_backend.WRITE_GROUP)
+    assert groups > 8
+    monkeypatch.setattr(threading.Thread, "start", counting)
+    results = pinning.apply_plan(plan, dry_run=False)
+    monkeypatch.undo()
+    assert {r.action for r in results} == {ACTION_PINNED}
+    assert pinned_now(daemon, ns) == set(refs)
+    # The polling thread is the only thread a batch starts (pinctl's writes start none of their own).
+    assert len(started) == 1, started
