@@ -124,7 +124,11 @@ class DockerSource:
         names += rows_without_records(self.view, listed)
 
     def prefetch(self) -> None:
-        """Nothing: Docker's rows join the containerd source's, which prefetches its namespace."""
+        """Docker's image list, when add_rows reads it: the classic store's (fast there), or when
+        no containerd source lists Docker's namespace. Otherwise Docker's rows join that
+        source's, which prefetches its namespace."""
+        if not self.view.store.containerd or self.moby_store is None:
+            self.view.prefetch_images()
 
     def views(self) -> list[NamespaceView]:
         return []
