@@ -8,8 +8,9 @@ with the images; the commands then run in turns, one of each per round, `--repea
 warm-up, and each figure is the median. The first table is wall time, pinctl beside docker images.
 
 With the classic store the run also times, in the same rounds, what bounds ls from below:
-- `dockerd /images/json`: curl asking dockerd's socket for the image list ls reads, and nothing
-  else: the daemon's own floor, which docker images pays too.
+- `dockerd /images/json, asked from here`: this process asking dockerd's socket for the image list
+  ls reads (one HTTP exchange and its JSON decoded, no process started): the daemon's own floor,
+  which docker images pays too. Its CPU figure is this process's.
 - `python, click imported`: this Python loading click and doing nothing more, and `pinctl --help`:
   pinctl's cli loaded, no engine asked. No pinctl command can end sooner than these.
 The second table is the CPU time (user and system) each command used, from the kernel: on a busy
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence, Union
 
 from bench.common import PINCTL, Row, progress, ratio_row, report
 from tests.harness import images
@@ -37,7 +38,8 @@ from tests.harness.docker import DockerDaemon, load_images_docker
 FLOOR_IMPORTS = "import click"
 PEER = "docker images"
 
-Command = tuple[Sequence[str], dict[str, str]]
+# A program to run (argv, environment), or work done in this process that returns its wall and CPU seconds.
+Command = Union[tuple[Sequence[str], dict[str, str]], Callable[[], tuple[float, float]]]
 
 
 @contextlib.contextmanager
@@ -68,15 +70,37 @@ def run_timed(argv: Sequence[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
+def asked_here(host: str) -> Callable[[], tuple[float, float]]:
+    """dockerd's image list asked for from this process: wall and CPU seconds of the exchange."""
+    import json
+
+    from pinctl.backends.docker import _Wire
+
+    wire = _Wire.to(host, 60.0)
+
+    def ask() -> tuple[float, float]:
+        start, cpu = time.perf_counter(), time.process_time()
+        status, body = wire.exchange("GET", "/images/json")
+        if status != 200 or not isinstance(json.loads(body), list):
+            raise RuntimeError(f"dockerd answered /images/json with {status}")
+        return time.perf_counter() - start, time.process_time() - cpu
+
+    return ask
+
+
+def _once(command: Command) -> tuple[float, float]:
+    return command() if callable(command) else run_timed(*command)
+
+
 def in_turns(commands: dict[str, Command], repeat: int) -> dict[str, tuple[float, float]]:
     """Median wall and CPU seconds of each command, run one after another in `repeat` rounds
     after one warm-up round: a load that drifts falls on all of them alike."""
-    for argv, env in commands.values():
-        run_timed(argv, env)
+    for command in commands.values():
+        _once(command)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
     for _ in range(repeat):
-        for name, (argv, env) in commands.items():
-            runs[name].append(run_timed(argv, env))
+        for name, command in commands.items():
+            runs[name].append(_once(command))
     return {name: (statistics.median(w for w, _ in got), statistics.median(c for _, c in got)) for name, got in runs.items()}
 
 
@@ -91,8 +115,7 @@ def bench_store(containerd_store: bool, count: int, repeat: int) -> tuple[list[R
             PEER: ([str(docker.cli_path), "-H", docker.host, "images"], {"DOCKER_CONFIG": str(docker.cli_config_dir)}),
         }
         if not containerd_store:
-            socket_path = docker.host.removeprefix("unix://")
-            commands["dockerd /images/json (curl)"] = (["curl", "-sf", "--unix-socket", socket_path, "http://docker/images/json"], {})
+            commands["dockerd /images/json, asked from here"] = asked_here(docker.host)
             commands["python, click imported"] = ([sys.executable, "-c", FLOOR_IMPORTS], {})
             commands["pinctl --help"] = ([PINCTL, "--help"], {})
         progress(f"dockerd, {name}: {repeat} rounds of {', '.join(commands)}")
