@@ -328,7 +328,8 @@ def parse_answer(data: bytes) -> tuple[int, bytes]:
 
 
 def _unchunk(body: bytes) -> bytes:
-    parts, at = [], 0
+    parts: list[bytes] = []
+    at = 0
     while True:
         end = body.find(b"\r\n", at)
         if end < 0:
