@@ -2,6 +2,7 @@
 
 Run from the repository root, as root:
     .venv/bin/python -m bench.bench_docker [--images 1000] [--repeat 5] [--store both|classic|containerd]
+                                           [--beside-src DIR]
 
 Each store gets a private dockerd (the containerd store on a containerd 1.7 of its own) loaded
 with the images; the commands then run in turns, one of each per round, `--repeat` rounds after a
@@ -13,6 +14,8 @@ With the classic store the run also times, in the same rounds, what bounds ls fr
   which docker images pays too. Its CPU figure is this process's.
 - `python, click imported`: this Python loading click and doing nothing more, and `pinctl --help`:
   pinctl's cli loaded, no engine asked. No pinctl command can end sooner than these.
+`--beside-src DIR` adds, in the same rounds, `pinctl ls` run from another tree's src/ (a
+`git worktree add` or `git archive` of an older commit): a change's effect on one load.
 The second table is the CPU time (user and system) each command used, from the kernel: on a busy
 machine it moves far less than wall time, and it shows where a floor is the interpreter's.
 """
@@ -28,7 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from bench.common import PINCTL, Row, progress, ratio_row, report
 from tests.harness import images
@@ -104,7 +107,8 @@ def in_turns(commands: dict[str, Command], repeat: int) -> dict[str, tuple[float
     return {name: (statistics.median(w for w, _ in got), statistics.median(c for _, c in got)) for name, got in runs.items()}
 
 
-def bench_store(containerd_store: bool, count: int, repeat: int) -> tuple[list[Row], list[tuple[str, float, float]]]:
+def bench_store(containerd_store: bool, count: int, repeat: int,
+                beside_src: Optional[str] = None) -> tuple[list[Row], list[tuple[str, float, float]]]:
     name = "containerd store" if containerd_store else "classic store"
     progress(f"dockerd, {name}: loading {count} images")
     with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp, dockerd(Path(tmp), containerd_store, count) as (docker, ctd):
@@ -114,6 +118,9 @@ def bench_store(containerd_store: bool, count: int, repeat: int) -> tuple[list[R
             "pinctl ls": ([PINCTL, "ls", "-n", "moby"] if ctd else [PINCTL, "ls"], env),
             PEER: ([str(docker.cli_path), "-H", docker.host, "images"], {"DOCKER_CONFIG": str(docker.cli_config_dir)}),
         }
+        if beside_src:
+            ls_argv = commands["pinctl ls"][0]  # type: ignore[index]
+            commands[f"pinctl ls of {beside_src}"] = (ls_argv, {**env, "PYTHONPATH": beside_src})
         if not containerd_store:
             commands["dockerd /images/json, asked from here"] = asked_here(docker.host)
             commands["python, click imported"] = ([sys.executable, "-c", FLOOR_IMPORTS], {})
@@ -122,7 +129,7 @@ def bench_store(containerd_store: bool, count: int, repeat: int) -> tuple[list[R
         figures = in_turns(commands, repeat)
     peer_wall, peer_cpu = figures[PEER]
     rows = [ratio_row(f"ls, {count} Docker images, {name}", figures["pinctl ls"][0], PEER, peer_wall, 1.0)]
-    rows += [ratio_row(f"floor, {name}: {what}", wall, PEER, peer_wall, 1.0)
+    rows += [ratio_row(f"{'' if what.startswith('pinctl ls') else 'floor, '}{name}: {what}", wall, PEER, peer_wall, 1.0)
              for what, (wall, _) in figures.items() if what not in ("pinctl ls", PEER)]
     cpu = [(f"{what}, {name}", used, peer_cpu) for what, (_, used) in figures.items() if what != PEER]
     return rows, cpu
@@ -140,12 +147,17 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--store", choices=("both", "classic", "containerd"), default="both")
+    parser.add_argument("--beside-src", metavar="DIR", help="also time the pinctl of this src/ directory, in the same rounds")
     opts = parser.parse_args()
+    if opts.beside_src:
+        import compileall
+
+        compileall.compile_dir(opts.beside_src, quiet=1)  # as bench.common does for this tree
     stores = {"both": (True, False), "classic": (False,), "containerd": (True,)}[opts.store]
     rows: list[Row] = []
     cpu: list[tuple[str, float, float]] = []
     for containerd_store in stores:
-        more_rows, more_cpu = bench_store(containerd_store, opts.images, opts.repeat)
+        more_rows, more_cpu = bench_store(containerd_store, opts.images, opts.repeat, opts.beside_src)
         rows += more_rows
         cpu += more_cpu
     print(report(rows))
