@@ -1,5 +1,5 @@
-"""What cri-proxy reports pinned: the keys of the images pinctl wants kept (PinnedKeys), read
-again when older than REFRESH_SECONDS (PinnedSet), and the rewrite of an image answer that adds
+"""What cri-proxy reports pinned: the keys of the images pinctl wants kept (PinnedKeys), as last
+read (PinnedSet; feed.py keeps them current), and the rewrite of an image answer that adds
 pinned=true to them without decoding every image."""
 
 from __future__ import annotations
@@ -199,19 +199,18 @@ def _undecided(images: Sequence[bytes], keys: PinnedKeys) -> list[int]:
 
 
 class PinnedSet:
-    """The keys of the images to report pinned, read again when older than max_age seconds."""
+    """The keys of the images to report pinned, as last read. Reads are made by the feed's
+    reader (feed.py), never by a call; a RemoveImage reads afresh (rows_now)."""
 
     def __init__(self, load: Callable[[], ProxySetup], runtime_name: Callable[[], str], log: LogFn,
-                 max_age: float = REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._load = load
         self._runtime_name = runtime_name
         self._log = log
-        self._max_age = max_age
         self._clock = clock
         self._setup: Optional[ProxySetup] = None
         self._node: Optional[Node] = None
         self._keys: Optional[PinnedKeys] = None
-        self._read_at = -float("inf")
         self._lock = threading.Lock()
         self._failing = False
         self.reads = 0
@@ -223,13 +222,22 @@ class PinnedSet:
         self.last_reload_ok = True
 
     def current(self) -> Optional[PinnedKeys]:
-        """The keys, read again first when stale; None when they cannot be read."""
-        if self._clock() - self._read_at < self._max_age:
-            return self._keys
+        """The keys as last read, without reading: None when they could not be read."""
+        return self._keys
+
+    def refresh(self) -> Optional[PinnedKeys]:
+        """Read the keys now; None when they cannot be read."""
         with self._lock:
-            if self._clock() - self._read_at >= self._max_age:
-                self._read()
+            self._read()
             return self._keys
+
+    def setup(self) -> ProxySetup:
+        """The configuration in use, read first if it has not been; raises when it cannot be."""
+        with self._lock:
+            if self._setup is None:
+                self._setup = self._load()
+                self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
+            return self._setup
 
     def prepare(self) -> None:
         """Read the configuration now rather than at the first image call, so that its paths can
@@ -249,10 +257,10 @@ class PinnedSet:
         return setup.config_paths if setup is not None else ()
 
     def reload(self, then: Callable[[], object] = lambda: None) -> bool:
-        """Read the configuration again (SIGHUP, a changed file); the next image call reads the
-        images with it. One that cannot be read is logged and counted, and the one in use stays.
-        then runs once the new one is in place and before "config reloaded" is logged (the relay
-        forgets its copy of the pins there), so that every call after that line uses it."""
+        """Read the configuration again (SIGHUP, a changed file). One that cannot be read is
+        logged and counted, and the one in use stays. then runs once the new one is in place and
+        before "config reloaded" is logged (the feed reads the pins with it and the relay takes
+        them there), so that every call after that line uses it."""
         try:
             setup = self._load()
         except Exception as err:  # noqa: BLE001 - whatever fails, the policy in use stays
@@ -263,7 +271,6 @@ class PinnedSet:
         with self._lock:
             self._setup = setup
             self._close_node()
-            self._read_at = -float("inf")
         then()
         self.reloads["ok"] += 1
         self.last_reload_ok = True
@@ -291,7 +298,6 @@ class PinnedSet:
             self._failing = False
             self.ok_reads += 1
             self._read_ok_at = self._clock()
-        self._read_at = self._clock()
 
     def rows_now(self) -> Optional[tuple[list[ImageRow], str]]:
         """The rows read now, not from the cache, with the runtime's name: a RemoveImage is
@@ -310,11 +316,10 @@ class PinnedSet:
                 self._keys = settled(packed(pinned_keys(rows, runtime_name)), self._keys)
             except Exception as err:  # noqa: BLE001 - the caller decides what an unreadable pin means
                 self._failed(err)
-                self._read_at = self._clock()
                 return None
             self._failing = False
             self.ok_reads += 1
-            self._read_ok_at = self._read_at = self._clock()
+            self._read_ok_at = self._clock()
             return list(rows), runtime_name
 
     def _read_keys(self, node: Node, policy: Policy) -> Packed:
