@@ -1,6 +1,7 @@
-"""cri-proxy's pins kept current by the runtime's events (criproxy/feed.py), against containerd
-1.6.20: a pin made by `pinctl pin` shows through the proxy with no read on the call path and no
-periodic read to bring it, and a killed watcher thread is noticed by /readyz."""
+"""cri-proxy's pins kept current in the background (criproxy/feed.py): on containerd 1.6.20 a pin
+made by `pinctl pin` shows through the proxy with no read on the call path and no periodic read
+to bring it, and a killed watcher thread is noticed by /readyz; on Docker's classic store Docker's
+own events do the same; on CRI-O, which sends none, the pins are polled."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +24,17 @@ from pinctl.criproxy.pins import ProxySetup
 from pinctl.criproxy.proxy import Proxy
 from pinctl.node.sources import open_node
 from pinctl.pins.policy import compile_policy
-from tests.harness import cri
+from tests.harness import cri, docker, engines, images
 from tests.harness.containerd import ContainerdDaemon
+from tests.harness.cri_dockerd import CriDockerd
+from tests.harness.crio import CrioDaemon
 from tests.harness.criproxy_process import ProxyProcess
+from tests.harness.docker import DockerDaemon
+from tests.harness.engine_fixtures import go_binary
 from tests.integration.pinctl_runner import pinctl
 from tests.integration.test_criproxy import (PLAIN, ctd16, forwarding, pinned_by_tag, proxies,  # noqa: F401 - fixtures
                                              status_pinned, wait_for)
+from tests.unit.test_metrics import free_port, get, samples
 
 pytestmark = pytest.mark.integration
 
@@ -114,3 +121,54 @@ def test_a_killed_watcher_thread_is_noticed_by_readiness_and_the_pins_are_polled
         assert time.monotonic() < deadline, "not pinned by the poll"
         time.sleep(0.1)
     assert not proxyhealth.readiness(served).ok, "still not ready: the watcher is still gone"
+
+
+# -- Docker's classic store: Docker's own events ------------------------------------------------
+
+EARLY = "example.test/fresh-docker-early:1"
+LATE = "example.test/fresh-docker-late:1"
+
+
+@pytest.fixture
+def classic_cri_dockerd(dockerd_classic: DockerDaemon, tmp_path: Path) -> Iterator[CriDockerd]:
+    """cri-dockerd v0.4.3 before the session's classic-store dockerd, with one image in it."""
+    docker.load_images_docker(dockerd_classic, tmp_path / "archives", [images.recipe(EARLY, seed=EARLY)])
+    go_binary(engines.CRI_DOCKERD_OLD)
+    daemon = CriDockerd(engines.CRI_DOCKERD_OLD, dockerd_classic, tmp_path / "cdd").start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+        dockerd_classic.docker("image", "rm", "--force", EARLY, LATE, check=False)
+
+
+def test_on_dockers_classic_store_a_new_tag_shows_pinned_by_dockers_event(
+        classic_cri_dockerd: CriDockerd, dockerd_classic: DockerDaemon,
+        proxies: Callable[..., ProxyProcess]) -> None:  # noqa: F811 - the fixture imported above
+    """The policy names a tag that does not exist yet; `docker tag` makes it. With no poll and no
+    resync, only Docker's image event can bring the read that pins it."""
+    proxy = proxies(None, "--pinned-image", LATE, *NO_PERIODIC_READS, upstream=classic_cri_dockerd.address,
+                    env={"DOCKER_HOST": dockerd_classic.host})
+    assert LATE not in pinned_by_tag(proxy.path) and pinned_by_tag(proxy.path)[EARLY] is False
+    dockerd_classic.docker("tag", EARLY, LATE)
+    wait_for(lambda: status_pinned(proxy.path, LATE), "pinned by Docker's tag event", proxy)
+    assert "not following" not in proxy.log.read_text() and "cannot follow" not in proxy.log.read_text()
+
+
+# -- CRI-O: no events, a bounded poll --------------------------------------------------------------
+
+def test_on_crio_the_pins_are_polled_every_refresh(crio: CrioDaemon, proxies: Callable[..., ProxyProcess]) -> None:  # noqa: F811
+    """CRI-O sends no image events: the proxy says so and reads the pins every --refresh seconds,
+    whether calls come or not (its reads are counted; this test makes no call)."""
+    port = free_port()
+    proxy = proxies(None, "--refresh", "1", "--metrics-address", f"127.0.0.1:{port}", upstream=crio.address)
+    wait_for(lambda: "the runtime sends no image events; reading the pins every 1 s" in proxy.log.read_text(),
+             "polling", proxy)
+
+    def reads() -> float:
+        return samples(get(port, "/metrics")[1]).get(("pinctl_cri_proxy_pin_reads_total", (("result", "ok"),)), 0)
+
+    first = reads()
+    wait_for(lambda: reads() >= first + 2, "two more reads with no call", proxy)
+    code, body = get(port, "/readyz")
+    assert code == 200 and body.rstrip().endswith("polling"), body

@@ -95,7 +95,7 @@ class FakeNode:
         pass
 
 
-def test_pins_are_read_only_when_asked_and_unreadable_ones_pass_answers_through() -> None:
+def test_pins_are_read_only_when_asked_and_a_failed_read_keeps_the_last_set() -> None:
     node = FakeNode([row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1"))])
     logged: list[str] = []
     setup = proxy_pins.ProxySetup(lambda: node, compile_policy([]))  # type: ignore[arg-type, return-value]
@@ -104,11 +104,15 @@ def test_pins_are_read_only_when_asked_and_unreadable_ones_pass_answers_through(
     assert pins.refresh() is not None and node.reads == 1
     assert pins.current() is not None and node.reads == 1
     node.fail = True
-    assert pins.refresh() is None and pins.current() is None and node.reads == 2
-    assert logged[-1].startswith("cannot read pins")
+    kept = pins.refresh()
+    assert kept is not None and kept.ids == {"sha256:a"} and node.reads == 2, "the last set read stays in use"
+    assert pins.failing and logged[-1] == "cannot read pins; answers keep the pins read last"
     node.fail = False
     keys = pins.refresh()
     assert keys is not None and keys.ids == {"sha256:a"} and "pins readable again" in logged[-1]
+    never = proxy_pins.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg))
+    node.fail = True
+    assert never.refresh() is None and logged[-1] == "cannot read pins; answers pass through unchanged"
 
 
 def test_a_reload_reads_the_config_at_once_and_a_broken_one_keeps_the_one_in_use() -> None:

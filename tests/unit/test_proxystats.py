@@ -120,6 +120,11 @@ def test_image_answers_passed_through_are_counted_by_reason(forwarder: criproxy.
     assert stats.images_marked - marked == 2, "sha256:a by its ID, sha256:c by its name"
     assert forwarder._with_pins(criproxy.LIST_IMAGES, b"\xff\xff") == b"\xff\xff"
     node.fail = True
+    forwarder.pins.refresh()  # the set read last stays in use
+    assert forwarder._with_pins(criproxy.LIST_IMAGES, reply) is not reply
+    forwarder.pins = criproxy.PinnedSet(  # one that never read them: answers pass through
+        lambda: criproxy.ProxySetup(lambda: node, compile_policy([])),  # type: ignore[arg-type, return-value]
+        lambda: "containerd", lambda *_a, **_k: None)
     forwarder.pins.refresh()
     assert forwarder._with_pins(criproxy.LIST_IMAGES, reply) is reply
     node.fail, node.listed = False, []
@@ -127,7 +132,7 @@ def test_image_answers_passed_through_are_counted_by_reason(forwarder: criproxy.
     assert forwarder._with_pins(criproxy.LIST_IMAGES, reply) is reply  # nothing to pin: not passed through
     assert {why: stats.passed_through[why] - before[why] for why in before} == {"pins-unreadable": 1,
                                                                                "answer-unreadable": 1}
-    assert stats.images_marked - marked == 2
+    assert stats.images_marked - marked == 4
 
 
 # -- health and figures of a real (engine-less) proxy ---------------------------------------------
@@ -173,7 +178,7 @@ def test_health_follows_the_server_the_socket_and_the_pins(proxy: tuple[criproxy
     node.fail = True
     served.pins.refresh()
     verdict = proxyhealth.readiness(served)
-    assert not verdict.ok and verdict.reason == "cannot read the pins, image answers pass through unchanged: " \
+    assert not verdict.ok and verdict.reason == "cannot read the pins, image answers keep those read 7 s ago: " \
                                                 "containerd is down"
     assert proxyhealth.liveness(served).ok
     node.fail = False
@@ -232,13 +237,18 @@ def test_figures_and_their_exposition(proxy: tuple[criproxy.Proxy, FakeNode, Clo
     assert {name.removesuffix("_total") for name in declared} <= exposed
 
 
-def test_unreadable_pins_leave_the_pinned_set_out(proxy: tuple[criproxy.Proxy, FakeNode, Clock]) -> None:
+def test_unreadable_pins_keep_the_set_read_last_and_a_reload_drops_it(
+        proxy: tuple[criproxy.Proxy, FakeNode, Clock]) -> None:
     served, node, clock = proxy
     served.start()
     node.fail = True
     served.pins.refresh()
     found = proxyhealth.proxy_figures(served)
-    assert not found.ready and found.pinned_keys is None and found.pin_reads == {"ok": 1, "failed": 1}
+    assert not found.ready and found.pinned_keys is not None and found.pin_reads == {"ok": 1, "failed": 1}
+    served.pins.reload()  # the set held is the old config's now: a failed read drops it
+    served.pins.refresh()
+    found = proxyhealth.proxy_figures(served)
+    assert not found.ready and found.pinned_keys is None and found.pin_reads == {"ok": 1, "failed": 2}
     text = metrics.text_of(metrics.proxy_families(found))
     assert "pinctl_cri_proxy_pinned_keys" not in text and "pinctl_cri_proxy_pins_age_seconds " in text
 

@@ -24,6 +24,9 @@ from pinctl.cli.root import cli, exit_codes, load_config
 @click.option("--resync", metavar="SECONDS", type=Seconds(1.0, 86400.0), default=300.0, show_default=True,
               help="Read the pins this often even when events come: a change no event reports (another "
                    "sandbox image) shows within this.")
+@click.option("--events/--no-events", default=True, show_default=True,
+              help="Follow the runtime's image events and read the pins after each burst; --no-events reads "
+                   "them every --refresh seconds only.")
 @click.option("--allow-remove-pinned", is_flag=True, envvar="PINCTL_ALLOW_REMOVE_PINNED",
               help="Forward RemoveImage of a pinned image too, not FAILED_PRECONDITION. "
                    "Env: PINCTL_ALLOW_REMOVE_PINNED.")
@@ -31,7 +34,7 @@ from pinctl.cli.root import cli, exit_codes, load_config
               help="One log line per event on stderr, as text or JSON.")
 @common_options
 @click.pass_context
-def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: float, resync: float,
+def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: float, resync: float, events: bool,
                       allow_remove_pinned: bool, log_format: str, **_: Any) -> int:
     """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
 
@@ -48,7 +51,7 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: floa
     from pinctl.render import output
     from pinctl.render.log import Log
 
-    request = ProxyRequest(listen, find_relay(relay), allow_remove_pinned, refresh, resync)
+    request = ProxyRequest(listen, find_relay(relay), allow_remove_pinned, refresh, resync, events)
     log = Log(log_format)
     cfg = load_config(ctx)
     address, source = cfg.settings.metrics_address, cfg.sources.get("metrics_address", "")

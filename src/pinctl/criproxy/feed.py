@@ -55,13 +55,15 @@ class PinFeed:
     """The two threads, and what /readyz and the metrics read of them."""
 
     def __init__(self, pins: PinnedSet, publish: Publish, log: LogFn, refresh_seconds: float,
-                 resync_seconds: float = RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 resync_seconds: float = RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 follow_events: bool = True) -> None:
         self.pins = pins
         self.publish = publish
         self.log = log
         self.refresh_seconds = refresh_seconds
         self.resync_seconds = resync_seconds
         self.clock = clock
+        self.follow_events = follow_events
         self._due = threading.Condition()
         self._due_since: Optional[float] = None  # when the oldest change not yet read came
         self._wanted = 0  # reads asked for (a reload's waits for its own)
@@ -214,6 +216,8 @@ class PinFeed:
     def _follow(self) -> bool:
         """Subscribe to every event stream the node has and drain them until one ends; False when
         it has none."""
+        if not self.follow_events:
+            return False
         setup = self.pins.setup()
         node = setup.open_node()
         try:
@@ -265,7 +269,8 @@ class PinFeed:
         elif state == FOLLOWING and self.state == RECONNECTING and self.last_error:
             self.log("info", "following the runtime's image events again")
         elif state == POLLING:
-            self.log("info", f"the runtime sends no image events; reading the pins every {self.refresh_seconds:g} s")
+            why = "the runtime sends no image events" if self.follow_events else "not following image events"
+            self.log("info", f"{why}; reading the pins every {self.refresh_seconds:g} s")
         self.state, self._state_since = state, self.clock()
         if error:
             self.last_error = error

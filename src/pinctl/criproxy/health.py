@@ -39,7 +39,10 @@ def readiness(proxy: Proxy) -> Verdict:
     pins = proxy.pins
     if pins.failing:
         error = visible(" ".join(pins.last_error.split()))
-        return Verdict(False, f"cannot read the pins, image answers pass through unchanged: {error}")
+        age = pins.age()
+        if pins.latest is None or age is None:
+            return Verdict(False, f"cannot read the pins, image answers pass through unchanged: {error}")
+        return Verdict(False, f"cannot read the pins, image answers keep those read {age:.0f} s ago: {error}")
     feed = proxy.feed.health()
     if not feed.ok:
         return Verdict(False, feed.why)

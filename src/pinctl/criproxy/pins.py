@@ -110,7 +110,7 @@ def settled(read: Packed, previous: Optional[PinnedKeys]) -> PinnedKeys:
 
     Why: kept as they come, thousands of strings of a read hold memory pools of that read
     resident (a pool is given back only when all its objects are freed), and the next read,
-    every 2 s while image calls come, needs pools of its own. At 10,000 images, with image events
+    after the next burst of image events, needs pools of its own. At 10,000 images, with image events
     between the reads, the proxy's peak over six reads was 135 MiB with the keys kept as read
     and 130 MiB with them packed (service/memory.py took it from 146 to 135 before)."""
     fresh = [_unpack(part) for part in read]
@@ -213,6 +213,9 @@ class PinnedSet:
         self._keys: Optional[PinnedKeys] = None
         self._lock = threading.Lock()
         self._failing = False
+        # Set by a reload until a read with the new config succeeds: the keys held are the old
+        # config's, so a failed read then drops them rather than keep them.
+        self._config_changed = False
         self.reads = 0
         self.failures = 0
         self.ok_reads = 0
@@ -240,15 +243,15 @@ class PinnedSet:
             return self._setup
 
     def prepare(self) -> None:
-        """Read the configuration now rather than at the first image call, so that its paths can
-        be polled from the start; if it cannot be read, the first image call tries again."""
+        """Read the configuration now rather than at the first read of the pins, so that its paths
+        can be polled from the start; if it cannot be read, the next read of the pins tries again."""
         with self._lock:
             if self._setup is not None:
                 return
             try:
                 self._setup = self._load()
-            except Exception as err:  # noqa: BLE001 - the first image call reads it again and says why
-                self._log("error", "cannot read the config; trying again at the first image call", error=str(err))
+            except Exception as err:  # noqa: BLE001 - the next read of the pins reads it again and says why
+                self._log("error", "cannot read the config; trying again at the next read of the pins", error=str(err))
                 return
         self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
 
@@ -270,6 +273,7 @@ class PinnedSet:
             return False
         with self._lock:
             self._setup = setup
+            self._config_changed = True
             self._close_node()
         then()
         self.reloads["ok"] += 1
@@ -295,7 +299,7 @@ class PinnedSet:
         else:
             if self._failing:
                 self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
-            self._failing = False
+            self._failing = self._config_changed = False
             self.ok_reads += 1
             self._read_ok_at = self._clock()
 
@@ -317,7 +321,7 @@ class PinnedSet:
             except Exception as err:  # noqa: BLE001 - the caller decides what an unreadable pin means
                 self._failed(err)
                 return None
-            self._failing = False
+            self._failing = self._config_changed = False
             self.ok_reads += 1
             self._read_ok_at = self._clock()
             return list(rows), runtime_name
@@ -328,12 +332,17 @@ class PinnedSet:
         return packed(pinned_keys(node.rows(policy, runtime_sizes=False).rows, self._runtime_name()))
 
     def _failed(self, err: Exception) -> None:
+        """A read failed. The keys of the last read that worked stay in use: a runtime restarting
+        under the proxy must not make its next answers drop every pin. After a reload they are
+        the old config's, and go."""
         self.failures += 1
         self.last_error = str(err) or type(err).__name__
-        self._keys = None
+        if self._config_changed:
+            self._keys = None
         self._close_node()
         if not self._failing:
-            self._log("error", "cannot read pins; answers pass through unchanged", error=str(err))
+            effect = "answers pass through unchanged" if self._keys is None else "answers keep the pins read last"
+            self._log("error", f"cannot read pins; {effect}", error=str(err))
         self._failing = True
 
     # -- read by /readyz and scrapes, never reading anything themselves ----------------------

@@ -269,7 +269,7 @@ class Proxy:
     def __init__(self, listen: str, upstream: str, load: Callable[[], ProxySetup], log: LogFn,
                  refresh_seconds: float = REFRESH_SECONDS, relay: Optional[str] = None,
                  allow_remove_pinned: bool = False, history_dir: Optional[str] = None,
-                 resync_seconds: float = RESYNC_SECONDS) -> None:
+                 resync_seconds: float = RESYNC_SECONDS, follow_events: bool = True) -> None:
         import grpc
 
         if same_socket(listen, upstream):
@@ -283,7 +283,8 @@ class Proxy:
         self.runtime: Optional[tuple[str, str]] = None  # the runtime's name and version, once asked
         self.relay_binary = relay
         self.pins = PinnedSet(load, self.runtime_name, log)
-        self.feed = PinFeed(self.pins, self._publish, log, refresh_seconds, resync_seconds)
+        self.feed = PinFeed(self.pins, self._publish, log, refresh_seconds, resync_seconds,
+                            follow_events=follow_events)
         self._primed = False
         self.history_dir = history_dir
         self.journal = JournalWriter(history_dir, log) if history_dir else None

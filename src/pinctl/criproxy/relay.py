@@ -162,7 +162,10 @@ class Relay:
                 proc.wait()
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
-                pipe.close()
+                try:
+                    pipe.close()
+                except OSError:
+                    pass  # stdin's unsent pins to a relay that is gone: nothing to flush them to
         self._exit_code = proc.returncode
         self._proc = None
 
