@@ -315,6 +315,7 @@ class PinnedSet:
                     self._setup = self._load()
                 if self._node is None:
                     self._node = self._setup.open_node()
+                self._node.forget_lists()
                 rows = self._node.rows(self._setup.policy, runtime_sizes=False).rows
                 runtime_name = self._runtime_name()
                 self._keys = settled(packed(pinned_keys(rows, runtime_name)), self._keys)
@@ -329,6 +330,7 @@ class PinnedSet:
     def _read_keys(self, node: Node, policy: Policy) -> Packed:
         """The keys of a fresh read, packed: its rows and their strings are freed on return,
         before settled() makes the sets that are kept."""
+        node.forget_lists()  # the node stays open between reads; Docker's list must not
         return packed(pinned_keys(node.rows(policy, runtime_sizes=False).rows, self._runtime_name()))
 
     def _failed(self, err: Exception) -> None:
