@@ -91,6 +91,9 @@ class FakeNode:
             raise EngineUnreachable("containerd is down")
         return type("Listing", (), {"rows": self.listed})()
 
+    def forget_lists(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -39,8 +39,13 @@ class Pins:
 def test_a_change_is_read_and_published_and_a_reload_waits_for_its_own_read() -> None:
     pins = Pins()
     published: list[Any] = []
-    feed = pin_feed.PinFeed(pins, lambda keys: published.append(keys) or True,  # type: ignore[arg-type]
-                            lambda *_, **__: None, refresh_seconds=3600, resync_seconds=3600)
+
+    def publish(keys: Any) -> bool:
+        published.append(keys)
+        return True
+
+    feed = pin_feed.PinFeed(pins, publish, lambda *_, **__: None,  # type: ignore[arg-type]
+                            refresh_seconds=3600, resync_seconds=3600)
     assert feed.prime() == "keys 1" and published == [], "the first read is before serving: nothing to send yet"
     feed.start()
     try:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from pinctl.model import LogFn
+from pinctl.node.sources import DockerSource, Node
 
 if TYPE_CHECKING:
     from pinctl.criproxy.pins import PinnedKeys, PinnedSet
-    from pinctl.node.sources import Node
 
 # How far the pins may fall behind the runtime's events before /readyz says so.
 STALE_SECONDS = 10.0
@@ -221,7 +221,8 @@ class PinFeed:
         setup = self.pins.setup()
         node = setup.open_node()
         try:
-            streams = [(item.store.subscribe_images(), item.watches) for item in node.followed()]
+            streams: list[tuple[Any, Optional[Callable[[str], bool]]]] = [
+                (item.store.subscribe_images(), item.watches) for item in node.followed()]
             docker = _docker_classic(node)
             if docker is not None:
                 streams.append((docker.subscribe_images(), None))
@@ -297,8 +298,6 @@ def _events(stream: Any) -> Iterator[str]:
 
 def _docker_classic(node: Node) -> Any:
     """Docker's engine when its images are in its classic store, whose changes no containerd sees."""
-    from pinctl.node.sources import DockerSource
-
     for source in node.sources:
         if isinstance(source, DockerSource) and not source.view.store.containerd:
             return source.view.engine
