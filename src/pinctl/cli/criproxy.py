@@ -42,8 +42,10 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: floa
     pinned: true for every image pinctl wants kept (the pin label, a policy pattern, a Docker
     config label, the sandbox image), and RemoveImage of such an image is refused, naming the
     pin. Every RemoveImage goes into the deletion journal (--history-dir) with its caller.
-    If the pins cannot be read, calls pass through. Config file changes or SIGHUP reload the
-    config; SIGTERM stops it. --metrics-address serves metrics, /healthz and /readyz.
+    The pins are kept current in the background from the runtime's image events: no call
+    waits for a read. If they cannot be read, answers keep the pins read last (or pass
+    through, when none were). Config file changes or SIGHUP reload the config; SIGTERM stops
+    it. --metrics-address serves metrics, /healthz and /readyz.
     """
     from pinctl.commands.criproxy import ProxyRequest, cri_proxy
     from pinctl.criproxy.relay import find_relay
