@@ -13,7 +13,7 @@ Memory: the peak resident size (VmHWM) of the proxy's two processes (pinctl and 
 the end, against the goal of 150 MiB at 10,000 images.
 
 Run from the repository root, as root:
-    .venv/bin/python -m bench.bench_criproxy_idle [--images 10000] [--engine containerd-2.4] [--rounds 9]
+    .venv/bin/python -m bench.bench_criproxy_idle [--images 10000] [--engine containerd-2.4] [--rounds 15]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def timed(call: Callable[..., Any], streamed: bool) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=9, help="calls after a pause, per address and method")
+    parser.add_argument("--rounds", type=int, default=15, help="calls after a pause, per address and method")
     parser.add_argument("--idle", type=float, default=3.0, help="seconds of pause before each call")
     parser.add_argument("--no-churn", dest="churn", action="store_false", help="change no label during the pauses")
     parser.add_argument("--engine", default=ENGINE, help=f"the containerd of tests/harness/engines.py (default {ENGINE})")
