@@ -72,6 +72,11 @@ class DockerView:
             self._images = self.engine.list_images()
         return self._images
 
+    def forget(self) -> None:
+        """Drop the image list read so far: the next use lists Docker's images again (a service
+        reading the same node again and again)."""
+        self._images = None
+
     def names_of(self, image: DockerImage) -> list[str]:
         """Every reference of an image, tags then digests, fully qualified; its ID when it has none."""
         key = (image.image_id, image.repo_tags, image.repo_digests)

@@ -163,6 +163,13 @@ class Node:
         listing.rows.sort(key=lambda row: (row.namespace or "", row.ref))
         return listing
 
+    def forget_lists(self) -> None:
+        """Forget what a source keeps of a read (Docker's image list), so that reading the same
+        node again sees images that came since: cri-proxy keeps one node open for its reads."""
+        for source in self.sources:
+            if isinstance(source, DockerSource):
+                source.view.forget()
+
     def names(self) -> list[Name]:
         """(namespace, reference) of every row `ls` would show, from the image lists alone: no
         manifests read. What `ls -q` prints and shell completion asks for."""
