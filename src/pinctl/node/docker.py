@@ -74,8 +74,10 @@ class DockerView:
 
     def forget(self) -> None:
         """Drop the image list read so far: the next use lists Docker's images again (a service
-        reading the same node again and again)."""
+        reading the same node again and again), and the names worked out from it, which would
+        otherwise keep every image that ever was."""
         self._images = None
+        self._names.clear()
 
     def names_of(self, image: DockerImage) -> list[str]:
         """Every reference of an image, tags then digests, fully qualified; its ID when it has none."""
