@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import grpc
 
@@ -42,15 +42,18 @@ WAYS = ("direct", "relay", "python")
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 * 2**20)]
 
 
-def timed_rounds(calls: list[Callable[..., Any]], rounds: int) -> list[list[float]]:
-    """Seconds per call for each of calls, one call to each per round."""
+def timed_rounds(calls: list[Callable[..., Any]], rounds: int,
+                 requests: Sequence[bytes] = (b"",)) -> list[list[float]]:
+    """Seconds per call for each of calls, one call to each per round; each round sends every
+    address the same request, the next of requests."""
     found: list[list[float]] = [[] for _ in calls]
     for turn in range(rounds):
+        request = requests[turn % len(requests)]
         # Each round starts with the next address: none always follows the same one.
         first = turn % len(calls)
         for index in [*range(first, len(calls)), *range(first)]:
             start = time.perf_counter()
-            calls[index](b"", timeout=30)
+            calls[index](request, timeout=30)
             found[index].append(time.perf_counter() - start)
     return found
 
