@@ -8,7 +8,8 @@ Run from the repository root, as root:
 
 One containerd with `--images` images, and proxies in front of it, chosen by `--proxies`: `relay`
 (as pinctl starts it: its threads ask for a 0.1 ms slice, cri-relay/slice.go), `kernel-slice` (the
-relay with the kernel's default slice, PINCTL_RELAY_SLICE=0), `gogc-off` (the relay with Go's collector off), `gomaxprocs-2`, `python`
+relay with the kernel's default slice, PINCTL_RELAY_SLICE=0), `sysmon-sleep` (the relay with Go's
+sysmon let to take its long sleep, PINCTL_RELAY_SYSMON=sleep: cri-relay/sysmon.go), `gogc-off` (the relay with Go's collector off), `gomaxprocs-2`, `python`
 (`--relay python`), and `other` (the relay binary `--other-relay` names: another tree's build,
 beside this one). The relays log each Go collection (GODEBUG=gctrace=1). cri-proxy runs with
 `--refresh 3600` (`--refresh`): a call that waits for a pin read is issue 53's first item, not the
@@ -73,6 +74,7 @@ PROXIES = {
     "relay": ("relay", {}),
     "kernel-slice": ("relay", {"PINCTL_RELAY_SLICE": "0"}),
     "gogc-off": ("relay", {"GOGC": "off"}),
+    "sysmon-sleep": ("relay", {"PINCTL_RELAY_SYSMON": "sleep"}),
     "gomaxprocs-2": ("relay", {"GOMAXPROCS": "2"}),
     "python": ("python", {}),
     "other": ("other", {}),
