@@ -51,7 +51,6 @@ import dataclasses
 import gc
 import json
 import os
-import random
 import re
 import signal
 import statistics
@@ -64,7 +63,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.bench_criproxy import VERSION, percentile, timed_rounds
+from bench.bench_criproxy import VERSION, image_status_requests, percentile, timed_rounds
 from bench.common import ENGINE, PINCTL, containerd_with_images, progress
 
 IMAGE_STATUS = "/runtime.v1.ImageService/ImageStatus"
@@ -322,13 +321,7 @@ def report(runs: list[Run], opts: argparse.Namespace) -> None:
 
 
 def requests_for(method: str, images: int) -> list[bytes]:
-    if method == "version":
-        return [b""]
-    from pinctl.proto import cri_pb2
-
-    refs = [f"example.test/bench-{i}:1.0" for i in range(images)]
-    random.Random(53).shuffle(refs)
-    return [cri_pb2.ImageStatusRequest(image=cri_pb2.ImageSpec(image=ref)).SerializeToString() for ref in refs]
+    return [b""] if method == "version" else image_status_requests(images)
 
 
 def main() -> int:
