@@ -73,6 +73,7 @@ PROXIES = {
     "relay": ("relay", {}),
     "kernel-slice": ("relay", {"PINCTL_RELAY_SLICE": "0"}),
     "gogc-off": ("relay", {"GOGC": "off"}),
+    "gogc-400": ("relay", {"GOGC": "400"}),
     "sysmon-sleep": ("relay", {"PINCTL_RELAY_SYSMON": "sleep"}),
     "gomaxprocs-2": ("relay", {"GOMAXPROCS": "2"}),
     "python": ("python", {}),
