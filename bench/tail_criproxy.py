@@ -67,7 +67,7 @@ from bench.bench_criproxy import VERSION, image_status_requests, percentile, tim
 from bench.common import ENGINE, PINCTL, containerd_with_images, progress
 
 IMAGE_STATUS = "/runtime.v1.ImageService/ImageStatus"
-METHODS = {"version": VERSION, "imagestatus": IMAGE_STATUS}
+METHODS = {"version": VERSION, "imagestatus": IMAGE_STATUS, "listimages": "/runtime.v1.ImageService/ListImages"}
 # name -> (--relay: the built relay, python or the other binary; extra environment)
 PROXIES = {
     "relay": ("relay", {}),
@@ -322,7 +322,7 @@ def report(runs: list[Run], opts: argparse.Namespace) -> None:
 
 
 def requests_for(method: str, images: int) -> list[bytes]:
-    return [b""] if method == "version" else image_status_requests(images)
+    return image_status_requests(images) if method == "imagestatus" else [b""]
 
 
 def main() -> int:
