@@ -4,10 +4,10 @@ package main
 // request and the runtime's answer, say), and the next system call wakes it again: a thread
 // wake-up more per call, then a run of 20 µs sleeps until it settles. On a busy node each
 // wake-up may wait for a CPU, and the call's own thread waits behind it. With GODEBUG's
-// schedtrace set, sysmon never takes that sleep (it ticks at most every 10 ms instead): measured,
-// the relay's threads then run 4 to 5 times per relayed call instead of 10 to 12, and the p99
-// added drops by a third (bench/tail_criproxy.py, proxy sysmon-awake). GODEBUG is read before
-// main runs, so the relay starts itself again once with it set. The trace it asks for prints
+// schedtrace set, sysmon never takes that sleep (it ticks at most every 10 ms instead): measured
+// with the unary way of forward.go, the relay's threads run 4 to 6 times per relayed call instead
+// of 8 to 12, and a call's p50 is 25 to 50 µs shorter (bench/tail_criproxy.py beside its proxy
+// sysmon-sleep). GODEBUG is read before main runs, so the relay starts itself again once with it set. The trace it asks for prints
 // one line to stderr every 24.8 days (the longest period schedtrace takes).
 
 import (
