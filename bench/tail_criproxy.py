@@ -17,7 +17,8 @@ forwarding this measures. `--load N` starts N busy loops, each in a session of i
 another service or pod is), for the whole benchmark.
 
 The calls (`--method`: `imagestatus`, each round the next of the images in a fixed shuffled
-order, about one in nine pinned by the policy so its answer is rewritten; or `version`) go
+order, about one in nine pinned by the policy so its answer is rewritten; `version`; or
+`listimages`, to see whether a setting slows a long answer) go
 round-robin to the daemon and each proxy, as bench_criproxy does, in runs of each kind taken in
 turn, so that each kind sees the same machine:
 
