@@ -11,9 +11,8 @@ One containerd with `--images` images, and proxies in front of it, chosen by `--
 relay with the kernel's default slice, PINCTL_RELAY_SLICE=0), `sysmon-sleep` (the relay with Go's
 sysmon let to take its long sleep, PINCTL_RELAY_SYSMON=sleep: cri-relay/sysmon.go), `gogc-off` (the relay with Go's collector off), `gomaxprocs-2`, `python`
 (`--relay python`), and `other` (the relay binary `--other-relay` names: another tree's build,
-beside this one). The relays log each Go collection (GODEBUG=gctrace=1). cri-proxy runs with
-`--refresh 3600` (`--refresh`): a call that waits for a pin read is issue 53's first item, not the
-forwarding this measures. `--load N` starts N busy loops, each in a session of its own (as
+beside this one). The relays log each Go collection (GODEBUG=gctrace=1). No call waits for a
+read of the pins (cri-proxy keeps them current in the background). `--load N` starts N busy loops, each in a session of its own (as
 another service or pod is), for the whole benchmark.
 
 The calls (`--method`: `imagestatus`, each round the next of the images in a fixed shuffled
@@ -61,6 +60,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import grpc
 
@@ -109,15 +109,16 @@ class Proxy:
 
 
 def start_proxy(name: str, upstream: str, tmp: Path, relay: str, env_extra: dict[str, str],
-                refresh: float) -> Proxy:
+                refresh: Optional[float] = None) -> Proxy:
     listen = str(tmp / f"{name}.sock")
     log = tmp / f"{name}.log"
     config = tmp / "config.toml"
     config.write_text('pinned_images = ["example.test/bench-1*"]\n')
     env = {**os.environ, "CONTAINERD_ADDRESS": upstream, "PINCTL_CONFIG": str(config), **env_extra}
     with open(log, "wb") as out:
+        refreshing = [] if refresh is None else ["--refresh", str(refresh)]
         proc = subprocess.Popen([PINCTL, "cri-proxy", "--listen", listen, "-r", f"unix://{upstream}", "--relay", relay,
-                                 "--refresh", str(refresh)], env=env, stdout=subprocess.DEVNULL, stderr=out)
+                                 *refreshing], env=env, stdout=subprocess.DEVNULL, stderr=out)
     deadline = time.monotonic() + 20
     while not os.path.exists(listen):
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -337,7 +338,7 @@ def main() -> int:
     parser.add_argument("--proxies", default="relay", help="of " + ", ".join(PROXIES))
     parser.add_argument("--other-relay", help="the relay binary of proxy 'other' (another tree's build)")
     parser.add_argument("--load", type=int, default=0, help="busy loops beside the calls")
-    parser.add_argument("--refresh", type=float, default=3600.0, help="cri-proxy's --refresh")
+    parser.add_argument("--refresh", type=float, help="cri-proxy's --refresh (default: its own)")
     parser.add_argument("--save", type=Path, help="write every run's figures and latencies here (JSON)")
     opts = parser.parse_args()
     from pinctl.criproxy.relay import find_relay
