@@ -24,6 +24,13 @@ type message struct {
 	IDs      []string `json:"ids,omitempty"`
 	KnownIDs []string `json:"known_ids,omitempty"`
 	Names    []string `json:"names,omitempty"`
+	// Delta: IDs, KnownIDs and Names are what came since the set sent last, and the Drop
+	// lists what went; a change to 10,000 images' pins is then a few lines, not 1 MiB of JSON
+	// decoded on the relay's one P while calls wait for it.
+	Delta        bool     `json:"delta,omitempty"`
+	DropIDs      []string `json:"drop_ids,omitempty"`
+	DropKnownIDs []string `json:"drop_known_ids,omitempty"`
+	DropNames    []string `json:"drop_names,omitempty"`
 	// log (to pinctl)
 	Level   string            `json:"level,omitempty"`
 	Message string            `json:"message,omitempty"`

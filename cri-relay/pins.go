@@ -27,6 +27,43 @@ func newPinKeys(wanted, known, names []string) *pinKeys {
 	return keys
 }
 
+// changed is a copy of keys with a delta applied (keys are never changed in place: calls read
+// them without a lock). Every wanted ID is a known one.
+func (keys *pinKeys) changed(m message) *pinKeys {
+	next := &pinKeys{wantedByID: make(map[string]bool, len(m.KnownIDs)), names: make(map[string]struct{}, len(m.Names))}
+	if keys != nil {
+		next.wantedByID = make(map[string]bool, len(keys.wantedByID)+len(m.KnownIDs))
+		next.names = make(map[string]struct{}, len(keys.names)+len(m.Names))
+		for id, wanted := range keys.wantedByID {
+			next.wantedByID[id] = wanted
+		}
+		for name := range keys.names {
+			next.names[name] = struct{}{}
+		}
+	}
+	for _, id := range m.DropKnownIDs {
+		delete(next.wantedByID, id)
+	}
+	for _, id := range m.KnownIDs {
+		next.wantedByID[id] = false
+	}
+	for _, id := range m.DropIDs {
+		if _, known := next.wantedByID[id]; known {
+			next.wantedByID[id] = false
+		}
+	}
+	for _, id := range m.IDs {
+		next.wantedByID[id] = true
+	}
+	for _, name := range m.DropNames {
+		delete(next.names, name)
+	}
+	for _, name := range m.Names {
+		next.names[name] = struct{}{}
+	}
+	return next
+}
+
 // pinCache holds the pinned set pinctl pushed last. pinctl keeps it current in the background
 // (driven by the runtime's events) and pushes each new set; a call only loads the pointer, so
 // no call ever waits for a read. nil keys mean pinctl could not read them: answers pass through.
@@ -49,6 +86,8 @@ func (c *pinCache) current() *pinKeys {
 func (c *pinCache) pushed(m message) {
 	switch {
 	case m.OK && m.Same:
+	case m.OK && m.Delta:
+		c.lastSent = c.lastSent.changed(m)
 	case m.OK:
 		c.lastSent = newPinKeys(m.IDs, m.KnownIDs, m.Names)
 	default:

@@ -45,3 +45,31 @@ func TestTheFirstSetEndsTheWaitForIt(t *testing.T) {
 		t.Fatal("a set was pushed, yet the wait for it timed out")
 	}
 }
+
+func TestADeltaGivesWhatTheWholeSetWould(t *testing.T) {
+	cache := newPinCache()
+	cache.pushed(message{Type: "pins", ID: 1, OK: true, IDs: []string{"a", "b"}, KnownIDs: []string{"a", "b", "c", "d"},
+		Names: []string{"x:1", "y:1"}})
+	before := cache.current()
+	// b unpinned, c pinned, d gone, e new and pinned, f new; y:1 gone, z:1 new.
+	cache.pushed(message{Type: "pins", ID: 2, OK: true, Delta: true, IDs: []string{"c", "e"}, DropIDs: []string{"b"},
+		KnownIDs: []string{"e", "f"}, DropKnownIDs: []string{"d"}, Names: []string{"z:1"}, DropNames: []string{"y:1"}})
+	got := cache.current()
+	want := newPinKeys([]string{"a", "c", "e"}, []string{"a", "b", "c", "e", "f"}, []string{"x:1", "z:1"})
+	if len(got.wantedByID) != len(want.wantedByID) || len(got.names) != len(want.names) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for id, wanted := range want.wantedByID {
+		if found, ok := got.wantedByID[id]; !ok || found != wanted {
+			t.Fatalf("%s: got %v (known %v), want %v", id, found, ok, wanted)
+		}
+	}
+	for name := range want.names {
+		if _, ok := got.names[name]; !ok {
+			t.Fatalf("name %s missing", name)
+		}
+	}
+	if len(before.wantedByID) != 4 || !before.wantedByID["b"] {
+		t.Fatal("the set calls held before the delta was changed in place")
+	}
+}

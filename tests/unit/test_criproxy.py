@@ -153,3 +153,23 @@ def test_a_reload_reads_the_config_at_once_and_a_broken_one_keeps_the_one_in_use
     assert dict(pins.reloads) == {"ok": 1, "failed": 1} and pins.last_reload_ok
     keys = read_in_reload[0]
     assert keys is not None and keys.ids == {"sha256:b"} and node.reads == 2, "read with the new config"
+
+
+def test_a_pins_message_carries_only_what_changed_when_little_did() -> None:
+    from pinctl.criproxy.relay import pins_message
+
+    def keys(wanted: set[str], known: set[str], names: set[str]) -> proxy_pins.PinnedKeys:
+        return proxy_pins.PinnedKeys(frozenset(wanted), frozenset(known), frozenset(names))
+
+    many = {f"sha256:{n:04}" for n in range(100)}
+    first = keys({"sha256:0001"}, many, {"a:1"})
+    assert pins_message(None, first) == {"ok": False}
+    assert pins_message(first, None) == {"ok": True, "ids": ["sha256:0001"], "known_ids": sorted(many), "names": ["a:1"]}
+    assert pins_message(keys({"sha256:0001"}, set(many), {"a:1"}), first) == {"ok": True, "same": True}
+    second = keys({"sha256:0002"}, (many - {"sha256:0099"}) | {"sha256:new"}, {"a:1", "b:1"})
+    assert pins_message(second, first) == {
+        "ok": True, "delta": True, "ids": ["sha256:0002"], "drop_ids": ["sha256:0001"], "known_ids": ["sha256:new"],
+        "drop_known_ids": ["sha256:0099"], "names": ["b:1"]}
+    # Most of it changed: the whole set is shorter than its delta.
+    other = keys(set(), {"sha256:x"}, set())
+    assert pins_message(other, first) == {"ok": True, "ids": [], "known_ids": ["sha256:x"], "names": []}

@@ -65,6 +65,26 @@ def find_relay(choice: str) -> Optional[str]:
     return shutil.which(RELAY_NAME)
 
 
+def pins_message(keys: Optional[PinnedKeys], last: Optional[PinnedKeys]) -> dict[str, Any]:
+    """The fields of a `pins` message taking the relay from last to keys: "same" when nothing
+    changed, a delta when little did, else the whole set. The relay decodes it on the one thread
+    that also serves the calls: a delta keeps that to what changed."""
+    if keys is None:
+        return {"ok": False}
+    if keys == last:
+        return {"ok": True, "same": True}
+    whole = {"ids": sorted(keys.ids), "known_ids": sorted(keys.known_ids), "names": sorted(keys.names)}
+    if last is None:
+        return {"ok": True, **whole}
+    delta = {"ids": sorted(keys.ids - last.ids), "drop_ids": sorted(last.ids - keys.ids),
+             "known_ids": sorted(keys.known_ids - last.known_ids),
+             "drop_known_ids": sorted(last.known_ids - keys.known_ids),
+             "names": sorted(keys.names - last.names), "drop_names": sorted(last.names - keys.names)}
+    if sum(map(len, delta.values())) * 2 > sum(map(len, whole.values())):
+        return {"ok": True, **whole}
+    return {"ok": True, "delta": True, **{key: value for key, value in delta.items() if value}}
+
+
 class Relay:
     """One pinctl-cri-relay process, serving listen and forwarding to upstream."""
 
@@ -139,14 +159,8 @@ class Relay:
             return self._answers.pop(wanted, None)
 
     def _send_pins(self, keys: Optional[PinnedKeys], request_id: int) -> None:
-        with self._pins_lock:  # "same" refers to the set sent last: one sender at a time
-            if keys is not None and keys == self._last_sent:
-                # The relay keeps what it has: no set of 10,000 IDs to encode and decode again.
-                self._send({"type": "pins", "id": request_id, "ok": True, "same": True})
-                return
-            sets = {} if keys is None else {"ids": sorted(keys.ids), "known_ids": sorted(keys.known_ids),
-                                            "names": sorted(keys.names)}
-            self._send({"type": "pins", "id": request_id, "ok": keys is not None, **sets})
+        with self._pins_lock:  # "same" and deltas refer to the set sent last: one sender at a time
+            self._send({"type": "pins", "id": request_id, **pins_message(keys, self._last_sent)})
             self._last_sent = keys
 
     def stop(self) -> None:
