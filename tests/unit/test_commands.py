@@ -96,12 +96,14 @@ class FakeRuntime:
         self.asked = 0
         self.pinned_after = pinned_after
         self.prefetched: list[tuple[str, ...]] = []
+        self.events: list[str] = []  # what check did, in order (with the store's, see below)
 
     def prefetch(self, *listings: str) -> None:
         self.prefetched.append(listings)
 
     def list_images(self) -> list[CriImage]:
         self.asked += 1
+        self.events.append("cri listed")
         return [CriImage(digest("a"), ("example.test/app:1",), (), 1, self.asked > self.pinned_after)]
 
     def image_status(self, ref: str) -> Optional[CriImage]:
@@ -120,8 +122,9 @@ class FakeClock:
 
 
 def test_check_waits_until_the_runtime_catches_up() -> None:
-    store = store_with_images()
+    store = OrderedStore()
     runtime = FakeRuntime(pinned_after=2)
+    store.events = runtime.events
     heard: list[float] = []
     asked_before_open: list[str] = []
 
@@ -133,10 +136,29 @@ def test_check_waits_until_the_runtime_catches_up() -> None:
                             lambda _r, left: heard.append(left), FakeClock())
     assert report.exit_code == EXIT_OK and runtime.asked == 3
     assert report.waited == 2.0 and heard == [10.0, 9.0]
-    # The node's records are asked for before the CRI is opened, and each ask of the CRI's whole
-    # list is started before the node's records are read.
+    # The node's records are asked for before the CRI is opened; in each poll the CRI's whole list
+    # is taken while containerd still encodes them, and they are read after.
     assert asked_before_open == store.namespaces()
-    assert runtime.prefetched == [("images",)] * 3
+    assert runtime.events == ["records asked", "cri listed", "records read"] * 3
+
+
+class OrderedStore(FakeStore):
+    """store_with_images' records, saying when they are asked for and when read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        for name, seed, labels in (("example.test/app:1", "a", PIN), ("example.test/bee:1", "b", None),
+                                   ("sha256:" + "b" * 64, "b", None)):
+            self.add("k8s.io", name, seed, labels)
+
+    def prefetch_images(self, namespace: str) -> None:
+        super().prefetch_images(namespace)
+        self.events.append("records asked")
+
+    def list_images(self, namespace: str) -> list[StoredImage]:
+        self.events.append("records read")
+        return super().list_images(namespace)
 
 
 def test_check_without_wait_reports_at_once() -> None:

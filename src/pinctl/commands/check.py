@@ -55,12 +55,21 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
     # The CRI through cri-dockerd names Docker, not cri-dockerd's release: its process says that.
     frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
 
+    asked = [True]  # the node's records were asked for above; each poll after asks again
+
     def read() -> CheckResult:
-        if not request.refs:  # the CRI's whole list, answered while the node's records are read
-            runtime.prefetch("images")
+        if not asked:
+            node.prefetch()
+        asked.clear()
+        listed = None
+        if not request.refs:
+            # The CRI's list is answered before containerd has encoded the node's records (its
+            # own store is in memory): taken now, it is decoded while pinctl would only wait.
+            listed = runtime.list_images()
         rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
         site = crio.check_site(rows) if (crio := node.crio()) is not None else None
-        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins())
+        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins(),
+                                      listed)
 
     from pinctl.check import pull_records
 

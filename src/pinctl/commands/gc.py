@@ -22,14 +22,17 @@ def gc_plan(node: Node, policy: Policy, open_runtime: OpenRuntime, settings: Sou
     from datetime import datetime, timezone
 
     # The engines answer while pinctl works: the node's records while the CRI is opened and the
-    # GC's modules load, the CRI's lists while the records are read; each is taken after.
+    # GC's modules load. The CRI's lists come sooner than the records (the CRI keeps them in
+    # memory): they are taken and decoded first, while containerd still encodes the records.
     node.prefetch()
     runtime, version = open_runtime()
     from pinctl.gc import plan as gc
 
     runtime.prefetch("images", "containers")
+    domain = gc.cri_domain(node, runtime, version)
+    domain.take_listings()
     rows = node.rows(policy, runtime_sizes=False).rows
-    domain, kubelet = gc.cri_domain(node, runtime, version), gc.kubelet_start_time(runtime.endpoint)
+    kubelet = gc.kubelet_start_time(runtime.endpoint)
     return gc.gc_plan(domain, rows, settings, datetime.now(timezone.utc), usage, kubelet)
 
 
