@@ -267,6 +267,17 @@ def test_unpin_of_containerd_2x_sandbox_image_says_containerd_pins_it_again() ->
     assert "labels only the record named exactly as pinned_images.sandbox has it (pause:3.9)" in warning
 
 
+def test_config_pins_come_from_the_store_without_listing_its_records() -> None:
+    """check reads containerd's pinned_images entries beside the rows it has listed: reaching
+    them must not list every record of k8s.io a second time (0.2 s at 10,000 images)."""
+    entry = ConfigPin("sandbox", "example.test/pause:3.9", "/etc/containerd/config.toml")
+    store = OrderedStore()
+    store.pins = [entry]
+    assert node_of(store, "default", "k8s.io").config_pins() == [entry]
+    assert "records read" not in store.events
+    assert node_of(store, "default").config_pins() == []  # no CRI namespace read: none
+
+
 def test_unpin_of_the_sandbox_image_on_a_cri_ignoring_pins_adds_nothing() -> None:
     report = unpin_sandbox(sandbox_store("1.6.20"), True)
     assert [r.warning for r in report.results] == [None, None] and report.warnings == []
