@@ -1,13 +1,13 @@
 """Issue 32 and 53 benchmark: ls, check and gc plan beside ls -q, run in turns on one node, with the daemon's own floor.
 
 Run from the repository root, as root:
-    .venv/bin/python -m bench.bench_rounds [--images 10000] [--rounds 11] [--engine containerd-2.4]
+    .venv/bin/python -m bench.bench_rounds [--images 10000] [--rounds 11] [--engine containerd-2.4] [--pinctl-src DIR]
 
 bench_floor times each command's runs one after another; on a machine whose load drifts, a
 command measured late is measured on another machine than one measured early. Here one containerd
 (1.7 unless --engine names another engine of tests/harness/engines.py; root on tmpfs, the images
 with two records each in k8s.io, its target cache warmed by one ls) serves rounds of `ls -q`, `ls`,
-`check` and `gc plan`, each once per round, into a pipe; the medians over the rounds are compared
+`check` and `gc plan`, each once per round, their output discarded; the medians over the rounds are compared
 with `ls -q`'s, against issue 53's goal of 2x.
 
 The same rounds time the daemon's answers from minimal Go clients: `ctr images ls -q` (containerd's
@@ -15,12 +15,14 @@ Images.List, which every pinctl command here reads) and `crictl images -q` (the 
 which check and gc plan read besides). Their medians are the floor no client can go below: what
 check and gc plan take beyond ls -q is, at the least, the CRI's list. The `client cpu` column is
 the CPU time the client itself spent (user and system), the part a faster pinctl can shrink; the
-rest of a run is waiting for the daemon.
+rest of a run is waiting for the daemon. With --pinctl-src, check and gc plan of another src/
+directory (a `git worktree` of an older commit) run in the same rounds too.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import resource
 import statistics
@@ -77,6 +79,8 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--engine", default=ENGINE, help=f"the containerd of tests/harness/engines.py (default {ENGINE})")
+    parser.add_argument("--pinctl-src", help="also run check and gc plan of this src/ directory (an older tree) in "
+                                             "each round, as bench_floor's option does")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pinctl-bench-") as tmp, \
             containerd_with_images(args.images, engine=args.engine) as daemon:
@@ -84,6 +88,10 @@ def main() -> int:
         tools_env = {key: value for key, value in env.items() if key not in CRI_ENV}
         timed_run([PINCTL, *COMMANDS["ls"]], env)  # the target cache, as after a node's first run
         runs = {name: ([PINCTL, *argv], env) for name, argv in COMMANDS.items()}
+        if args.pinctl_src:
+            compileall.compile_dir(args.pinctl_src, quiet=1)  # as bench.common does for this tree
+            older = {**env, "PYTHONPATH": args.pinctl_src}
+            runs.update({f"{name}, {args.pinctl_src}": ([PINCTL, *COMMANDS[name]], older) for name in ("check", "gc plan")})
         runs.update({name: (argv, tools_env) for name, argv in floor_commands(daemon, Path(tmp)).items()})
         for argv, run_env in runs.values():
             timed_run(argv, run_env)  # each warmed once
@@ -102,7 +110,7 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- |")
     for name, median in medians.items():
         ratio = median / quiet
-        goal = name in ("check", "gc plan")
+        goal = name.startswith(("check", "gc plan"))
         judged = f"| <= {GOAL:g}x | {'yes' if ratio <= GOAL else 'no'} |" if goal else "| - | - |"
         cpu = statistics.median(cpus[name])
         print(f"| {name} | {median * 1000:.0f} ms | {ratio:.2f} | {cpu * 1000:.0f} ms {judged}")
