@@ -142,6 +142,18 @@ def test_check_waits_until_the_runtime_catches_up() -> None:
     assert runtime.events == ["records asked", "cri listed", "records read"] * 3
 
 
+def test_check_through_cri_dockerd_reads_the_records_while_dockers_list_comes() -> None:
+    """Through cri-dockerd the CRI's list is Docker's own, slow: it is asked for first and taken
+    after the node's records are read, not waited for before them."""
+    store = OrderedStore()
+    runtime = FakeRuntime(pinned_after=0)
+    store.events = runtime.events
+    docker = RuntimeVersion("docker", "28.0.1", "v1")
+    check.check(node_of(store), Policy(), lambda: (runtime, docker), check.CheckRequest(), lambda *_: None, FakeClock())
+    assert runtime.prefetched == [("images",)]
+    assert runtime.events == ["records asked", "records read", "cri listed"]
+
+
 class OrderedStore(FakeStore):
     """store_with_images' records, saying when they are asked for and when read."""
 

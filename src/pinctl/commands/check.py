@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK
-from pinctl.model import ImageRow
+from pinctl.model import RUNTIME_CONTAINERD, ImageRow
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import RuntimeVersion
@@ -55,17 +55,21 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
     # The CRI through cri-dockerd names Docker, not cri-dockerd's release: its process says that.
     frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
 
-    asked = [True]  # the node's records were asked for above; each poll after asks again
+    polls = 0
 
     def read() -> CheckResult:
-        if not asked:
+        nonlocal polls
+        if polls:  # the first poll's records were asked for above
             node.prefetch()
-        asked.clear()
+        polls += 1
         listed = None
-        if not request.refs:
-            # The CRI's list is answered before containerd has encoded the node's records (its
-            # own store is in memory): taken now, it is decoded while pinctl would only wait.
-            listed = runtime.list_images()
+        if not request.refs:  # the CRI's whole list, asked before the node's records are read
+            runtime.prefetch("images")
+            if version.name == RUNTIME_CONTAINERD:
+                # containerd's CRI answers from memory, before containerd has encoded the records:
+                # taken now, the list is decoded while pinctl would only wait. (Through cri-dockerd
+                # it is Docker's own list, as slow as the rows' listing it overlaps: taken after.)
+                listed = runtime.list_images()
         rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
         site = crio.check_site(rows) if (crio := node.crio()) is not None else None
         return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins(),
