@@ -2,8 +2,9 @@ package main
 
 // The control channel to `pinctl cri-proxy`, which started the relay: JSON lines on the
 // relay's stdin (from pinctl) and stdout (to pinctl). pinctl reads the label store and the
-// policy; the relay asks it for the pinned set when its copy is stale, reports what it counted
-// when asked, and hands it log events so that one process writes the log, in one format.
+// policy, keeps the pinned set current and pushes each new one ("pins", answered "taken" with its
+// id once calls use it); the relay reports what it counted when asked, and hands pinctl log
+// events so that one process writes the log, in one format.
 
 import (
 	"bufio"
@@ -71,13 +72,11 @@ func (c *control) serve(in io.Reader, pins *pinCache, stats *counters, removals 
 		}
 		switch m.Type {
 		case "pins":
-			pins.answered(m)
+			pins.pushed(m)
+			// pinctl waits for this before it counts the set as served (and logs a reload).
+			c.send(message{Type: "taken", ID: m.ID})
 		case "remove":
 			removals.answered(m)
-		case "invalidate":
-			pins.invalidate()
-			// pinctl waits for this before it logs the reload: a call after that line asks again.
-			c.send(message{Type: "invalidated", ID: m.ID})
 		case "stats":
 			c.send(message{Type: "stats", ID: m.ID, Stats: stats.snapshot()})
 		}

@@ -98,8 +98,8 @@ func dial(t *testing.T, socket string) *grpc.ClientConn {
 func startRelay(t *testing.T, socket, upstream string, wanted, known []string) *counters {
 	t.Helper()
 	ctl := newControl(io.Discard)
-	pins := newPinCache(ctl, time.Hour, 10*time.Second)
-	pins.answered(message{Type: "pins", ID: 1, OK: true, IDs: wanted, KnownIDs: known}) // the first ask's answer
+	pins := newPinCache()
+	pins.pushed(message{Type: "pins", ID: 1, OK: true, IDs: wanted, KnownIDs: known})
 	stats := newCounters()
 	server, conn, err := newRelay(upstream, pins, stats, ctl, nil)
 	if err != nil {

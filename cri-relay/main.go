@@ -27,8 +27,7 @@ const (
 func main() {
 	listen := flag.String("listen", "", "unix socket to serve the CRI on")
 	upstream := flag.String("upstream", "", "the runtime's unix socket")
-	refresh := flag.Duration("refresh", 2*time.Second, "ask for the pinned set again after this long")
-	askTimeout := flag.Duration("ask-timeout", 60*time.Second, "give up waiting for the pinned set after this long")
+	firstPins := flag.Duration("first-pins", 10*time.Second, "serve without pins if pinctl sends none within this long")
 	flag.Parse()
 	if os.Getenv("GOMAXPROCS") == "" {
 		// A call's work here is tiny; its latency is hand-offs between threads. On one thread
@@ -39,16 +38,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "pinctl-cri-relay: --listen and --upstream are required (pinctl cri-proxy starts it)")
 		os.Exit(2)
 	}
-	if err := run(*listen, *upstream, *refresh, *askTimeout); err != nil {
+	if err := run(*listen, *upstream, *firstPins); err != nil {
 		fmt.Fprintln(os.Stderr, "pinctl-cri-relay:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, upstream string, refresh, askTimeout time.Duration) error {
+func run(listen, upstream string, firstPins time.Duration) error {
 	ctl := newControl(os.Stdout)
 	stats := newCounters()
-	pins := newPinCache(ctl, refresh, askTimeout)
+	pins := newPinCache()
 	removals := newRemovals(ctl)
 	server, conn, err := newRelay(upstream, pins, stats, ctl, removals)
 	if err != nil {
@@ -56,12 +55,16 @@ func run(listen, upstream string, refresh, askTimeout time.Duration) error {
 	}
 	defer conn.Close()
 
+	stopped := make(chan struct{})
+	go ctl.serve(os.Stdin, pins, stats, removals, stopped)
+	if !pins.waitFirst(firstPins) {
+		ctl.log("error", "pinctl sent no pinned set; serving without pins until it does",
+			map[string]string{"waited": firstPins.String()})
+	}
 	listener, identity, err := listenSocket(listen)
 	if err != nil {
 		return err
 	}
-	stopped := make(chan struct{})
-	go ctl.serve(os.Stdin, pins, stats, removals, stopped)
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	go func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,88 +27,26 @@ func newPinKeys(wanted, known, names []string) *pinKeys {
 	return keys
 }
 
-// pinCache holds the pinned set for refresh, asking pinctl again on the first image call after
-// that, by one caller while the others wait for the same answer. Nothing is asked while no
-// image call comes. nil keys mean pinctl could not read them: answers pass through.
+// pinCache holds the pinned set pinctl pushed last. pinctl keeps it current in the background
+// (driven by the runtime's events) and pushes each new set; a call only loads the pointer, so
+// no call ever waits for a read. nil keys mean pinctl could not read them: answers pass through.
 type pinCache struct {
-	refresh time.Duration
-	timeout time.Duration
-	ctl     *control
-
-	mu       sync.Mutex
-	keys     *pinKeys
-	readAt   time.Time
-	epoch    uint64 // one more at each invalidate: an answer asked for before it is not fresh
-	fetching chan struct{}
-	asked    uint64
-	answer   chan pinAnswer
-	lastSent *pinKeys // by the control channel's reader only
+	keys     atomic.Pointer[pinKeys]
+	lastSent *pinKeys // by the control channel's reader only: what "same" refers to
+	first    chan struct{}
+	once     sync.Once
 }
 
-type pinAnswer struct {
-	id   uint64
-	keys *pinKeys
-}
-
-func newPinCache(ctl *control, refresh, timeout time.Duration) *pinCache {
-	return &pinCache{ctl: ctl, refresh: refresh, timeout: timeout, answer: make(chan pinAnswer, 1)}
+func newPinCache() *pinCache {
+	return &pinCache{first: make(chan struct{})}
 }
 
 func (c *pinCache) current() *pinKeys {
-	c.mu.Lock()
-	if !c.readAt.IsZero() && time.Since(c.readAt) < c.refresh {
-		keys := c.keys
-		c.mu.Unlock()
-		return keys
-	}
-	if c.fetching == nil {
-		c.fetching = make(chan struct{})
-		go c.fetch(c.fetching)
-	}
-	done := c.fetching
-	c.mu.Unlock()
-	<-done // fetch gives up after timeout itself
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.keys
+	return c.keys.Load()
 }
 
-func (c *pinCache) fetch(done chan struct{}) {
-	c.mu.Lock()
-	c.asked++
-	id, epoch := c.asked, c.epoch
-	c.mu.Unlock()
-	c.ctl.send(message{Type: "pins", ID: id})
-	var keys *pinKeys
-	deadline := time.After(c.timeout)
-wait:
-	for {
-		select {
-		case m := <-c.answer:
-			if m.id != id {
-				continue // an answer to a request that timed out
-			}
-			keys = m.keys
-			break wait
-		case <-deadline:
-			c.ctl.log("error", "pinctl did not answer for the pinned set; answers pass through unchanged",
-				map[string]string{"timeout": c.timeout.String()})
-			break wait
-		}
-	}
-	c.mu.Lock()
-	c.keys, c.readAt, c.fetching = keys, time.Now(), nil
-	if c.epoch != epoch {
-		c.readAt = time.Time{} // pinctl may have answered with the config it had before: ask again
-	}
-	c.mu.Unlock()
-	close(done)
-}
-
-// answered hands pinctl's answer to the waiting fetch; only the newest answer is kept, as
-// an older one belongs to a request that timed out. It runs on the control channel's reader
-// alone, which also keeps what pinctl sent last: "same" refers to that, answered in time or not.
-func (c *pinCache) answered(m message) {
+// pushed takes a set pinctl sent. It runs on the control channel's reader alone.
+func (c *pinCache) pushed(m message) {
 	switch {
 	case m.OK && m.Same:
 	case m.OK:
@@ -115,24 +54,17 @@ func (c *pinCache) answered(m message) {
 	default:
 		c.lastSent = nil
 	}
-	answer := pinAnswer{id: m.ID, keys: c.lastSent}
-	for {
-		select {
-		case c.answer <- answer:
-			return
-		default:
-			select {
-			case <-c.answer:
-			default:
-			}
-		}
-	}
+	c.keys.Store(c.lastSent)
+	c.once.Do(func() { close(c.first) })
 }
 
-// invalidate makes the next image call ask again (pinctl reloaded its configuration).
-func (c *pinCache) invalidate() {
-	c.mu.Lock()
-	c.readAt = time.Time{}
-	c.epoch++
-	c.mu.Unlock()
+// waitFirst waits for pinctl's first set (read before it started the relay, so it comes at once),
+// so that the socket is served with the pins in place; false when none came within timeout.
+func (c *pinCache) waitFirst(timeout time.Duration) bool {
+	select {
+	case <-c.first:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }

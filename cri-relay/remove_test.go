@@ -43,7 +43,7 @@ func TestRemoveImageIsDecidedByPinctlAndCarriesTheCaller(t *testing.T) {
 	ctl := newControl(fromRelay)
 	removals := newRemovals(ctl)
 	stats := newCounters()
-	server, conn, err := newRelay(upstream, newPinCache(ctl, time.Hour, time.Second), stats, ctl, removals)
+	server, conn, err := newRelay(upstream, newPinCache(), stats, ctl, removals)
 	if err != nil {
 		t.Fatal(err)
 	}

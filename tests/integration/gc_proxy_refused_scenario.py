@@ -2,9 +2,9 @@
 as a scenario of the shared periodic run (tests/integration/test_kubelet_gc.py).
 
 The kubelet never asks to remove what the proxy's lists report pinned; it asks when a pin lands
-after its list. Here the proxy re-reads the pins for image answers only every 600 s
-(``--refresh 600``), so the list the kubelet's second GC run reads is the one from before the
-pin; ``RemoveImage`` re-reads them and refuses. containerd 1.6.20, whose CRI ignores the pin
+after its list. Here the proxy follows no image events and reads the pins only every 600 s
+(``--no-events --refresh 600``), so the list the kubelet's second GC run reads is the one from
+before the pin; ``RemoveImage`` re-reads them and refuses. containerd 1.6.20, whose CRI ignores the pin
 label, so that only the proxy can defend the image.
 
 What v1.37.2's image_gc_manager.go does with that (read there): ``GarbageCollect`` lists the
@@ -41,7 +41,7 @@ def refused_in_age_pass(relay: str, plan_for: PlanFor) -> Scenario:
         (sleeper,) = node.load_runnable(runnable_recipe("example.test/sleeper:1", payload_bytes=4096))
         unused = node.load_plain(("example.test/unused-6:1", 6), ("example.test/unused-10:1", 10))
         (defended,) = node.load_plain((DEFENDED, 4))
-        proxy = ProxyProcess(daemon, node.address, "--relay", relay, "--refresh", "600")
+        proxy = ProxyProcess(daemon, node.address, "--relay", relay, "--no-events", "--refresh", "600")
         node.on_close(proxy.stop)
         proxy.wait_serving()
         endpoint = f"unix://{proxy.path}"
@@ -55,8 +55,8 @@ def refused_in_age_pass(relay: str, plan_for: PlanFor) -> Scenario:
         plan = plan_for(node, endpoint)
 
         def pin_then_plan() -> Any:
-            # After the kubelet's last list read the pins (it lists every few seconds): its next
-            # list is that answer again, for 600 s.
+            # The proxy read the pins when it started and follows no events: the kubelet's
+            # next list is that answer again, for 600 s.
             daemon.label_image(DEFENDED, {PIN: "pinned"})
             node.notes["listed_pinned"] = {i.id: i.pinned for i in _listing(proxy)}
             return plan()

@@ -225,19 +225,6 @@ def test_check_through_the_proxy_agrees_with_pinctl(ctd16: ContainerdDaemon,
     assert json.loads(through.stdout)["agree"] is True
 
 
-def test_a_label_added_later_shows_through_the_refresh(ctd16: ContainerdDaemon,
-                                                       proxies: Callable[..., ProxyProcess]) -> None:
-    """Proven by order, not speed: of two proxies that both read the pins before the label, the
-    one with the default 2 s refresh shows it, the one whose refresh is an hour does not (so no
-    call reads the pins afresh: the refresh did it)."""
-    proxy = proxies(ctd16)
-    stale = proxies(ctd16, "--refresh", "3600")
-    assert pinned_by_tag(proxy.path)[PLAIN] is False and pinned_by_tag(stale.path)[PLAIN] is False
-    ctd16.label_image(PLAIN, {PIN: "pinned"})
-    wait_for(lambda: pinned_by_tag(proxy.path)[PLAIN], "pinned after the refresh", proxy)
-    assert pinned_by_tag(stale.path)[PLAIN] is False, "an hour's refresh read the pins again"
-
-
 def test_sighup_reloads_the_policy(ctd16: ContainerdDaemon, proxies: Callable[..., ProxyProcess],
                                    tmp_path: Path) -> None:
     config = tmp_path / "config.toml"

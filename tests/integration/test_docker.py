@@ -154,3 +154,48 @@ def test_export_parses_back(containerd17: ContainerdDaemon, classic_docker: Dock
 def test_named_docker_host_that_is_down(containerd17: ContainerdDaemon, tmp_path: Path) -> None:
     result = pinctl(containerd17, "ls", "--docker-host", f"unix://{tmp_path}/none.sock")
     assert_one_line_error(result, 1, "Docker socket", "none.sock", "--docker-host")
+
+
+def test_ls_reads_docker_without_its_sdk(containerd17: ContainerdDaemon, classic_docker: DockerDaemon, tmp_path: Path) -> None:
+    """ls, ls -q and their rows come from dockerd's API read with the standard library: the docker
+    SDK (requests, urllib3) is never imported, and the names are docker images' own."""
+    load(classic_docker, tmp_path, images.recipe(*APP, seed="dk-wire"), images.recipe("example.test/dk-solo:1", seed="s"))
+    docker_names = {f"{img['Repository']}:{img['Tag']}" for img in classic_docker.images()}
+    for args in (("ls", "-n", "moby", "-o", "json"), ("ls", "-n", "moby", "-q")):
+        result = run(containerd17, classic_docker, *args, env={"PYTHONPROFILEIMPORTTIME": "1"})
+        assert result.returncode == 0, result.stderr
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+        assert "pinctl.backends.docker" in imported  # the measure sees what it should
+        assert not {"docker", "requests", "urllib3"} & imported
+        listed = ({img["ref"] for img in json.loads(result.stdout)["images"] if img["source"] == "docker"}
+                  if "json" in args else set(result.stdout.split()))
+        assert listed == docker_names
+
+
+def test_engine_calls_against_dockerd(classic_docker: DockerDaemon, tmp_path: Path) -> None:
+    from pinctl.backends.docker import DockerEngine
+    from pinctl.errors import EngineError
+
+    (app,) = load(classic_docker, tmp_path, images.recipe(APP[0], seed="dk-calls", labels={"team.example/keep": "true"}))
+    engine = DockerEngine(classic_docker.host, 10.0)
+    try:
+        assert engine.image_store().containerd is False and engine.image_store().driver == "vfs"
+        assert engine.image_present(APP[0]) == app.image_id
+        assert engine.image_present("example.test/dk-none:1") is None and engine.image("example.test/dk-none:1") is None
+        found = engine.image(app.image_id)
+        assert found is not None and found.repo_tags == (APP[0],) and found.labels == {"team.example/keep": "true"}
+        assert [(i.image_id, i.repo_tags) for i in engine.list_images()] == [(app.image_id, (APP[0],))]
+        assert engine.root_dir() == classic_docker.info()["DockerRootDir"]
+        assert engine.list_containers() == []
+        with pytest.raises(EngineError) as refused:
+            engine.remove_image("sha256:" + "0" * 64)
+        assert "No such image" in refused.value.message and "(HTTP 404)" in refused.value.message
+        engine.remove_image(app.image_id)
+        assert engine.image_present(APP[0]) is None and classic_docker.images() == []
+    finally:
+        engine.close()
+
+
+def test_a_docker_host_that_never_answers(containerd17: ContainerdDaemon, mute_socket: Path) -> None:
+    result = pinctl(containerd17, "ls", "--docker-host", f"unix://{mute_socket}", "--timeout", "0.5")
+    assert_one_line_error(result, 1, f"Docker at unix://{mute_socket} did not answer within 0.5s", "--timeout")

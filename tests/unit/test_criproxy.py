@@ -91,29 +91,31 @@ class FakeNode:
             raise EngineUnreachable("containerd is down")
         return type("Listing", (), {"rows": self.listed})()
 
+    def forget_lists(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
-def test_pins_are_read_at_most_once_per_refresh_and_not_at_all_when_unreadable() -> None:
+def test_pins_are_read_only_when_asked_and_a_failed_read_keeps_the_last_set() -> None:
     node = FakeNode([row("a:1", "sha256:a", "k8s.io", Reason(REASON_LABEL, "a:1"))])
-    now = [100.0]
     logged: list[str] = []
     setup = proxy_pins.ProxySetup(lambda: node, compile_policy([]))  # type: ignore[arg-type, return-value]
-    pins = proxy_pins.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg),
-                              max_age=2.0, clock=lambda: now[0])
+    pins = proxy_pins.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg))
+    assert pins.current() is None and node.reads == 0, "a call never reads"
+    assert pins.refresh() is not None and node.reads == 1
     assert pins.current() is not None and node.reads == 1
-    now[0] += 1.9
-    pins.current()
-    assert node.reads == 1
-    now[0] += 0.2
     node.fail = True
-    assert pins.current() is None and node.reads == 2
-    assert logged[-1].startswith("cannot read pins")
-    now[0] += 2.1
+    kept = pins.refresh()
+    assert kept is not None and kept.ids == {"sha256:a"} and node.reads == 2, "the last set read stays in use"
+    assert pins.failing and logged[-1] == "cannot read pins; answers keep the pins read last"
     node.fail = False
-    keys = pins.current()
+    keys = pins.refresh()
     assert keys is not None and keys.ids == {"sha256:a"} and "pins readable again" in logged[-1]
+    never = proxy_pins.PinnedSet(lambda: setup, lambda: "containerd", lambda level, msg, **_: logged.append(msg))
+    node.fail = True
+    assert never.refresh() is None and logged[-1] == "cannot read pins; answers pass through unchanged"
 
 
 def test_a_reload_reads_the_config_at_once_and_a_broken_one_keeps_the_one_in_use() -> None:
@@ -138,15 +140,16 @@ def test_a_reload_reads_the_config_at_once_and_a_broken_one_keeps_the_one_in_use
     pins = proxy_pins.PinnedSet(load, lambda: "containerd", lambda level, msg, **_: logged.append(msg))
     pins.prepare()
     assert pins.config_paths() == ("/etc/pinctl/config.toml",) and logged == ["config loaded"]
-    assert node.reads == 0, "the images are read at the first image call, not at start"
-    keys = pins.current()
+    assert node.reads == 0, "the images are read by the feed, not by prepare"
+    keys = pins.refresh()
     assert keys is not None and keys.ids == {"sha256:a"}
     assert not pins.reload()
     assert logged[-1] == "config reload failed, keeping the previous one"
     assert dict(pins.reloads) == {"ok": 0, "failed": 1} and not pins.last_reload_ok
     keys = pins.current()
     assert keys is not None and keys.ids == {"sha256:a"} and node.reads == 1, "the pins in use stay"
-    assert pins.reload() and logged[-1] == "config reloaded"
+    read_in_reload: list[Any] = []
+    assert pins.reload(then=lambda: read_in_reload.append(pins.refresh())) and logged[-1] == "config reloaded"
     assert dict(pins.reloads) == {"ok": 1, "failed": 1} and pins.last_reload_ok
-    keys = pins.current()
-    assert keys is not None and keys.ids == {"sha256:b"} and node.reads == 2, "read again at once, not in 2 s"
+    keys = read_in_reload[0]
+    assert keys is not None and keys.ids == {"sha256:b"} and node.reads == 2, "read with the new config"

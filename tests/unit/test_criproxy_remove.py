@@ -184,7 +184,7 @@ def test_the_relay_channel_decides_and_journals_by_id(tmp_path: Path) -> None:
     writer = remove.JournalWriter(str(tmp_path), Logged())
     pins = FakePins([row("example.test/a:1", ID_A, Reason(REASON_LABEL, "example.test/a:1")), row("example.test/b:1", ID_B)])
     checked = remove.RemoveGuard(pins, status, False, writer, Logged())  # type: ignore[arg-type]
-    relay = Relay("/bin/true", "/l", "/u", lambda: None, Logged(), 2.0, checked)
+    relay = Relay("/bin/true", "/l", "/u", lambda: None, Logged(), checked)
     sent: list[dict[str, object]] = []
     relay._send = sent.append  # type: ignore[method-assign,assignment]
     import base64

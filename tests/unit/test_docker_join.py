@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pinctl import refs
 from pinctl.backends.docker import DockerImage, ImageStoreKind
 from pinctl.config.loader import PatternEntry
@@ -76,3 +78,33 @@ def test_cri_dockerds_sandbox_image_is_pinned_by_its_docker_name_as_written() ->
         assert pause.pinned is pinned, flag
         assert [r.kind for r in pause.reasons] == (["sandbox"] if pinned else []), flag
         assert not next(r for r in rows if r.ref == "example.test/tool:1").pinned
+
+
+class _Lister:
+    """A Docker engine's image list, counted; or its failure."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    def list_images(self) -> object:
+        self.calls += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_a_prefetched_image_list_is_asked_for_once_and_taken_by_images() -> None:
+    from pinctl.errors import EngineUnreachable
+
+    lister = _Lister([APP, TOOL])
+    prefetched = DockerView(lister, ImageStoreKind("vfs", False), "moby")  # type: ignore[arg-type]
+    prefetched.prefetch_images()
+    prefetched.prefetch_images()  # a second ask while the first runs starts nothing
+    assert prefetched.images == [APP, TOOL] and prefetched.images == [APP, TOOL] and lister.calls == 1
+
+    failing = DockerView(_Lister(EngineUnreachable("Docker at unix:///d.sock did not answer within 2s")),  # type: ignore[arg-type]
+                         ImageStoreKind("vfs", False), "moby")
+    failing.prefetch_images()
+    with pytest.raises(EngineUnreachable, match="did not answer"):  # raised where the list is read, not lost in the thread
+        failing.images

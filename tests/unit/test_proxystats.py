@@ -19,6 +19,7 @@ import pytest
 from pinctl.criproxy import health as proxyhealth
 from pinctl.criproxy import proxy as criproxy
 from pinctl.criproxy import stats as proxystats
+from pinctl.criproxy.feed import PinFeed
 from pinctl.errors import EngineUnreachable
 from pinctl.metrics import exposition as metrics
 from pinctl.metrics import serve
@@ -112,18 +113,26 @@ def test_image_answers_passed_through_are_counted_by_reason(forwarder: criproxy.
     node = FakeNode(PINNED_ROWS)
     forwarder.pins = criproxy.PinnedSet(
         lambda: criproxy.ProxySetup(lambda: node, compile_policy([])),  # type: ignore[arg-type, return-value]
-        lambda: "containerd", lambda *_a, **_k: None, max_age=0)
+        lambda: "containerd", lambda *_a, **_k: None)
     reply = listing(("sha256:a", ["a:1"], False), ("sha256:b", ["b:1"], False), ("sha256:c", ["n:1"], False))
+    forwarder.pins.refresh()
     forwarder._with_pins(criproxy.LIST_IMAGES, reply)
     assert stats.images_marked - marked == 2, "sha256:a by its ID, sha256:c by its name"
     assert forwarder._with_pins(criproxy.LIST_IMAGES, b"\xff\xff") == b"\xff\xff"
     node.fail = True
+    forwarder.pins.refresh()  # the set read last stays in use
+    assert forwarder._with_pins(criproxy.LIST_IMAGES, reply) is not reply
+    forwarder.pins = criproxy.PinnedSet(  # one that never read them: answers pass through
+        lambda: criproxy.ProxySetup(lambda: node, compile_policy([])),  # type: ignore[arg-type, return-value]
+        lambda: "containerd", lambda *_a, **_k: None)
+    forwarder.pins.refresh()
     assert forwarder._with_pins(criproxy.LIST_IMAGES, reply) is reply
     node.fail, node.listed = False, []
+    forwarder.pins.refresh()
     assert forwarder._with_pins(criproxy.LIST_IMAGES, reply) is reply  # nothing to pin: not passed through
     assert {why: stats.passed_through[why] - before[why] for why in before} == {"pins-unreadable": 1,
                                                                                "answer-unreadable": 1}
-    assert stats.images_marked - marked == 2
+    assert stats.images_marked - marked == 4
 
 
 # -- health and figures of a real (engine-less) proxy ---------------------------------------------
@@ -151,6 +160,8 @@ def proxy() -> Iterator[tuple[criproxy.Proxy, FakeNode, Clock]]:
     served = criproxy.Proxy(os.path.join(directory, "cri.sock"), "/nonexistent/cri.sock", load,
                             lambda *_a, **_k: None)
     served.pins = criproxy.PinnedSet(load, lambda: "containerd", lambda *_a, **_k: None, clock=clock)
+    # The feed's threads are not started (run() starts them): reads here are the test's own.
+    served.feed = PinFeed(served.pins, served._publish, lambda *_a, **_k: None, 2.0, clock=clock)
     yield served, node, clock
     served.stop()
     shutil.rmtree(directory, ignore_errors=True)
@@ -159,23 +170,19 @@ def proxy() -> Iterator[tuple[criproxy.Proxy, FakeNode, Clock]]:
 def test_health_follows_the_server_the_socket_and_the_pins(proxy: tuple[criproxy.Proxy, FakeNode, Clock]) -> None:
     served, node, clock = proxy
     assert not proxyhealth.liveness(served).ok and not proxyhealth.readiness(served).ok
-    served.start()
-    assert proxyhealth.liveness(served).ok
-    ready = proxyhealth.readiness(served)
-    assert ready.ok and "no image call has needed the pins yet" in ready.reason
-    served.pins.current()
+    served.start()  # the pins are read before the socket is served
+    assert proxyhealth.liveness(served).ok and node.reads == 1
     clock.now += 7
-    assert proxyhealth.readiness(served).reason.endswith("pins read 7 s ago")
+    ready = proxyhealth.readiness(served)
+    assert ready.ok and ready.reason.endswith("pins read 7 s ago, reconnecting"), ready.reason
     node.fail = True
-    clock.now += criproxy.REFRESH_SECONDS
-    served.pins.current()
+    served.pins.refresh()
     verdict = proxyhealth.readiness(served)
-    assert not verdict.ok and verdict.reason == "cannot read the pins, image answers pass through unchanged: " \
+    assert not verdict.ok and verdict.reason == "cannot read the pins, image answers keep those read 7 s ago: " \
                                                 "containerd is down"
     assert proxyhealth.liveness(served).ok
     node.fail = False
-    clock.now += criproxy.REFRESH_SECONDS
-    served.pins.current()
+    served.pins.refresh()
     assert proxyhealth.readiness(served).ok
     os.unlink(served.listen)
     verdict = proxyhealth.readiness(served)
@@ -192,15 +199,15 @@ def test_an_error_over_several_lines_is_one_line_in_the_reason(proxy: tuple[crip
 
 def test_figures_and_their_exposition(proxy: tuple[criproxy.Proxy, FakeNode, Clock]) -> None:
     served, node, clock = proxy
-    served.start()
+    before = proxyhealth.proxy_figures(served, proxystats.ProxyStats())
+    assert not before.ready and before.pinned_keys is None and before.pins_age is None and before.runtime is None
+    served.start()  # reads the pins once
     stats = proxystats.ProxyStats()
     stats.calls["ListImages"] += 3
     stats.upstream_errors["UNAVAILABLE"] += 2
     stats.images_marked = 5
     served.guard.outcomes["refused"] += 2
-    found = proxyhealth.proxy_figures(served, stats)
-    assert found.ready and found.pinned_keys is None and found.pins_age is None and found.runtime is None
-    served.pins.current()
+    assert proxyhealth.proxy_figures(served, stats).ready
     clock.now += 3
     served.runtime = ("containerd", "1.6.20~ds1")
     node.fail = True  # not read again: a scrape reads nothing
@@ -230,15 +237,18 @@ def test_figures_and_their_exposition(proxy: tuple[criproxy.Proxy, FakeNode, Clo
     assert {name.removesuffix("_total") for name in declared} <= exposed
 
 
-def test_unreadable_pins_leave_the_pinned_set_out(proxy: tuple[criproxy.Proxy, FakeNode, Clock]) -> None:
+def test_unreadable_pins_keep_the_set_read_last_and_a_reload_drops_it(
+        proxy: tuple[criproxy.Proxy, FakeNode, Clock]) -> None:
     served, node, clock = proxy
     served.start()
-    served.pins.current()
     node.fail = True
-    clock.now += criproxy.REFRESH_SECONDS
-    served.pins.current()
+    served.pins.refresh()
     found = proxyhealth.proxy_figures(served)
-    assert not found.ready and found.pinned_keys is None and found.pin_reads == {"ok": 1, "failed": 1}
+    assert not found.ready and found.pinned_keys is not None and found.pin_reads == {"ok": 1, "failed": 1}
+    served.pins.reload()  # the set held is the old config's now: a failed read drops it
+    served.pins.refresh()
+    found = proxyhealth.proxy_figures(served)
+    assert not found.ready and found.pinned_keys is None and found.pin_reads == {"ok": 1, "failed": 2}
     text = metrics.text_of(metrics.proxy_families(found))
     assert "pinctl_cri_proxy_pinned_keys" not in text and "pinctl_cri_proxy_pins_age_seconds " in text
 
@@ -251,7 +261,7 @@ def test_the_endpoint_serves_the_proxys_health(proxy: tuple[criproxy.Proxy, Fake
         assert get(port, "/readyz")[0] == 200 and get(port, "/healthz")[0] == 200
         assert get(port, "/")[1] == "pinctl cri-proxy: /metrics /healthz /readyz\n"
         node.fail = True
-        served.pins.current()
+        served.pins.refresh()
         code, body = get(port, "/readyz")
         assert code == 503 and body.startswith("not ok: cannot read the pins") and body.count("\n") == 1
         code, text = get(port, "/metrics")

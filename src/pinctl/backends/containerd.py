@@ -110,6 +110,7 @@ class ContainerdStore:
         return str(self._unary("version", "Version", empty_pb2.Empty()).version)
 
     def namespaces(self) -> list[str]:
+        self._stub("namespaces")  # the socket first: where none is (a Docker node), protobuf never loads
         from pinctl.proto import namespaces_pb2
 
         reply = self._unary("namespaces", "List", namespaces_pb2.ListNamespacesRequest())

@@ -1,7 +1,15 @@
-"""Docker through its API (the docker SDK): images, their config labels, and which image store it uses."""
+"""Docker through its API: images, their config labels, containers, and which image store it uses.
+
+The calls that answer at once (info, the image and container lists, inspect, delete) go over
+dockerd's socket with the standard library's socket alone (`_Wire`): the docker SDK's import
+(requests, urllib3) took longer than `docker images` does from start to end. Pull, load and the
+event stream, long calls that stream, keep the SDK.
+"""
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
@@ -9,7 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 from pinctl.backends import procfs
 from pinctl.backends._grpc import check_socket
 from pinctl.backends.registry_auth import PullCancelled, PullError, RegistryAuth, is_transient, scrub
-from pinctl.errors import EngineError, EngineUnreachable
+from pinctl.errors import EngineError, EngineUnreachable, UsageError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 CONTAINERD_SNAPSHOTTER = "io.containerd.snapshotter.v1"
@@ -51,11 +59,12 @@ class DockerEngine:
         self.host = host or DEFAULT_HOST
         self.timeout = timeout
         self._client: Any = None
+        self._wire: Optional[_Wire] = None
 
     def _api(self) -> Any:
+        """The docker SDK's client, for the calls that stream (pull, load, events)."""
         if self._client is None:
-            if self.host.startswith("unix://"):
-                check_socket(self.host[len("unix://") :], "Docker", FLAG)
+            self._check_socket()
             import docker
 
             try:
@@ -64,48 +73,62 @@ class DockerEngine:
                 raise self._fail(err) from None
         return self._client
 
+    def _check_socket(self) -> None:
+        if self.host.startswith("unix://"):
+            check_socket(self.host[len("unix://") :], "Docker", FLAG)
+
     def _fail(self, err: Exception) -> EngineError:
         text = str(err).splitlines()[0] if str(err) else type(err).__name__
-        if "timed out" in text.lower() or "timeout" in text.lower():
+        if isinstance(err, TimeoutError) or "timed out" in text.lower() or "timeout" in text.lower():
             return EngineUnreachable(f"Docker at {self.host} did not answer within {self.timeout:g}s",
                                      "is dockerd running? raise --timeout if it is slow")
-        if "connection" in text.lower():
+        if isinstance(err, ConnectionError) or "connection" in text.lower():
             return EngineUnreachable(f"Docker at {self.host} is not answering ({text})", "is dockerd running?")
         return EngineError(f"Docker at {self.host}: {text}")
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        # The socket is checked first: with no Docker on the node (the usual case for ls) the
-        # Docker library, some 0.2 s to import, is never loaded.
-        api = self._api()
-        import docker
-        import requests
-
+    def _get(self, path: str, method: str = "GET", absent_ok: bool = False) -> Any:
+        """dockerd's JSON answer to one call; its refusal as an EngineError. absent_ok: None for
+        a 404 (no such image)."""
+        if self._wire is None:
+            self._check_socket()
+            self._wire = _Wire.to(self.host, self.timeout)
         try:
-            return getattr(api, method)(*args, **kwargs)
-        except (docker.errors.DockerException, requests.RequestException) as err:
+            status, body = self._wire.exchange(method, path)
+        except OSError as err:
             raise self._fail(err) from None
+        except ValueError as err:
+            raise EngineError(f"Docker at {self.host} answered {path} with {err}") from None
+        if status == 404 and absent_ok:
+            return None
+        if status >= 400:
+            raise EngineError(f"Docker at {self.host}: {_refusal_text(status, body)}")
+        try:
+            return json.loads(body) if body else None
+        except ValueError:
+            raise EngineError(f"Docker at {self.host} answered {path} with what is not JSON") from None
 
     def close(self) -> None:
+        self._wire = None
         if self._client is not None:
             self._client.close()
             self._client = None
 
     def image_store(self) -> ImageStoreKind:
-        info = self._call("info")
+        info = self._get("/info")
         status = {str(k): str(v) for k, v in info.get("DriverStatus") or []}
         return ImageStoreKind(driver=str(info.get("Driver", "")),
                               containerd=status.get("driver-type") == CONTAINERD_SNAPSHOTTER)
 
     def list_images(self) -> list[DockerImage]:
-        return [_docker_image(raw) for raw in self._call("images")]
+        return [_docker_image(raw) for raw in self._get("/images/json") or ()]
 
     def list_containers(self) -> list[DockerContainer]:
         """Every container, in any state: each keeps its image from `docker image prune`, too."""
-        return [_docker_container(raw) for raw in self._call("containers", all=True)]
+        return [_docker_container(raw) for raw in self._get("/containers/json?all=1") or ()]
 
     def root_dir(self) -> str:
         """Where Docker keeps its data: its images' filesystem."""
-        return str(self._call("info").get("DockerRootDir", ""))
+        return str(self._get("/info").get("DockerRootDir", ""))
 
     def root_dir_here(self) -> str:
         """Docker's data root reached from here: through dockerd's /proc/PID/root when it runs in
@@ -114,14 +137,13 @@ class DockerEngine:
 
     def image_present(self, ref: str) -> Optional[str]:
         """The ID of the image ref names, or None when Docker has no such image."""
-        import docker
+        raw = self._inspect(ref)
+        return None if raw is None else str(raw.get("Id", "")) or None
 
-        try:
-            return str(self._api().inspect_image(ref).get("Id", "")) or None
-        except docker.errors.NotFound:
-            return None
-        except docker.errors.DockerException as err:
-            raise self._fail(err) from None
+    def _inspect(self, ref: str) -> Optional[dict[str, Any]]:
+        from urllib.parse import quote
+
+        return self._get(f"/images/{quote(ref, safe='/:')}/json", absent_ok=True)
 
     def pull_image(self, ref: str, auth: Optional[RegistryAuth], timeout: float,
                    cancelled: Optional[Callable[[], bool]] = None) -> str:
@@ -178,14 +200,9 @@ class DockerEngine:
 
     def image(self, ref: str) -> Optional[DockerImage]:
         """One image as Docker has it now (by ID or name); None when Docker has no such image."""
-        import docker
-
-        try:
-            raw = self._api().inspect_image(ref)
-        except docker.errors.NotFound:
+        raw = self._inspect(ref)
+        if raw is None:
             return None
-        except docker.errors.DockerException as err:
-            raise self._fail(err) from None
         config = raw.get("Config") or {}
         return _docker_image({**raw, "Labels": config.get("Labels"), "Created": None})
 
@@ -207,7 +224,9 @@ class DockerEngine:
     def remove_image(self, image_id: str) -> None:
         """Delete an image with all its tags (`docker rmi -f ID`). Docker still refuses one a running
         container uses; callers check for containers in any state just before."""
-        self._call("remove_image", image_id, force=True)
+        from urllib.parse import quote
+
+        self._get(f"/images/{quote(image_id, safe='/:')}?force=1", method="DELETE")
 
 
 class DockerImageEvents:
@@ -238,6 +257,100 @@ class DockerImageEvents:
         except (docker.errors.DockerException, requests.RequestException, OSError, ValueError) as err:
             if not self._cancelled:
                 raise self._engine._fail(err) from None
+
+
+@dataclass(frozen=True)
+class _Wire:
+    """One HTTP/1.0 exchange per call with dockerd, read to its end. HTTP/1.0 because dockerd
+    (Go's net/http) then sends the answer whole and closes: no chunks to decode, no connection to
+    keep. A new connection per call costs less than the import of a client library would."""
+
+    family: int
+    address: Any
+    timeout: float
+
+    @classmethod
+    def to(cls, host: str, timeout: float) -> _Wire:
+        scheme, _, rest = host.partition("://")
+        if scheme == "unix" and rest:
+            return cls(socket.AF_UNIX, rest, timeout)
+        if scheme in ("tcp", "http") and rest:
+            from urllib.parse import urlsplit
+
+            try:
+                parts = urlsplit(f"//{rest}")
+                return cls(socket.AF_INET, (parts.hostname or "localhost", parts.port or 2375), timeout)
+            except ValueError:
+                pass
+        raise UsageError(f"Docker host {host}: pinctl reaches Docker at unix://PATH or tcp://HOST:PORT only",
+                         f"point {FLAG} at dockerd's socket, as {DEFAULT_HOST}")
+
+    def exchange(self, method: str, path: str) -> tuple[int, bytes]:
+        """Status and body of dockerd's answer; socket errors (TimeoutError: no answer within
+        timeout, each read) as OSError, an answer that is no HTTP as ValueError."""
+        if self.family == socket.AF_UNIX:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.settimeout(self.timeout)
+            try:
+                conn.connect(self.address)
+            except OSError:
+                conn.close()
+                raise
+        else:
+            conn = socket.create_connection(self.address, self.timeout)
+        with conn:
+            conn.sendall(f"{method} {path} HTTP/1.0\r\nHost: docker\r\nUser-Agent: pinctl\r\n\r\n".encode())
+            chunks = []
+            while chunk := conn.recv(1 << 18):
+                chunks.append(chunk)
+        return parse_answer(b"".join(chunks))
+
+
+def parse_answer(data: bytes) -> tuple[int, bytes]:
+    """Status and body of an HTTP answer read to its end; ValueError when it is none, or cut short."""
+    head, found, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = lines[0].split(None, 2)
+    if not found or len(status) < 2 or not status[0].startswith(b"HTTP/") or not status[1].isdigit():
+        raise ValueError("what is not HTTP" if data else "nothing (the connection closed)")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = _unchunk(body)
+    elif b"content-length" in headers:
+        length = int(headers[b"content-length"])
+        if len(body) < length:
+            raise ValueError(f"an answer cut short ({len(body)} of {length} bytes)")
+        body = body[:length]
+    return int(status[1]), body
+
+
+def _unchunk(body: bytes) -> bytes:
+    parts: list[bytes] = []
+    at = 0
+    while True:
+        end = body.find(b"\r\n", at)
+        if end < 0:
+            raise ValueError("an answer cut short (chunked)")
+        size = int(body[at:end].split(b";")[0], 16)
+        if size == 0:
+            return b"".join(parts)
+        if len(body) < end + 2 + size:
+            raise ValueError("an answer cut short (chunked)")
+        parts.append(body[end + 2:end + 2 + size])
+        at = end + 2 + size + 2
+
+
+def _refusal_text(status: int, body: bytes) -> str:
+    """dockerd's own words for a refusal ({"message": ...}), with the HTTP status."""
+    try:
+        message = str(json.loads(body).get("message") or "")
+    except (ValueError, AttributeError):
+        message = body.decode("utf-8", "replace").strip()
+    message = message.splitlines()[0] if message else "no reason given"
+    return f"{message} (HTTP {status})"
 
 
 def _split_for_pull(ref: str) -> tuple[str, Optional[str]]:

@@ -23,6 +23,8 @@ class ProxyRequest:
     relay: Optional[str]
     allow_remove_pinned: bool = False
     refresh_seconds: float = 2.0  # criproxy.pins.REFRESH_SECONDS
+    resync_seconds: float = 300.0  # criproxy.feed.RESYNC_SECONDS
+    follow_events: bool = True
 
 
 def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: LogFn, warn: Callable[[str], None],
@@ -51,6 +53,7 @@ def cri_proxy(read_config: Callable[[], Config], request: ProxyRequest, log: Log
 
     proxy = Proxy(request.listen, socket_path(endpoint), load, log, relay=request.relay,
                   allow_remove_pinned=request.allow_remove_pinned, history_dir=first.settings.history_dir,
-                  refresh_seconds=request.refresh_seconds)
+                  refresh_seconds=request.refresh_seconds, resync_seconds=request.resync_seconds,
+                  follow_events=request.follow_events)
     with served(proxy):
         return proxy.run()

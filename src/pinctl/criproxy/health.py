@@ -27,9 +27,10 @@ def liveness(proxy: Proxy) -> Verdict:
 
 
 def readiness(proxy: Proxy) -> Verdict:
-    """Ready while the socket the kubelet connects to is the proxy's, and the last read of the
-    pins succeeded (or no image call has needed one yet): otherwise answers pass through
-    without pinctl's pins."""
+    """Ready while the socket the kubelet connects to is the proxy's, the last read of the pins
+    succeeded (otherwise answers pass through without pinctl's pins), and the pins keep up with
+    the runtime (feed.py: its threads run, its events are followed, no change waits past
+    STALE_SECONDS)."""
     alive = liveness(proxy)
     if not alive.ok:
         return alive
@@ -38,11 +39,17 @@ def readiness(proxy: Proxy) -> Verdict:
     pins = proxy.pins
     if pins.failing:
         error = visible(" ".join(pins.last_error.split()))
-        return Verdict(False, f"cannot read the pins, image answers pass through unchanged: {error}")
+        age = pins.age()
+        if pins.latest is None or age is None:
+            return Verdict(False, f"cannot read the pins, image answers pass through unchanged: {error}")
+        return Verdict(False, f"cannot read the pins, image answers keep those read {age:.0f} s ago: {error}")
+    feed = proxy.feed.health()
+    if not feed.ok:
+        return Verdict(False, feed.why)
     age = pins.age()
     if age is None:
-        return Verdict(True, f"serving the CRI on {proxy.listen}; no image call has needed the pins yet")
-    return Verdict(True, f"serving the CRI on {proxy.listen}; pins read {age:.0f} s ago")
+        return Verdict(True, f"serving the CRI on {proxy.listen}; the pins are not read yet")
+    return Verdict(True, f"serving the CRI on {proxy.listen}; pins read {age:.0f} s ago, {feed.why}")
 
 
 # -- what a scrape reads ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""What cri-proxy reports pinned: the keys of the images pinctl wants kept (PinnedKeys), read
-again when older than REFRESH_SECONDS (PinnedSet), and the rewrite of an image answer that adds
+"""What cri-proxy reports pinned: the keys of the images pinctl wants kept (PinnedKeys), as last
+read (PinnedSet; feed.py keeps them current), and the rewrite of an image answer that adds
 pinned=true to them without decoding every image."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def settled(read: Packed, previous: Optional[PinnedKeys]) -> PinnedKeys:
 
     Why: kept as they come, thousands of strings of a read hold memory pools of that read
     resident (a pool is given back only when all its objects are freed), and the next read,
-    every 2 s while image calls come, needs pools of its own. At 10,000 images, with image events
+    after the next burst of image events, needs pools of its own. At 10,000 images, with image events
     between the reads, the proxy's peak over six reads was 135 MiB with the keys kept as read
     and 130 MiB with them packed (service/memory.py took it from 146 to 135 before)."""
     fresh = [_unpack(part) for part in read]
@@ -199,21 +199,23 @@ def _undecided(images: Sequence[bytes], keys: PinnedKeys) -> list[int]:
 
 
 class PinnedSet:
-    """The keys of the images to report pinned, read again when older than max_age seconds."""
+    """The keys of the images to report pinned, as last read. Reads are made by the feed's
+    reader (feed.py), never by a call; a RemoveImage reads afresh (rows_now)."""
 
     def __init__(self, load: Callable[[], ProxySetup], runtime_name: Callable[[], str], log: LogFn,
-                 max_age: float = REFRESH_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._load = load
         self._runtime_name = runtime_name
         self._log = log
-        self._max_age = max_age
         self._clock = clock
         self._setup: Optional[ProxySetup] = None
         self._node: Optional[Node] = None
         self._keys: Optional[PinnedKeys] = None
-        self._read_at = -float("inf")
         self._lock = threading.Lock()
         self._failing = False
+        # Set by a reload until a read with the new config succeeds: the keys held are the old
+        # config's, so a failed read then drops them rather than keep them.
+        self._config_changed = False
         self.reads = 0
         self.failures = 0
         self.ok_reads = 0
@@ -223,24 +225,33 @@ class PinnedSet:
         self.last_reload_ok = True
 
     def current(self) -> Optional[PinnedKeys]:
-        """The keys, read again first when stale; None when they cannot be read."""
-        if self._clock() - self._read_at < self._max_age:
-            return self._keys
+        """The keys as last read, without reading: None when they could not be read."""
+        return self._keys
+
+    def refresh(self) -> Optional[PinnedKeys]:
+        """Read the keys now; None when they cannot be read."""
         with self._lock:
-            if self._clock() - self._read_at >= self._max_age:
-                self._read()
+            self._read()
             return self._keys
 
+    def setup(self) -> ProxySetup:
+        """The configuration in use, read first if it has not been; raises when it cannot be."""
+        with self._lock:
+            if self._setup is None:
+                self._setup = self._load()
+                self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
+            return self._setup
+
     def prepare(self) -> None:
-        """Read the configuration now rather than at the first image call, so that its paths can
-        be polled from the start; if it cannot be read, the first image call tries again."""
+        """Read the configuration now rather than at the first read of the pins, so that its paths
+        can be polled from the start; if it cannot be read, the next read of the pins tries again."""
         with self._lock:
             if self._setup is not None:
                 return
             try:
                 self._setup = self._load()
-            except Exception as err:  # noqa: BLE001 - the first image call reads it again and says why
-                self._log("error", "cannot read the config; trying again at the first image call", error=str(err))
+            except Exception as err:  # noqa: BLE001 - the next read of the pins reads it again and says why
+                self._log("error", "cannot read the config; trying again at the next read of the pins", error=str(err))
                 return
         self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
 
@@ -249,10 +260,10 @@ class PinnedSet:
         return setup.config_paths if setup is not None else ()
 
     def reload(self, then: Callable[[], object] = lambda: None) -> bool:
-        """Read the configuration again (SIGHUP, a changed file); the next image call reads the
-        images with it. One that cannot be read is logged and counted, and the one in use stays.
-        then runs once the new one is in place and before "config reloaded" is logged (the relay
-        forgets its copy of the pins there), so that every call after that line uses it."""
+        """Read the configuration again (SIGHUP, a changed file). One that cannot be read is
+        logged and counted, and the one in use stays. then runs once the new one is in place and
+        before "config reloaded" is logged (the feed reads the pins with it and the relay takes
+        them there), so that every call after that line uses it."""
         try:
             setup = self._load()
         except Exception as err:  # noqa: BLE001 - whatever fails, the policy in use stays
@@ -262,8 +273,8 @@ class PinnedSet:
             return False
         with self._lock:
             self._setup = setup
+            self._config_changed = True
             self._close_node()
-            self._read_at = -float("inf")
         then()
         self.reloads["ok"] += 1
         self.last_reload_ok = True
@@ -288,10 +299,9 @@ class PinnedSet:
         else:
             if self._failing:
                 self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
-            self._failing = False
+            self._failing = self._config_changed = False
             self.ok_reads += 1
             self._read_ok_at = self._clock()
-        self._read_at = self._clock()
 
     def rows_now(self) -> Optional[tuple[list[ImageRow], str]]:
         """The rows read now, not from the cache, with the runtime's name: a RemoveImage is
@@ -305,30 +315,36 @@ class PinnedSet:
                     self._setup = self._load()
                 if self._node is None:
                     self._node = self._setup.open_node()
+                self._node.forget_lists()
                 rows = self._node.rows(self._setup.policy, runtime_sizes=False).rows
                 runtime_name = self._runtime_name()
                 self._keys = settled(packed(pinned_keys(rows, runtime_name)), self._keys)
             except Exception as err:  # noqa: BLE001 - the caller decides what an unreadable pin means
                 self._failed(err)
-                self._read_at = self._clock()
                 return None
-            self._failing = False
+            self._failing = self._config_changed = False
             self.ok_reads += 1
-            self._read_ok_at = self._read_at = self._clock()
+            self._read_ok_at = self._clock()
             return list(rows), runtime_name
 
     def _read_keys(self, node: Node, policy: Policy) -> Packed:
         """The keys of a fresh read, packed: its rows and their strings are freed on return,
         before settled() makes the sets that are kept."""
+        node.forget_lists()  # the node stays open between reads; Docker's list must not
         return packed(pinned_keys(node.rows(policy, runtime_sizes=False).rows, self._runtime_name()))
 
     def _failed(self, err: Exception) -> None:
+        """A read failed. The keys of the last read that worked stay in use: a runtime restarting
+        under the proxy must not make its next answers drop every pin. After a reload they are
+        the old config's, and go."""
         self.failures += 1
         self.last_error = str(err) or type(err).__name__
-        self._keys = None
+        if self._config_changed:
+            self._keys = None
         self._close_node()
         if not self._failing:
-            self._log("error", "cannot read pins; answers pass through unchanged", error=str(err))
+            effect = "answers pass through unchanged" if self._keys is None else "answers keep the pins read last"
+            self._log("error", f"cannot read pins; {effect}", error=str(err))
         self._failing = True
 
     # -- read by /readyz and scrapes, never reading anything themselves ----------------------

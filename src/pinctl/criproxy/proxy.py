@@ -9,10 +9,11 @@ method name as raw bytes, so methods added to the CRI later pass through untouch
 kind of a method (unary or streaming) cannot be told from its name: STREAMING lists runtime.v1's
 streaming methods, and everything else is forwarded as unary. (The relay needs no such list.)
 
-The pinned set is a short cache (PinnedSet): read from the label store, the policy and Docker
-when an image call finds it older than REFRESH_SECONDS, by one caller while the others wait for
-the same read. Nothing is read while no image call comes, and an answer is never staler than
-REFRESH_SECONDS plus one read. When it cannot be read, answers pass through unchanged.
+The pinned set (PinnedSet) is read from the label store, the policy and Docker before the socket
+is served, and kept current by the feed (feed.py): a reader thread reads it again after the
+runtime's image events, a config change, or every refresh_seconds where there are no events;
+each new set goes to the relay. No call reads it or waits for it. When it cannot be read,
+answers pass through unchanged.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import threading
 from concurrent import futures
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Optional
 
-from pinctl.criproxy.pins import (IMAGE_STATUS, LIST_IMAGES, REFRESH_SECONDS, STREAM_IMAGES, PinnedSet, ProxySetup,
-                                  rewrite)
+from pinctl.criproxy.feed import RESYNC_SECONDS, PinFeed
+from pinctl.criproxy.pins import (IMAGE_STATUS, LIST_IMAGES, REFRESH_SECONDS, STREAM_IMAGES, PinnedKeys, PinnedSet,
+                                  ProxySetup, rewrite)
 from pinctl.criproxy.peers import PeerJoiner
 from pinctl.criproxy.relay import Relay
 from pinctl.criproxy.remove import REMOVE_IMAGE, Caller, JournalWriter, RemoveGuard, upstream_status
@@ -76,6 +78,8 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+# How long a reload waits for the pins read with the new config before it says it is done anyway.
+RELOAD_READ_SECONDS = 30.0
 SERVER_OPTIONS = [("grpc.max_receive_message_length", MESSAGE_BYTES), ("grpc.max_send_message_length", MESSAGE_BYTES)]
 
 
@@ -264,7 +268,8 @@ class Proxy:
 
     def __init__(self, listen: str, upstream: str, load: Callable[[], ProxySetup], log: LogFn,
                  refresh_seconds: float = REFRESH_SECONDS, relay: Optional[str] = None,
-                 allow_remove_pinned: bool = False, history_dir: Optional[str] = None) -> None:
+                 allow_remove_pinned: bool = False, history_dir: Optional[str] = None,
+                 resync_seconds: float = RESYNC_SECONDS, follow_events: bool = True) -> None:
         import grpc
 
         if same_socket(listen, upstream):
@@ -277,9 +282,10 @@ class Proxy:
         self._runtime_name: Optional[str] = None
         self.runtime: Optional[tuple[str, str]] = None  # the runtime's name and version, once asked
         self.relay_binary = relay
-        # The relay keeps the pins for refresh_seconds itself, and asks for them when stale.
-        self.pins = PinnedSet(load, self.runtime_name, log, 0.0 if relay else refresh_seconds)
-        self.refresh_seconds = refresh_seconds
+        self.pins = PinnedSet(load, self.runtime_name, log)
+        self.feed = PinFeed(self.pins, self._publish, log, refresh_seconds, resync_seconds,
+                            follow_events=follow_events)
+        self._primed = False
         self.history_dir = history_dir
         self.journal = JournalWriter(history_dir, log) if history_dir else None
         self.guard = RemoveGuard(self.pins, upstream_status(self.channel), allow_remove_pinned, self.journal, log)
@@ -312,6 +318,9 @@ class Proxy:
             raise UsageError(f"--listen {self.listen}: cannot listen there",
                              "check that its directory exists and is writable")
         claim_socket(self.listen)
+        if not self._primed:  # served with the pins in place: the first call finds them
+            self.feed.prime()
+            self._primed = True
         if self.relay_binary:
             self._start_relay(self.relay_binary)
         else:
@@ -346,9 +355,14 @@ class Proxy:
                 pass  # a mark removed under us is written again at the next (re)start
 
     def _start_relay(self, binary: str) -> None:
-        self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.refresh_seconds,
-                            self.guard)
+        self._relay = Relay(binary, self.listen, self.upstream, self.pins.current, self.log, self.guard)
         self._relay.start()
+
+    def _publish(self, keys: Optional[PinnedKeys]) -> bool:
+        """A new read's keys to the data path: the relay is sent them; the Forwarder here reads
+        the PinnedSet itself."""
+        relay = self._relay
+        return relay.push(keys) if relay is not None and relay.exited() is None else True
 
     def _start_server(self) -> None:
         import grpc
@@ -406,16 +420,18 @@ class Proxy:
         threading.Thread(target=self._do_reload, daemon=True).start()
 
     def _do_reload(self) -> None:
-        """SIGHUP's reload, and a changed config file's: the relay then asks for the pins again.
-        The poll takes the files as read now, so SIGHUP after an edit reloads once, not twice."""
+        """SIGHUP's reload, and a changed config file's: the pins are read with the new config and
+        in use before "config reloaded" is logged. The poll takes the files as read now, so SIGHUP
+        after an edit reloads once, not twice."""
         if self._poll is not None:
             self._poll.rebase()
-        self.pins.reload(then=self._forget_pins)
+        self.pins.reload(then=self._read_with_new_config)
 
-    def _forget_pins(self) -> None:
-        if self._relay is not None and not self._relay.invalidate():
-            self.log("warning", "the relay did not confirm it will ask for the pins again; "
-                     "its copy is replaced within the refresh interval")
+    def _read_with_new_config(self) -> None:
+        self.feed.refollow()  # the new config may name other namespaces or another Docker
+        if not self.feed.read_and_wait(RELOAD_READ_SECONDS):
+            self.log("warning", "the pins of the new config are not read yet; answers use them once they are",
+                     waited=f"{RELOAD_READ_SECONDS:g}s")
 
     def _config_changed(self, path: str) -> None:
         self.log("info", "config changed, reloading", path=path)
@@ -425,6 +441,9 @@ class Proxy:
         while not self._stop.wait(1.0):
             if self._relay is not None and self._relay.exited() is not None:
                 self._relay_exited(self._relay.exited())
+            if not self.feed.reader_alive() and self.feed.read_due():
+                # The reader died (readiness says so): poll here, so answers keep up meanwhile.
+                self.feed.read_once()
 
     def _relay_exited(self, code: Optional[int]) -> None:
         """The relay stops by itself only when signalled (exit 0: stop with it) or when it fails
@@ -462,6 +481,7 @@ class Proxy:
                 self.log("warning", "cannot clear the proxy's mark in the journal's directory", error=str(err))
         if self.journal is not None:
             self.journal.close()
+        self.feed.stop()
         self.pins.close()
         self.channel.close()
         self.log("info", "stopped")
@@ -475,13 +495,13 @@ class Proxy:
             os.unlink(self.listen)
 
     def run(self) -> int:
-        serve_for_long()  # a pin read lists every record, every 2 s while image calls come: see service/memory.py
+        serve_for_long()  # a pin read lists every record, after every burst of image events: see service/memory.py
         self.start()
         poll = self._poll = ConfigPoll(self.pins.config_paths, self._config_changed)
         try:
             self.install_signal_handlers()
-            # After start: a --listen that cannot be served is the one line said, nothing before it.
             self.pins.prepare()
+            self.feed.start()
             poll.start()
             self.wait()
         finally:

@@ -3,13 +3,13 @@ forwards every call, and this process answers its questions over a pipe.
 
 Python's gRPC adds about 0.5 ms to each call it relays and more for large answers (a
 ListImages of 1,000 images through it takes 1.3x as long as direct); the relay adds a fifth of
-that, and a pin read here (150 ms of Python for 1,000 images) never holds up the calls it
-forwards. pinctl keeps what needs its libraries: reading the pins, the config, the log.
+that, and a pin read here never holds up the calls it forwards: the relay answers with the set
+it was pushed last. pinctl keeps what needs its libraries: reading the pins, the config, the log.
 
-The channel is JSON lines: the relay's stdout brings `ready`, `pins` and `remove` (requests),
-`removed` (a forwarded RemoveImage's outcome), `log`, and `stats` and `invalidated` (answers);
-its stdin takes `pins` and `remove` (answers), `invalidate` and `stats` (requests, each answered
-with its id).
+The channel is JSON lines: the relay's stdout brings `ready`, `remove` (a request), `removed` (a
+forwarded RemoveImage's outcome), `log`, and `stats` and `taken` (answers); its stdin takes `pins`
+(each new pinned set, pushed: the first before the relay serves, answered `taken` with its id
+once calls use it), `remove` (an answer) and `stats` (a request, answered with its id).
 
 A RemoveImage is decided here, not in the relay (remove.py): the relay holds the call, sends
 its request bytes with the caller's pid and name (from the socket's peer credentials), and
@@ -47,9 +47,7 @@ RELAY_NAME = "pinctl-cri-relay"
 READY_SECONDS = 10.0
 STOP_SECONDS = 5.0
 STATS_SECONDS = 2.0
-READER_NICENESS = 10
 MAX_REMOVING = 256
-PinsAnswer = Callable[[], Optional["PinnedKeys"]]
 
 
 def find_relay(choice: str) -> Optional[str]:
@@ -70,18 +68,19 @@ def find_relay(choice: str) -> Optional[str]:
 class Relay:
     """One pinctl-cri-relay process, serving listen and forwarding to upstream."""
 
-    def __init__(self, binary: str, listen: str, upstream: str, pins: PinsAnswer, log: LogFn,
-                 refresh_seconds: float, guard: Optional[RemoveGuard] = None) -> None:
+    def __init__(self, binary: str, listen: str, upstream: str, pins: Callable[[], Optional[PinnedKeys]],
+                 log: LogFn, guard: Optional[RemoveGuard] = None) -> None:
         self.binary = binary
-        self.argv = [binary, "--listen", listen, "--upstream", upstream, "--refresh", f"{refresh_seconds}s"]
-        self.pins = pins
+        self.argv = [binary, "--listen", listen, "--upstream", upstream, "--first-pins", f"{READY_SECONDS}s"]
+        self.pins = pins  # the set as last read, sent before the relay serves
         self.log = log
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._exit_code: Optional[int] = None
         self._last_sent: Optional[PinnedKeys] = None  # the pins the running relay has
         self._write_lock = threading.Lock()
+        self._pins_lock = threading.Lock()
         self._ready = threading.Event()
-        self._answers: dict[int, dict[str, Any]] = {}  # by request id: stats, invalidated
+        self._answers: dict[int, dict[str, Any]] = {}  # by request id: stats, taken
         self._answer_arrived = threading.Condition()
         self._request_id = 0
         self.guard = guard
@@ -96,21 +95,27 @@ class Relay:
                                       start_new_session=True)  # a terminal's ^C goes to pinctl, which stops it
         proc = self._proc
         threading.Thread(target=self._read, args=(proc,), name="cri-relay-reader", daemon=True).start()
+        # The pins before anything else: the relay serves once it has them (no call without them).
+        first = self._next_id()
+        self._send_pins(self.pins(), first)
         # The reader sets ready on the relay's "ready", or when its stdout ends (it exited).
         if not self._ready.wait(READY_SECONDS) or proc.poll() is not None:
             self.stop()
             raise RelayFailed(f"{self.binary} did not start serving (exit code {self._exit_code}; its own message, "
                               "if any, is above)", "run it with --relay python to forward in Python meanwhile")
+        with self._answer_arrived:
+            self._answers.pop(first, None)  # its "taken" came before "ready": nobody waits for it
 
     def exited(self) -> Optional[int]:
         """The relay's exit code once it has stopped, else None."""
         return self._proc.poll() if self._proc is not None else self._exit_code
 
-    def invalidate(self) -> bool:
-        """Make the relay's next image call ask for the pins again, and wait until it has taken
-        that in (so that a reload logged after this is a reload every later call sees); False
-        when it does not say so within STATS_SECONDS."""
-        return self._ask("invalidate") is not None
+    def push(self, keys: Optional[PinnedKeys]) -> bool:
+        """Hand the relay a new pinned set (None: unreadable, pass answers through) and wait until
+        its calls use it; False when it does not say so within STATS_SECONDS."""
+        request_id = self._next_id()
+        self._send_pins(keys, request_id)
+        return self._answer(request_id) is not None
 
     def stats(self) -> Optional[dict[str, Any]]:
         """What the relay counted, or None when it does not answer within STATS_SECONDS."""
@@ -119,13 +124,30 @@ class Relay:
 
     def _ask(self, kind: str) -> Optional[dict[str, Any]]:
         """Send a request of that type and wait for the relay's answer with the same id."""
+        wanted = self._next_id()
+        self._send({"type": kind, "id": wanted})
+        return self._answer(wanted)
+
+    def _next_id(self) -> int:
         with self._answer_arrived:
             self._request_id += 1
-            wanted = self._request_id
-        self._send({"type": kind, "id": wanted})
+            return self._request_id
+
+    def _answer(self, wanted: int) -> Optional[dict[str, Any]]:
         with self._answer_arrived:
             self._answer_arrived.wait_for(lambda: wanted in self._answers, STATS_SECONDS)
             return self._answers.pop(wanted, None)
+
+    def _send_pins(self, keys: Optional[PinnedKeys], request_id: int) -> None:
+        with self._pins_lock:  # "same" refers to the set sent last: one sender at a time
+            if keys is not None and keys == self._last_sent:
+                # The relay keeps what it has: no set of 10,000 IDs to encode and decode again.
+                self._send({"type": "pins", "id": request_id, "ok": True, "same": True})
+                return
+            sets = {} if keys is None else {"ids": sorted(keys.ids), "known_ids": sorted(keys.known_ids),
+                                            "names": sorted(keys.names)}
+            self._send({"type": "pins", "id": request_id, "ok": keys is not None, **sets})
+            self._last_sent = keys
 
     def stop(self) -> None:
         proc = self._proc
@@ -140,7 +162,10 @@ class Relay:
                 proc.wait()
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
-                pipe.close()
+                try:
+                    pipe.close()
+                except OSError:
+                    pass  # stdin's unsent pins to a relay that is gone: nothing to flush them to
         self._exit_code = proc.returncode
         self._proc = None
 
@@ -174,9 +199,6 @@ class Relay:
         kind = message.get("type")
         if kind == "ready":
             self._ready.set()
-        elif kind == "pins":
-            # A read takes a while; the reader goes on meanwhile (stats, logs).
-            threading.Thread(target=self._answer_pins, args=(message.get("id", 0),), daemon=True).start()
         elif kind == "log":
             self.log(message.get("level", "info"), message.get("message", ""), **message.get("fields", {}))
         elif kind == "remove":
@@ -184,24 +206,10 @@ class Relay:
             threading.Thread(target=self._answer_remove, args=(message,), daemon=True).start()
         elif kind == "removed":
             self._removed(message)
-        elif kind in ("stats", "invalidated"):
+        elif kind in ("stats", "taken"):
             with self._answer_arrived:
                 self._answers[message.get("id", 0)] = message
                 self._answer_arrived.notify_all()
-
-    def _answer_pins(self, request_id: int) -> None:
-        # On a busy node a pin read waits for the kubelet, the runtime and the relay, not the
-        # other way round (Linux's niceness is per thread: this one only).
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), READER_NICENESS)
-        keys = self.pins()
-        if keys is not None and keys == self._last_sent:
-            # The relay keeps what it has: no set of 1,000 IDs to decode every 2 s.
-            self._send({"type": "pins", "id": request_id, "ok": True, "same": True})
-            return
-        sets = {} if keys is None else {"ids": sorted(keys.ids), "known_ids": sorted(keys.known_ids),
-                                        "names": sorted(keys.names)}
-        self._send({"type": "pins", "id": request_id, "ok": keys is not None, **sets})
-        self._last_sent = keys
 
     def _answer_remove(self, message: dict[str, Any]) -> None:
         """A RemoveImage the relay holds: refuse or forward, decided here on pins read now."""

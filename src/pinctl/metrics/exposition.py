@@ -112,7 +112,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("pinctl_cri_proxy_upstream_errors_total", "counter", "proxy", "Forwarded calls the runtime answered "
                "with an error, or did not answer (UNAVAILABLE), by gRPC status code.", ("code",)),
     MetricSpec("pinctl_cri_proxy_pin_reads_total", "counter", "proxy", "Reads of the pins (labels, policy, Docker) "
-               "by result; a read happens when an image call finds them older than 2 s.", ("result",)),
+               "by result; read in the background after the runtime's image events (CRI-O: every --refresh seconds).", ("result",)),
     MetricSpec("pinctl_cri_proxy_passed_through_total", "counter", "proxy", "Image answers (ListImages, "
                "ImageStatus) passed through without pinctl's pins, by reason.", ("reason",)),
     MetricSpec("pinctl_cri_proxy_images_marked_total", "counter", "proxy", "Images cri-proxy reported pinned in "

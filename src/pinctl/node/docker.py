@@ -3,6 +3,7 @@ labels that pin (cri-dockerd --pinned-image-labels), and why the classic store c
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pinctl import refs
@@ -34,20 +35,57 @@ class DockerView:
         self.store = store
         self.namespace = namespace
         self._images = images
+        self._listing: Optional[threading.Thread] = None
+        self._listed: list[object] = []  # the listing thread's answer or error
+        self._names: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
 
     @classmethod
     def read(cls, engine: DockerEngine, namespace: str) -> DockerView:
         return cls(engine, engine.image_store(), namespace)
 
+    def prefetch_images(self) -> None:
+        """Ask for the image list now, on a thread of its own: dockerd lists while pinctl goes on,
+        and `images` takes the answer (or raises its error)."""
+        if self._images is not None or self._listing is not None:
+            return
+
+        def listing() -> None:
+            try:
+                self._listed.append(self.engine.list_images())
+            except Exception as err:  # noqa: BLE001 - handed to the thread that reads images
+                self._listed.append(err)
+
+        # A daemon thread: a command that ends early does not wait for dockerd's answer.
+        self._listing = threading.Thread(target=listing, name="docker-images", daemon=True)
+        self._listing.start()
+
     @property
     def images(self) -> list[DockerImage]:
+        if self._images is None and self._listing is not None:
+            self._listing.join()
+            self._listing = None
+            answer = self._listed.pop()
+            if isinstance(answer, Exception):
+                raise answer
+            self._images = answer  # type: ignore[assignment]
         if self._images is None:
             self._images = self.engine.list_images()
         return self._images
 
+    def forget(self) -> None:
+        """Drop the image list read so far: the next use lists Docker's images again (a service
+        reading the same node again and again), and the names worked out from it, which would
+        otherwise keep every image that ever was."""
+        self._images = None
+        self._names.clear()
+
     def names_of(self, image: DockerImage) -> list[str]:
         """Every reference of an image, tags then digests, fully qualified; its ID when it has none."""
-        return [_full(name) for name in (*image.repo_tags, *image.repo_digests)] or [image.image_id]
+        key = (image.image_id, image.repo_tags, image.repo_digests)
+        names = self._names.get(key)
+        if names is None:
+            names = self._names[key] = [_full(name) for name in (*image.repo_tags, *image.repo_digests)] or [image.image_id]
+        return names
 
     def classic_refusal(self, selector: refs.Selector) -> Optional[str]:
         """Why an argument naming an image in the classic store cannot be pinned; None otherwise."""

@@ -125,7 +125,11 @@ class DockerSource:
         names += rows_without_records(self.view, listed)
 
     def prefetch(self) -> None:
-        """Nothing: Docker's rows join the containerd source's, which prefetches its namespace."""
+        """Docker's image list, when add_rows reads it: the classic store's (fast there), or when
+        no containerd source lists Docker's namespace. Otherwise Docker's rows join that
+        source's, which prefetches its namespace."""
+        if not self.view.store.containerd or self.moby_store is None:
+            self.view.prefetch_images()
 
     def views(self) -> list[NamespaceView]:
         return []
@@ -159,6 +163,13 @@ class Node:
             source.add_rows(listing, policy, runtime_sizes)
         listing.rows.sort(key=lambda row: (row.namespace or "", row.ref))
         return listing
+
+    def forget_lists(self) -> None:
+        """Forget what a source keeps of a read (Docker's image list), so that reading the same
+        node again sees images that came since: cri-proxy keeps one node open for its reads."""
+        for source in self.sources:
+            if isinstance(source, DockerSource):
+                source.view.forget()
 
     def names(self) -> list[Name]:
         """(namespace, reference) of every row `ls` would show, from the image lists alone: no

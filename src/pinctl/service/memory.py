@@ -7,8 +7,8 @@ again each time enough new ones came, for nothing: 0.4-0.9 s of gc plan at 10,00
 records each), 15-25 % of its time. Reference counting still frees everything without a cycle;
 a service, which runs for days, turns the collector back on (serve_for_long).
 
-Both read every image record again and again (a full sync, the periodic check, a pin read every
-2 s while image calls come). At 10,000 images one read receives a 7 MiB `Images.List` answer:
+Both read every image record again and again (a full sync, the periodic check, a pin read after
+each burst of image events). At 10,000 images one read receives a 7 MiB `Images.List` answer:
 gRPC's buffers, the bytes and protobuf's parse of them are large blocks, freed when the read ends.
 glibc serves a block above its mmap threshold with mmap and unmaps it when freed, but raises that
 threshold (up to 32 MiB) each time it unmaps one, so from the second read on those blocks come
