@@ -2,7 +2,8 @@ package main
 
 // Every call is forwarded by its method name as raw bytes, as a stream both ways: on the wire
 // a unary call is a stream of one message each way, so unary and streaming methods, and methods
-// added to the CRI later, pass through alike. Only the answers of ListImages, StreamImages (each
+// added to the CRI later, pass through alike. The unary methods runtime.v1 has now take a shorter
+// way (forwardUnary), the same on the wire. Only the answers of ListImages, StreamImages (each
 // of its messages: a list of images, as ListImages' answer) and ImageStatus change (pins added).
 
 import (
@@ -65,6 +66,25 @@ func init() { encoding.RegisterCodecV2(rawCodec{}) }
 
 var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
+// unaryMethods are runtime.v1's unary methods (cri-api v0.37), the calls the kubelet makes most.
+// RemoveImage has its own way (remove.go); a method not named here is forwarded as a stream.
+var unaryMethods = map[string]bool{}
+
+func init() {
+	for _, name := range []string{"Version", "RunPodSandbox", "StopPodSandbox", "RemovePodSandbox",
+		"PodSandboxStatus", "ListPodSandbox", "CreateContainer", "StartContainer", "StopContainer",
+		"RemoveContainer", "ListContainers", "ContainerStatus", "UpdateContainerResources",
+		"ReopenContainerLog", "ExecSync", "Exec", "Attach", "PortForward", "ContainerStats",
+		"ListContainerStats", "PodSandboxStats", "ListPodSandboxStats", "UpdateRuntimeConfig", "Status",
+		"CheckpointContainer", "ListMetricDescriptors", "ListPodSandboxMetrics", "RuntimeConfig",
+		"UpdatePodSandboxResources"} {
+		unaryMethods["/runtime.v1.RuntimeService/"+name] = true
+	}
+	for _, name := range []string{"ListImages", "ImageStatus", "PullImage", "ImageFsInfo"} {
+		unaryMethods["/runtime.v1.ImageService/"+name] = true
+	}
+}
+
 type forwarder struct {
 	upstream *grpc.ClientConn
 	pins     *pinCache
@@ -79,6 +99,8 @@ func (fw *forwarder) handle(_ any, in grpc.ServerStream) error {
 	refused := false
 	if method == removeImage && fw.removals != nil {
 		refused, err = fw.remove(in)
+	} else if unaryMethods[method] {
+		err = fw.forwardUnary(method, in)
 	} else {
 		err = fw.forward(method, in, nil)
 	}
@@ -134,6 +156,39 @@ func (fw *forwarder) forward(method string, in grpc.ServerStream, first *frame) 
 			return err
 		}
 	}
+}
+
+// forwardUnary relays a call of a unary method on the caller's goroutine: its one request read,
+// one call upstream, its answer sent. A relayed call waits for two thread wake-ups that a direct
+// one does not (the request's arrival, the answer's), each of which may wait for a CPU on a busy
+// node; this way adds no goroutine of its own, and grpc-go sends the request and its end of
+// stream in one frame, so the runtime is woken once for it, not once more for the end.
+func (fw *forwarder) forwardUnary(method string, in grpc.ServerStream) error {
+	request := &frame{}
+	if err := in.RecvMsg(request); err != nil {
+		return err
+	}
+	md, _ := metadata.FromIncomingContext(in.Context())
+	var header, trailer metadata.MD
+	answer := &frame{}
+	// The caller's deadline and cancellation go upstream with the context.
+	err := fw.upstream.Invoke(metadata.NewOutgoingContext(in.Context(), callersMetadata(md)), method,
+		request, answer, grpc.Header(&header), grpc.Trailer(&trailer))
+	request.release()
+	if len(header) > 0 {
+		_ = in.SetHeader(header) // set, not sent: it goes out with the answer
+	}
+	in.SetTrailer(trailer)
+	if err != nil {
+		answer.release()
+		return err // the upstream's own status code and message
+	}
+	if method == listImages || method == imageStatus {
+		fw.withPins(method, answer)
+	}
+	err = in.SendMsg(answer)
+	answer.release()
+	return err
 }
 
 // sendOnly sends a unary call's one request, read already, and closes the sending side.

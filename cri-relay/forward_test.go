@@ -15,13 +15,17 @@ import (
 	"math/rand"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 const echoMethod = "/test.v1.Echo/Chat" // any method: the relay forwards by name
@@ -240,5 +244,57 @@ func TestManyLargeMessagesAtOnceArriveByteForByte(t *testing.T) {
 	}
 	if calls := snapshot.Calls[echoMethod]; calls != chats {
 		t.Fatalf("%d calls of %s counted, want %d", calls, echoMethod, chats)
+	}
+}
+
+// A unary method (forwardUnary) carries the caller's metadata and deadline upstream, and the
+// runtime's header, trailer, status code and message back, as the stream way does.
+func TestUnaryMethodsCarryMetadataAndStatusBothWays(t *testing.T) {
+	dir := t.TempDir()
+	upstream, relay := filepath.Join(dir, "upstream.sock"), filepath.Join(dir, "relay.sock")
+	const failing = "/runtime.v1.RuntimeService/ContainerStatus"
+	handler := func(_ any, stream grpc.ServerStream) error {
+		method, _ := grpc.MethodFromServerStream(stream)
+		var msg []byte
+		if err := stream.RecvMsg(&msg); err != nil {
+			return err
+		}
+		md, _ := metadata.FromIncomingContext(stream.Context())
+		deadline, hasDeadline := stream.Context().Deadline()
+		_ = stream.SetHeader(metadata.Pairs("seen-caller", strings.Join(md.Get("x-caller"), ","),
+			"seen-deadline", fmt.Sprint(hasDeadline && time.Until(deadline) > time.Minute)))
+		stream.SetTrailer(metadata.Pairs("upstream-trailer", "t"))
+		if method == failing {
+			return status.Error(codes.NotFound, "no container "+string(msg))
+		}
+		answer := append([]byte("answer to "), msg...)
+		return stream.SendMsg(&answer)
+	}
+	serve(t, upstream, grpc.NewServer(grpc.ForceServerCodec(bytesCodec{}), grpc.UnknownServiceHandler(handler)))
+	startRelay(t, relay, upstream, nil, nil)
+	conn := dial(t, relay)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-caller", "kubelet"),
+		2*time.Minute)
+	defer cancel()
+
+	var header, trailer metadata.MD
+	var got []byte
+	err := conn.Invoke(ctx, "/runtime.v1.RuntimeService/Version", &[]byte{'v'}, &got,
+		grpc.Header(&header), grpc.Trailer(&trailer))
+	if err != nil || string(got) != "answer to v" {
+		t.Fatalf("Version: %q, %v", got, err)
+	}
+	if header.Get("seen-caller")[0] != "kubelet" || header.Get("seen-deadline")[0] != "true" ||
+		len(trailer.Get("upstream-trailer")) != 1 {
+		t.Fatalf("header %v, trailer %v", header, trailer)
+	}
+
+	trailer = nil
+	err = conn.Invoke(ctx, failing, &[]byte{'c'}, &got, grpc.Trailer(&trailer))
+	if status.Code(err) != codes.NotFound || status.Convert(err).Message() != "no container c" {
+		t.Fatalf("ContainerStatus: %v, want the upstream's NotFound and message", err)
+	}
+	if len(trailer.Get("upstream-trailer")) != 1 {
+		t.Fatalf("trailer %v", trailer)
 	}
 }

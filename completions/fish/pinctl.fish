@@ -218,9 +218,9 @@ complete -c pinctl -n '__fish_seen_subcommand_from config; and __fish_seen_subco
 # pinctl cri-proxy
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l listen -r -F -d 'Serve the CRI on this unix socket (mode 0660), e.g'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l relay -x -d 'What forwards the calls: pinctl-cri-relay, the compiled relay (auto: when installed,...'
-complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l refresh -x -d 'Read the pins this often where the runtime sends no image events (CRI-O), or while its...'
-complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l resync -x -d 'Read the pins this often even when events come: a change no event reports (another...'
-complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l events -l no-events -d 'Follow the runtime\'s image events and read the pins after each burst; --no-events...'
+complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l refresh -x -d 'Read the pins this often where no image events come (CRI-O, --no-events)'
+complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l resync -x -d 'Read the pins this often even when events come'
+complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l events -l no-events -d 'Read the pins after the runtime\'s image events'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l allow-remove-pinned -d 'Forward RemoveImage of a pinned image too, not FAILED_PRECONDITION'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -l log-format -x -a 'text json' -d 'One log line per event on stderr, as text or JSON'
 complete -c pinctl -n '__fish_seen_subcommand_from cri-proxy' -s h -l help -d 'Show this message and exit'

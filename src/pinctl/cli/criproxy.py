@@ -19,14 +19,11 @@ from pinctl.cli.root import cli, exit_codes, load_config
               help="What forwards the calls: pinctl-cri-relay, the compiled relay (auto: when installed, beside "
                    "pinctl or on PATH), or Python's gRPC (python: adds about 1 ms to a ListImages of 1,000 images).")
 @click.option("--refresh", metavar="SECONDS", type=Seconds(0.5, 3600.0), default=2.0, show_default=True,
-              help="Read the pins this often where the runtime sends no image events (CRI-O), or while its "
-                   "events cannot be followed. Elsewhere they are read after each burst of events.")
+              help="Read the pins this often where no image events come (CRI-O, --no-events).")
 @click.option("--resync", metavar="SECONDS", type=Seconds(1.0, 86400.0), default=300.0, show_default=True,
-              help="Read the pins this often even when events come: a change no event reports (another "
-                   "sandbox image) shows within this.")
+              help="Read the pins this often even when events come.")
 @click.option("--events/--no-events", default=True, show_default=True,
-              help="Follow the runtime's image events and read the pins after each burst; --no-events reads "
-                   "them every --refresh seconds only.")
+              help="Read the pins after the runtime's image events.")
 @click.option("--allow-remove-pinned", is_flag=True, envvar="PINCTL_ALLOW_REMOVE_PINNED",
               help="Forward RemoveImage of a pinned image too, not FAILED_PRECONDITION. "
                    "Env: PINCTL_ALLOW_REMOVE_PINNED.")
@@ -38,14 +35,10 @@ def cri_proxy_command(ctx: click.Context, listen: str, relay: str, refresh: floa
                       allow_remove_pinned: bool, log_format: str, **_: Any) -> int:
     """Serve the CRI to the kubelet, forwarding every call to the runtime (--runtime-endpoint).
 
-    Calls pass through unchanged, except that ListImages, StreamImages and ImageStatus report
-    pinned: true for every image pinctl wants kept (the pin label, a policy pattern, a Docker
-    config label, the sandbox image), and RemoveImage of such an image is refused, naming the
-    pin. Every RemoveImage goes into the deletion journal (--history-dir) with its caller.
-    The pins are kept current in the background from the runtime's image events: no call
-    waits for a read. If they cannot be read, answers keep the pins read last (or pass
-    through, when none were). Config file changes or SIGHUP reload the config; SIGTERM stops
-    it. --metrics-address serves metrics, /healthz and /readyz.
+    ListImages, StreamImages and ImageStatus report pinned: true for every image pinctl wants
+    kept; RemoveImage of such an image is refused, and every RemoveImage is journaled
+    (--history-dir). The pins are kept current from the runtime's image events; no call waits
+    for a read. SIGHUP or a changed config file reloads; SIGTERM stops.
     """
     from pinctl.commands.criproxy import ProxyRequest, cri_proxy
     from pinctl.criproxy.relay import find_relay
