@@ -6,10 +6,13 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Optional, Sequence
 
 import pytest
 
+from pinctl.backends.cri import CriContainer, CriImage, RuntimeVersion
+from pinctl.backends.cri import ImageFs as CriImageFs
 from pinctl.commands.gc import PruneReport, prune_exit_code
 from pinctl.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EngineError
 from pinctl.gc import plan as gc
@@ -419,3 +422,41 @@ def test_prune_of_named_images_deletes_only_those_and_keeps_a_protected_one() ->
     assert set(why) == {"example.test/c:1", "example.test/d:1", "example.test/e:1"}
     assert "pinned by the runtime" in why["example.test/e:1"] and "in use by job" in why["example.test/c:1"]
     assert "younger than the minimum age" in why["example.test/d:1"]
+
+
+class ListingRuntime:
+    """A CRI runtime that says which listing it answered, in order."""
+
+    endpoint = "unix:///nonexistent/pinctl-test/cri.sock"  # served by no process: paths stay as given
+
+    def __init__(self, mountpoint: str) -> None:
+        self.mountpoint = mountpoint
+        self.asked: list[str] = []
+
+    def image_fs_info(self) -> list[CriImageFs]:
+        self.asked.append("fs")
+        return [CriImageFs(self.mountpoint, 0)]
+
+    def list_images(self) -> list[CriImage]:
+        self.asked.append("images")
+        return [CriImage("sha256:" + "a" * 64, ("example.test/app:1",), (), 10, False)]
+
+    def list_containers(self) -> list[CriContainer]:
+        self.asked.append("containers")
+        return [CriContainer("c1", "app", "pod", "example.test/app:1", "example.test/app:1", "sha256:" + "a" * 64,
+                             "running", 1.0)]
+
+
+def test_a_cri_domain_observes_the_lists_it_took_before_the_records(tmp_path: Path) -> None:
+    """gc plan takes the CRI's lists before the node's records are read (they come sooner);
+    observe then reads the image filesystem alone, and sees what was taken."""
+    runtime = ListingRuntime(str(tmp_path))
+    domain = gc.CriDomain(runtime, RuntimeVersion("containerd", "v2.4.2", "v1"))  # type: ignore[arg-type]
+    domain.take_listings()
+    seen = domain.observe([])
+    assert runtime.asked == ["images", "containers", "fs"]
+    assert [image.id for image in seen.images] == ["sha256:" + "a" * 64]
+    assert [c.id for c in seen.containers] == ["c1"]
+    # Without a take, observe lists them itself, each time.
+    domain.observe([])
+    assert runtime.asked[3:] == ["fs", "images", "containers"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.errors import EXIT_ERROR, EXIT_OK
-from pinctl.model import ImageRow
+from pinctl.model import RUNTIME_CONTAINERD, ImageRow
 
 if TYPE_CHECKING:
     from pinctl.backends.cri import RuntimeVersion
@@ -55,12 +55,25 @@ def check(node: Node, policy: Policy, open_runtime: Callable[[], tuple[RuntimeIm
     # The CRI through cri-dockerd names Docker, not cri-dockerd's release: its process says that.
     frontend = cri_dockerd.find(runtime.endpoint) if version.name == checking.DOCKER else None
 
+    polls = 0
+
     def read() -> CheckResult:
-        if not request.refs:  # the CRI's whole list, answered while the node's records are read
+        nonlocal polls
+        if polls:  # the first poll's records were asked for above
+            node.prefetch()
+        polls += 1
+        listed = None
+        if not request.refs:  # the CRI's whole list, asked before the node's records are read
             runtime.prefetch("images")
+            if version.name == RUNTIME_CONTAINERD:
+                # containerd's CRI answers from memory, before containerd has encoded the records:
+                # taken now, the list is decoded while pinctl would only wait. (Through cri-dockerd
+                # it is Docker's own list, as slow as the rows' listing it overlaps: taken after.)
+                listed = runtime.list_images()
         rows[:] = node.rows(policy, runtime_sizes=request.sizes).rows
         site = crio.check_site(rows) if (crio := node.crio()) is not None else None
-        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins())
+        return checking.check_runtime(rows, runtime, version, request.refs, frontend, site, node.config_pins(),
+                                      listed)
 
     from pinctl.check import pull_records
 

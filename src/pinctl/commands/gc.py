@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from pinctl.commands import OpenRuntime
 from pinctl.errors import EXIT_OK, EXIT_PARTIAL, UsageError, batch_exit_code
+from pinctl.model import RUNTIME_CONTAINERD
 
 if TYPE_CHECKING:
     from pinctl.gc.kubelet import SourcedGcSettings
@@ -22,14 +23,19 @@ def gc_plan(node: Node, policy: Policy, open_runtime: OpenRuntime, settings: Sou
     from datetime import datetime, timezone
 
     # The engines answer while pinctl works: the node's records while the CRI is opened and the
-    # GC's modules load, the CRI's lists while the records are read; each is taken after.
+    # GC's modules load, the CRI's lists while the records are read. containerd's CRI answers from
+    # memory, before containerd has encoded the records: its lists are taken and decoded first,
+    # while pinctl would only wait. (Through cri-dockerd they are Docker's own, slow: taken after.)
     node.prefetch()
     runtime, version = open_runtime()
     from pinctl.gc import plan as gc
 
     runtime.prefetch("images", "containers")
+    domain = gc.cri_domain(node, runtime, version)
+    if version.name == RUNTIME_CONTAINERD:
+        domain.take_listings()
     rows = node.rows(policy, runtime_sizes=False).rows
-    domain, kubelet = gc.cri_domain(node, runtime, version), gc.kubelet_start_time(runtime.endpoint)
+    kubelet = gc.kubelet_start_time(runtime.endpoint)
     return gc.gc_plan(domain, rows, settings, datetime.now(timezone.utc), usage, kubelet)
 
 

@@ -430,11 +430,9 @@ def _at_risk(
 
 
 def _unmatched(containers: Iterable[GcContainer], listed: Mapping[str, GcImage]) -> tuple[UnmatchedContainer, ...]:
+    alone = [container for container in containers if container.kubelet_image_id not in listed]
+    if not alone:  # most nodes: no index of every name needed
+        return ()
     refs = {ref: image.id for image in listed.values() for ref in image.refs}
-    found = []
-    for container in containers:
-        if container.kubelet_image_id in listed:
-            continue
-        ref_of = refs.get(container.image_ref) or refs.get(container.image)
-        found.append(UnmatchedContainer(container, ref_of))
-    return tuple(found)
+    return tuple(UnmatchedContainer(container, refs.get(container.image_ref) or refs.get(container.image))
+                 for container in alone)

@@ -27,7 +27,7 @@ from pinctl.model import CRI_NAMESPACE, PIN_LABEL, RUNTIME_CONTAINERD, RUNTIME_C
 from pinctl.node.imagefs import fs_figures, statfs
 
 if TYPE_CHECKING:
-    from pinctl.backends.cri import CriRuntime, RuntimeVersion
+    from pinctl.backends.cri import CriContainer, CriImage, CriRuntime, RuntimeVersion
     from pinctl.backends.docker import DockerEngine
     from pinctl.gc.kubelet import SourcedGcSettings
     from pinctl.model import ImageRow
@@ -144,13 +144,21 @@ class CriDomain:
         # Each container's image mounts as observe read them (a container's mounts never change).
         self._mounts: dict[str, tuple[str, ...]] = {}
         self.mountpoint = ""  # the image filesystem as observe found it
+        self._taken: Optional[tuple[list[CriImage], list[CriContainer]]] = None
+
+    def take_listings(self) -> None:
+        """Take the runtime's images and containers now, for the next observe: asked before the
+        node's records, they are answered first (the CRI keeps them in memory), and decoded here
+        while containerd still encodes the records."""
+        self._taken = (self.runtime.list_images(), self.runtime.list_containers())
 
     def observe(self, rows: Sequence[ImageRow]) -> Observation:
+        taken, self._taken = self._taken, None
         filesystems = self.runtime.image_fs_info()
         if not filesystems:
             raise EngineError(f"{self.name} reports no image filesystem (ImageFsInfo)", "is this a CRI runtime?")
         mountpoint = procfs.as_served(self.runtime.endpoint, filesystems[0].mountpoint)
-        listed_images = self.runtime.list_images()
+        listed_images = taken[0] if taken is not None else self.runtime.list_images()
         by_id = _id_records(rows) if self.version.name == RUNTIME_CONTAINERD else {}
         undated = [i.id for i in listed_images if i.id not in by_id]
         arrived = self._arrived(mountpoint, undated)
@@ -161,7 +169,7 @@ class CriDomain:
                                 by_id.get(i.id) or _latest(arrived.get(i.id),
                                                            _earliest(created, (i.id, *_digests(i.repo_digests)))))
                   for i in listed_images]
-        listed = self.runtime.list_containers()
+        listed = taken[1] if taken is not None else self.runtime.list_containers()
         containers = [ObservedContainer(c.id, c.image_ref, _state(c.state), c.image_id, c.image, c.name,
                                         c.pod_sandbox_id, c.image_mounts, created_at=utc(c.created_at),
                                         started_at=utc(c.started_at), finished_at=utc(c.finished_at))

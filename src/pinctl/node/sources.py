@@ -23,6 +23,7 @@ from pinctl.node.docker import DockerView, rows_without_records
 from pinctl.node.protocol import Followed, Name, Source
 from pinctl.pins.export import ContainerdTarget
 from pinctl.pins.listing import Listing, list_images
+from pinctl.pins.listing import config_pins as listed_config_pins
 from pinctl.pins.plans import NamespaceView
 from pinctl.pins.policy import Policy
 
@@ -234,7 +235,10 @@ class Node:
 
     def config_pins(self) -> list[ConfigPin]:
         """containerd 2.x's own pinned_images entries, of the containerd whose CRI namespace is read."""
-        return next((view.config_pins for view in self.views() if view.namespace == CRI_NAMESPACE), [])
+        # From the store itself: a NamespaceView would list every record of k8s.io again only to
+        # reach its store (0.2 s at 10,000 images, in check and the watcher's periodic check).
+        return next((listed_config_pins(source.store) for source in self.sources
+                     if isinstance(source, ContainerdSource) and CRI_NAMESPACE in source.namespaces), [])
 
     def crio(self) -> Optional[crio_node.CrioNode]:
         """The CRI-O this node is, when it is one: its pins are files, not labels."""
