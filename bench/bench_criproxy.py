@@ -10,6 +10,8 @@ with 1 (111 of 1,000) and nothing is labelled, so every ListImages answer gets t
 
 On an engine that serves it (containerd 2.4: `--engine containerd-2.4`), the streamed list too:
 CRI v1 `StreamImages` (cri-api v0.37), each call read to its end, beside direct as ListImages.
+The lists here come back to back; bench_criproxy_idle measures them after an idle pause, as the
+kubelet makes them.
 
 Run from the repository root, as root:
     .venv/bin/python -m bench.bench_criproxy [--images 1000] [--engine containerd-2.4 --lists 200]
@@ -144,17 +146,12 @@ def main() -> int:
                     lists[prefix + "direct-" + way], lists[prefix + way] = round_robin(
                         [daemon.address, listen], method, opts.lists, warm_up=warm_lists, streamed=bool(prefix))
                     progress(f"{method.rsplit('/', 1)[1]} beside {way} done")
-            stale = {way: [] for way in WAYS[1:]}  # type: dict[str, list[float]]
-            for _ in range(3):  # the pins older than 2 s: this call reads them first
-                time.sleep(2.1)
-                for way, address in zip(WAYS[1:], listens):
-                    stale[way].append(round_robin([address], cri.LIST_IMAGES, 1, warm_up=0)[0][0])
         finally:
             for proxy in proxies:
                 proxy.send_signal(signal.SIGTERM)
                 proxy.wait(15)
     report(opts, dict(zip(WAYS, pinned)), {"Version": dict(zip(WAYS, versions)),
-                                           "ImageStatus": dict(zip(WAYS, statuses))}, lists, stale)
+                                           "ImageStatus": dict(zip(WAYS, statuses))}, lists)
     if streams:
         print("StreamImages (images, pinned, messages): "
               + ", ".join(f"{way} {found}" for way, found in streams.items()))
@@ -170,7 +167,7 @@ def image_status_requests(images: int) -> list[bytes]:
 
 
 def report(opts: argparse.Namespace, pinned: dict[str, int], unary: dict[str, dict[str, list[float]]],
-           lists: dict[str, list[float]], stale: dict[str, list[float]]) -> None:
+           lists: dict[str, list[float]]) -> None:
     """A markdown table; ListImages' direct column is the one measured beside the relay / Python."""
     ms = 1000.0
     print(f"{opts.engine}; pinned in ListImages: " + ", ".join(f"{way} {count}" for way, count in pinned.items()))
@@ -193,9 +190,6 @@ def report(opts: argparse.Namespace, pinned: dict[str, int], unary: dict[str, di
             print(f"| {method}, {opts.images} images, {opts.lists} calls, {pick_name} | {dr * ms:.2f} / {dp * ms:.2f} ms "
                   f"| {r * ms:.2f} ms | {r / dr:.3f}x ({(r - dr) * ms:+.2f} ms) | {p * ms:.2f} ms "
                   f"| {p / dp:.3f}x ({(p - dp) * ms:+.2f} ms) | {goal} | {met} |")
-    r, p = (statistics.median(stale[way]) for way in WAYS[1:])
-    print(f"| ListImages after 2 s idle (reads the pins first), median of 3 | - | {r * ms:.0f} ms | - "
-          f"| {p * ms:.0f} ms | - | - | - |")
 
 
 if __name__ == "__main__":
