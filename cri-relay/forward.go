@@ -64,7 +64,23 @@ func (rawCodec) Name() string { return "proto" }
 // is the raw one.
 func init() { encoding.RegisterCodecV2(rawCodec{}) }
 
-var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+var (
+	bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+	// One request, streamed answers: grpc-go sends the request with its end of stream in one frame.
+	answerStream = &grpc.StreamDesc{ServerStreams: true}
+)
+
+// oneRequestMethods are runtime.v1's methods of one request and streamed answers (cri-api
+// v0.37's Stream* lists, GetContainerEvents): relayed on the caller's goroutine, with no
+// goroutine for requests, as forwardUnary does for a unary call.
+var oneRequestMethods = map[string]bool{streamImages: true}
+
+func init() {
+	for _, name := range []string{"GetContainerEvents", "StreamPodSandboxes", "StreamContainers",
+		"StreamContainerStats", "StreamPodSandboxStats", "StreamPodSandboxMetrics"} {
+		oneRequestMethods["/runtime.v1.RuntimeService/"+name] = true
+	}
+}
 
 // unaryMethods are runtime.v1's unary methods (cri-api v0.37), the calls the kubelet makes most.
 // RemoveImage has its own way (remove.go); a method not named here is forwarded as a stream.
@@ -121,13 +137,26 @@ func (fw *forwarder) forward(method string, in grpc.ServerStream, first *frame) 
 	ctx, cancel := context.WithCancel(in.Context())
 	defer cancel()
 	md, _ := metadata.FromIncomingContext(in.Context())
-	out, err := fw.upstream.NewStream(metadata.NewOutgoingContext(ctx, callersMetadata(md)), bothStreams, method)
+	desc := bothStreams
+	if first == nil && oneRequestMethods[method] {
+		request := &frame{}
+		if err := in.RecvMsg(request); err != nil {
+			return err
+		}
+		first, desc = request, answerStream
+	}
+	out, err := fw.upstream.NewStream(metadata.NewOutgoingContext(ctx, callersMetadata(md)), desc, method)
 	if err != nil {
 		return err
 	}
-	if first == nil {
+	switch {
+	case desc == answerStream:
+		// Sent here, with its end of stream: a failure shows as the upstream's status below.
+		_ = out.SendMsg(first)
+		first.release()
+	case first == nil:
 		go relayRequests(in, out)
-	} else {
+	default:
 		go sendOnly(first, out)
 	}
 	rewrite := method == listImages || method == streamImages || method == imageStatus

@@ -298,3 +298,37 @@ func TestUnaryMethodsCarryMetadataAndStatusBothWays(t *testing.T) {
 		t.Fatalf("trailer %v", trailer)
 	}
 }
+
+func TestAOneRequestMethodStreamsEveryAnswer(t *testing.T) {
+	dir := t.TempDir()
+	upstream, relay := filepath.Join(dir, "up.sock"), filepath.Join(dir, "relay.sock")
+	startUpstream(t, upstream, nil) // each message answered twice: as it is, and inverted
+	startRelay(t, relay, upstream, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const method = "/runtime.v1.RuntimeService/StreamContainers"
+	stream, err := dial(t, relay).NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := []byte("filter")
+	if err := stream.SendMsg(&request); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]byte
+	for {
+		var msg []byte
+		if err := stream.RecvMsg(&msg); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, msg)
+	}
+	if len(got) != 2 || !bytes.Equal(got[0], request) || !bytes.Equal(got[1], inverted(request)) {
+		t.Fatalf("answers %q, want the request and its inverse", got)
+	}
+}
