@@ -20,6 +20,7 @@ import (
 
 const (
 	messageBytes = 64 << 20
+	windowBytes  = 16 << 20 // flow-control credit, not memory: what a peer may send before an update
 	socketMode   = 0o660
 	stopGrace    = 2 * time.Second
 )
@@ -90,7 +91,10 @@ func newRelay(upstream string, pins *pinCache, stats *counters, ctl *control,
 		// The codec by its registered name (init in forward.go), not forced per call: a forced
 		// codec makes grpc-go send content-type application/grpc+proto, and CRI-O's socket
 		// (cmux, matching application/grpc exactly) resets such a connection.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(messageBytes), grpc.MaxCallSendMsgSize(messageBytes)),
+		// Windows as large as an answer can be: an image list of 1,000 images (0.5 MiB) comes in
+		// one go, not in 64 KiB turns each waiting for a window update through the relay.
+		grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -99,7 +103,8 @@ func newRelay(upstream string, pins *pinCache, stats *counters, ctl *control,
 	// peerCredentials: each connection's caller (pid, process name) for the journal of RemoveImage.
 	server := grpc.NewServer(grpc.Creds(peerCredentials{}), grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.UnknownServiceHandler(fw.handle),
-		grpc.MaxRecvMsgSize(messageBytes), grpc.MaxSendMsgSize(messageBytes))
+		grpc.MaxRecvMsgSize(messageBytes), grpc.MaxSendMsgSize(messageBytes),
+		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes))
 	return server, conn, nil
 }
 
