@@ -174,7 +174,7 @@ def test_health_follows_the_server_the_socket_and_the_pins(proxy: tuple[criproxy
     assert proxyhealth.liveness(served).ok and node.reads == 1
     clock.now += 7
     ready = proxyhealth.readiness(served)
-    assert ready.ok and ready.reason.endswith("pins read 7 s ago, reconnecting"), ready.reason
+    assert ready.ok and ready.reason.endswith("pins read 7 s ago, starting"), ready.reason
     node.fail = True
     served.pins.refresh()
     verdict = proxyhealth.readiness(served)

@@ -41,7 +41,7 @@ READER_NICENESS = 10
 # it from outside (a test's, or the interpreter's at exit) lands.
 WAKE_SECONDS = 1.0
 # What the watcher follows, in health() and the log.
-FOLLOWING, POLLING, RECONNECTING = "following", "polling", "reconnecting"
+FOLLOWING, POLLING, RECONNECTING, STARTING = "following", "polling", "reconnecting", "starting"
 Publish = Callable[[Optional["PinnedKeys"]], bool]
 
 
@@ -70,7 +70,7 @@ class PinFeed:
         self._done = 0  # reads finished and published
         self._stop = threading.Event()
         self._restart = threading.Event()
-        self.state = RECONNECTING
+        self.state = STARTING
         self._state_since = clock()
         self.last_error = ""
         self.events = 0
@@ -146,7 +146,7 @@ class PinFeed:
         if due is not None and now - due > STALE_SECONDS:
             return FeedHealth(False, f"the pins are {now - due:.0f} s behind the runtime's events "
                                      f"(a read is taking that long)")
-        if self.state == RECONNECTING and now - self._state_since > STALE_SECONDS:
+        if self.state in (STARTING, RECONNECTING) and now - self._state_since > STALE_SECONDS:
             return FeedHealth(False, f"not following the runtime's image events for {now - self._state_since:.0f} s "
                                      f"(pins read every {self.refresh_seconds:g} s meanwhile): {self.last_error}")
         return FeedHealth(True, self.state)
