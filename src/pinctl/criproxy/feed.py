@@ -211,7 +211,8 @@ class PinFeed:
                 self._set_state(POLLING, "")
                 self._wait(lambda: self._restart.is_set(), None)
                 continue
-            self._wait(lambda: False, RECONNECT_SECONDS)
+            if not self._restart.is_set():  # a reload's resubscription starts at once
+                self._wait(lambda: False, RECONNECT_SECONDS)
 
     def _follow(self) -> bool:
         """Subscribe to every event stream the node has and drain them until one ends; False when
@@ -233,10 +234,10 @@ class PinFeed:
             for stream, watches in streams:
                 threading.Thread(target=self._drain, args=(stream, watches, arrived), name="pin-events",
                                  daemon=True).start()
-            was = self.state
             self._set_state(FOLLOWING, "")
-            if was != FOLLOWING:
-                self.changed()  # what happened while not following: read once now
+            # What happened before this subscription (since the first read, during a reconnect
+            # or a reload's resubscription) no event will tell: read once now.
+            self.changed()
             while not (self._stop.is_set() or self._restart.is_set()):
                 try:
                     ended = arrived.get(timeout=WAKE_SECONDS)
