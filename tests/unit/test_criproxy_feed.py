@@ -69,7 +69,7 @@ def test_health_says_when_a_change_waits_past_the_bound() -> None:
     assert feed.health().ok, "within the bound"
     now[0] += 1
     health = feed.health()
-    assert not health.ok and "behind the runtime's events" in health.why
+    assert not health.ok and "behind the runtime's events" in health.reason
 
 
 def test_health_says_when_the_events_cannot_be_followed_past_the_bound() -> None:
@@ -82,6 +82,21 @@ def test_health_says_when_the_events_cannot_be_followed_past_the_bound() -> None
     assert logged[-1].startswith("cannot follow the runtime's image events") and feed.health().ok
     now[0] += pin_feed.STALE_SECONDS + 1
     health = feed.health()
-    assert not health.ok and "containerd is down" in health.why and "every 2 s" in health.why
+    assert not health.ok and "containerd is down" in health.reason and "every 2 s" in health.reason
     feed._set_state(pin_feed.FOLLOWING, "")
     assert feed.health().ok and logged[-1] == "following the runtime's image events again"
+
+
+def test_a_read_made_in_the_readers_place_answers_the_changes_before_it() -> None:
+    """The proxy's own loop reads when the reader has died: that read clears what was due, so the
+    loop polls every refresh_seconds, not at each of its turns."""
+    now = [1000.0]
+    pins = Pins()
+    feed = pin_feed.PinFeed(pins, lambda keys: True, lambda *_, **__: None,  # type: ignore[arg-type]
+                            refresh_seconds=2, clock=lambda: now[0])
+    feed.changed()
+    assert feed.read_due()
+    feed.read_now()
+    assert pins.reads == 1 and not feed.read_due(), "the change is read; the next poll is 2 s away"
+    now[0] += 2
+    assert feed.read_due()

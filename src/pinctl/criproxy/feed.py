@@ -23,11 +23,11 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from pinctl.model import LogFn
 from pinctl.node.sources import DockerSource, Node
+from pinctl.service.monitoring import Verdict
 
 if TYPE_CHECKING:
     from pinctl.criproxy.pins import PinnedKeys, PinnedSet
@@ -43,12 +43,6 @@ WAKE_SECONDS = 1.0
 # What the watcher follows, in health() and the log.
 FOLLOWING, POLLING, RECONNECTING, STARTING = "following", "polling", "reconnecting", "starting"
 Publish = Callable[[Optional["PinnedKeys"]], bool]
-
-
-@dataclass(frozen=True)
-class FeedHealth:
-    ok: bool
-    why: str
 
 
 class PinFeed:
@@ -111,21 +105,22 @@ class PinFeed:
     def changed(self) -> None:
         """Something that can change the pins happened: read them soon."""
         with self._due:
-            if self._due_since is None:
-                self._due_since = self.clock()
-            self._wanted += 1
-            self._due.notify_all()
+            self._ask()
 
     def read_and_wait(self, timeout: float) -> bool:
         """Ask for a read and wait until it is published (a reload: every call after its log line
         sees the new config's pins); False when that takes longer than timeout."""
         with self._due:
-            if self._due_since is None:
-                self._due_since = self.clock()
-            self._wanted += 1
-            mine = self._wanted
-            self._due.notify_all()
+            mine = self._ask()
             return self._due.wait_for(lambda: self._done >= mine or self._stop.is_set(), timeout)
+
+    def _ask(self) -> int:
+        """Mark a read due (the caller holds _due); the number of this ask."""
+        if self._due_since is None:
+            self._due_since = self.clock()
+        self._wanted += 1
+        self._due.notify_all()
+        return self._wanted
 
     def refollow(self) -> None:
         """Subscribe again (a reload may follow another runtime or namespace)."""
@@ -134,22 +129,22 @@ class PinFeed:
 
     # -- health ----------------------------------------------------------------------------
 
-    def health(self) -> FeedHealth:
+    def health(self) -> Verdict:
         now = self.clock()
         if self._stop.is_set():
-            return FeedHealth(True, "stopping")
+            return Verdict(True, "stopping")
         for thread, what in ((self._reader, "reader"), (self._watcher, "watcher")):
             if thread is not None and not thread.is_alive():
-                return FeedHealth(False, f"the pin {what} thread stopped; pins are read every "
+                return Verdict(False, f"the pin {what} thread stopped; pins are read every "
                                          f"{self.refresh_seconds:g} s meanwhile (restart cri-proxy)")
         due = self._due_since
         if due is not None and now - due > STALE_SECONDS:
-            return FeedHealth(False, f"the pins are {now - due:.0f} s behind the runtime's events "
+            return Verdict(False, f"the pins are {now - due:.0f} s behind the runtime's events "
                                      f"(a read is taking that long)")
         if self.state in (STARTING, RECONNECTING) and now - self._state_since > STALE_SECONDS:
-            return FeedHealth(False, f"not following the runtime's image events for {now - self._state_since:.0f} s "
+            return Verdict(False, f"not following the runtime's image events for {now - self._state_since:.0f} s "
                                      f"(pins read every {self.refresh_seconds:g} s meanwhile): {self.last_error}")
-        return FeedHealth(True, self.state)
+        return Verdict(True, self.state)
 
     def read_due(self) -> bool:
         """Whether a poll is due, for the proxy's own loop once the reader has died."""
@@ -178,24 +173,25 @@ class PinFeed:
                     self._due.wait(min(WAKE_SECONDS, remaining))
                 if self._stop.is_set():
                     return
-                wanted = self._wanted
-                self._due_since = None  # a change from here on may come after this read began: another
-            self._last_read = self.clock()
-            self.read_once()
-            with self._due:
-                self._done = max(self._done, wanted)
-                self._due.notify_all()
+            self.read_now()
 
     def reader_alive(self) -> bool:
         return self._reader is not None and self._reader.is_alive()
 
-    def read_once(self) -> None:
-        """One read, published; also what the proxy's own loop calls when the reader has died."""
+    def read_now(self) -> None:
+        """One read, published, answering every ask made before it began: the reader's, and the
+        proxy's own loop's once the reader has died."""
+        with self._due:
+            wanted = self._wanted
+            self._due_since = None  # a change from here on may come after this read began: another
         self._last_read = self.clock()
         self.reads += 1
         keys = self.pins.refresh()
         if not self.publish(keys):
             self.log("warning", "the relay did not confirm the new pins; it is sent them again with the next read")
+        with self._due:
+            self._done = max(self._done, wanted)
+            self._due.notify_all()
 
     # -- the watcher -----------------------------------------------------------------------
 

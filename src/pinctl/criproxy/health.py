@@ -45,11 +45,11 @@ def readiness(proxy: Proxy) -> Verdict:
         return Verdict(False, f"cannot read the pins, image answers keep those read {age:.0f} s ago: {error}")
     feed = proxy.feed.health()
     if not feed.ok:
-        return Verdict(False, feed.why)
+        return feed
     age = pins.age()
     if age is None:
         return Verdict(True, f"serving the CRI on {proxy.listen}; the pins are not read yet")
-    return Verdict(True, f"serving the CRI on {proxy.listen}; pins read {age:.0f} s ago, {feed.why}")
+    return Verdict(True, f"serving the CRI on {proxy.listen}; pins read {age:.0f} s ago, {feed.reason}")
 
 
 # -- what a scrape reads ------------------------------------------------------------------------

@@ -237,10 +237,14 @@ class PinnedSet:
     def setup(self) -> ProxySetup:
         """The configuration in use, read first if it has not been; raises when it cannot be."""
         with self._lock:
-            if self._setup is None:
-                self._setup = self._load()
-                self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
-            return self._setup
+            return self._loaded()
+
+    def _loaded(self) -> ProxySetup:
+        """The configuration, read first when it has not been (the caller holds the lock)."""
+        if self._setup is None:
+            self._setup = self._load()
+            self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
+        return self._setup
 
     def prepare(self) -> None:
         """Read the configuration now rather than at the first read of the pins, so that its paths
@@ -285,23 +289,30 @@ class PinnedSet:
         with self._lock:
             self._close_node()
 
+    def _opened(self) -> tuple[Node, ProxySetup]:
+        """The node to read and the configuration (the caller holds the lock)."""
+        setup = self._loaded()
+        if self._node is None:
+            self._node = setup.open_node()
+        self._node.forget_lists()  # the node stays open between reads; Docker's image list must not
+        return self._node, setup
+
     def _read(self) -> None:
         self.reads += 1
         try:
-            if self._setup is None:
-                self._setup = self._load()
-                self._log("info", "config loaded", patterns=len(self._setup.policy.patterns))
-            if self._node is None:
-                self._node = self._setup.open_node()
-            self._keys = settled(self._read_keys(self._node, self._setup.policy), self._keys)
+            node, setup = self._opened()
+            self._keys = settled(self._read_keys(node, setup.policy), self._keys)
         except Exception as err:  # noqa: BLE001 - availability first: whatever fails, answers pass through
             self._failed(err)
         else:
-            if self._failing:
-                self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
-            self._failing = self._config_changed = False
-            self.ok_reads += 1
-            self._read_ok_at = self._clock()
+            self._succeeded()
+
+    def _succeeded(self) -> None:
+        if self._failing and self._keys is not None:
+            self._log("info", "pins readable again; adding them", pinned_images=len(self._keys.ids))
+        self._failing = self._config_changed = False
+        self.ok_reads += 1
+        self._read_ok_at = self._clock()
 
     def rows_now(self) -> Optional[tuple[list[ImageRow], str]]:
         """The rows read now, not from the cache, with the runtime's name: a RemoveImage is
@@ -311,26 +322,19 @@ class PinnedSet:
         with self._lock:
             self.reads += 1
             try:
-                if self._setup is None:
-                    self._setup = self._load()
-                if self._node is None:
-                    self._node = self._setup.open_node()
-                self._node.forget_lists()
-                rows = self._node.rows(self._setup.policy, runtime_sizes=False).rows
+                node, setup = self._opened()
+                rows = node.rows(setup.policy, runtime_sizes=False).rows
                 runtime_name = self._runtime_name()
                 self._keys = settled(packed(pinned_keys(rows, runtime_name)), self._keys)
             except Exception as err:  # noqa: BLE001 - the caller decides what an unreadable pin means
                 self._failed(err)
                 return None
-            self._failing = self._config_changed = False
-            self.ok_reads += 1
-            self._read_ok_at = self._clock()
+            self._succeeded()
             return list(rows), runtime_name
 
     def _read_keys(self, node: Node, policy: Policy) -> Packed:
         """The keys of a fresh read, packed: its rows and their strings are freed on return,
         before settled() makes the sets that are kept."""
-        node.forget_lists()  # the node stays open between reads; Docker's list must not
         return packed(pinned_keys(node.rows(policy, runtime_sizes=False).rows, self._runtime_name()))
 
     def _failed(self, err: Exception) -> None:

@@ -443,7 +443,7 @@ class Proxy:
                 self._relay_exited(self._relay.exited())
             if not self.feed.reader_alive() and self.feed.read_due():
                 # The reader died (readiness says so): poll here, so answers keep up meanwhile.
-                self.feed.read_once()
+                self.feed.read_now()
 
     def _relay_exited(self, code: Optional[int]) -> None:
         """The relay stops by itself only when signalled (exit 0: stop with it) or when it fails
