@@ -57,6 +57,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import time
 import urllib.error
@@ -376,6 +377,16 @@ class Kubelet:
 
     def is_alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The kubelet stopped (SIGSTOP) for the block, continued (SIGCONT) after it."""
+        assert self._proc is not None and self.pid is not None, "the kubelet is not running"
+        os.kill(self.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL. Containers keep running: the kubelet leaves them to the runtime."""
