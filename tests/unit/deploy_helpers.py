@@ -56,8 +56,11 @@ class Parsed:
 def _commands(command: click.Command) -> Iterator[click.Command]:
     yield command
     if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            yield from _commands(sub)
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is not None:
+                yield from _commands(sub)
 
 
 # Test modules import this by its function name; pytest knows it as "parse" (a test's parameter

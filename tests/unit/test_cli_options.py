@@ -119,8 +119,9 @@ def test_pin_help_shows_its_options_first() -> None:
 def test_root_help_shows_its_commands_in_the_first_24_lines() -> None:
     lines = help_at(commands()[0])
     first = lines.index("Commands:")
-    listed = [line.split()[0] for line in lines[first + 1:first + 1 + len(cli.commands)]]
-    assert sorted(listed) == sorted(cli.commands) and first + len(cli.commands) < 24, "\n".join(lines)
+    every = cli.load_all()
+    listed = [line.split()[0] for line in lines[first + 1:first + 1 + len(every)]]
+    assert sorted(listed) == sorted(every) and first + len(every) < 24, "\n".join(lines)
     assert COMMON_OPTIONS_POINTER in "\n".join(lines) and "--containerd-config" not in "\n".join(lines)
     assert "141 the output's reader went away (| head)" in " ".join(" ".join(lines).split())
 
@@ -269,3 +270,28 @@ def test_a_missing_choice_is_one_line_listing_the_choices(args: tuple[str, ...],
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "\\n" not in done.stderr and "\t" not in done.stderr, done.stderr
     assert f"Choose from: {choices}" in done.stderr
+
+
+# -- commands load when asked for -------------------------------------------------------------
+
+
+def test_every_command_is_named_in_the_roots_table_and_registered_by_its_module() -> None:
+    from pinctl.cli.root import COMMAND_MODULES
+
+    own = {"options", "help", "completion"}  # defined in cli/root.py itself
+    loaded = cli.load_all()
+    assert set(loaded) == set(COMMAND_MODULES) | own
+    assert cli.list_commands(click.Context(cli)) == sorted(loaded)
+
+
+def test_ls_loads_its_own_command_module_and_no_other() -> None:
+    """`pinctl ls` pays for ls alone: no other command's module, nor what only they need."""
+    code = ("import sys, click; from pinctl.cli import cli; cli.get_command(click.Context(cli), 'ls'); "
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert "pinctl.cli.ls" in loaded
+    others = sorted(m for m in loaded if m.startswith("pinctl.cli.") and m not in ("pinctl.cli.ls", "pinctl.cli.root",
+                                                                               "pinctl.cli.options"))
+    assert others == []
+    # secrets loads OpenSSL's hashes (hmac): a sixth of ls's start, for a temporary file's name.
+    assert {"secrets", "hmac", "pinctl.fleet.condition", "pinctl.check.compare"} & loaded == set()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -217,6 +216,8 @@ def write_file(path: str, data: bytes) -> None:
     info = os.stat(directory)
     if os.geteuid() == 0 and (info.st_uid != 0 or info.st_mode & 0o022):
         raise PermissionError(f"{directory} is not root's alone")
+    import tempfile  # here: shutil, bz2 and lzma come with it, and most commands never write the cache
+
     fd, temporary = tempfile.mkstemp(prefix=".targets-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:

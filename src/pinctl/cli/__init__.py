@@ -11,8 +11,8 @@ from typing import Any, Optional, Sequence, TextIO
 
 import click
 
-# The command modules register their commands on the root group as they are imported.
-from pinctl.cli import check, config, criproxy, gc, history, importing, ls, pin, pull, sync  # noqa: F401
+# The command modules register their commands on the root group when it imports them, on first
+# use (root.COMMAND_MODULES).
 from pinctl.cli.options import COMMON_OPTIONS_HEADING, SOURCE_OPTIONS, CommonOption, setting_options  # noqa: F401
 from pinctl.cli.root import PinctlCommand, cli  # noqa: F401
 from pinctl.display import closest

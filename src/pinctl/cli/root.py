@@ -4,7 +4,7 @@ common ones), the config loaded from every level of the command line, the node o
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import click
 
@@ -113,6 +113,39 @@ class PinctlGroup(click.Group):
         _write_pointer(self, ctx, formatter)
 
 
+# The module that defines each of the root's commands, imported the first time the command is
+# asked for: `pinctl ls` loads ls's module and what it needs, not every command's (each module
+# pulls in its own engines and libraries; all of them cost `ls` more CPU than dockerd's answer).
+# The root's own commands (options, help, completion) are defined below.
+COMMAND_MODULES = {
+    "check": "check", "fleet": "check", "config": "config", "cri-proxy": "criproxy", "gc": "gc",
+    "prune": "gc", "history": "history", "import": "importing", "ls": "ls", "namespaces": "ls",
+    "pin": "pin", "unpin": "pin", "pull": "pull", "sync": "sync",
+}
+
+
+class RootGroup(PinctlGroup):
+    """pinctl itself: its commands are listed by name and imported when one is asked for."""
+
+    group_class: Any = PinctlGroup  # its groups are plain PinctlGroups: none of them loads lazily
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            import importlib
+
+            importlib.import_module(f"pinctl.cli.{COMMAND_MODULES[cmd_name]}")  # registers it on cli
+        return super().get_command(ctx, cmd_name)
+
+    def load_all(self) -> Mapping[str, click.Command]:
+        """Every command, imported: for what walks the whole tree (docs, man pages, tests)."""
+        for name in COMMAND_MODULES:
+            self.get_command(click.Context(self), name)
+        return self.commands
+
+
 def _split_help(text: str) -> tuple[str, str]:
     """A help text's first paragraph, and the rest."""
     import inspect
@@ -195,7 +228,7 @@ def open_runtime(cfg: Config) -> tuple[CriRuntime, RuntimeVersion]:
     return open_cri(cfg, output.warn)
 
 
-@click.group(cls=PinctlGroup, context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES_HELP)
+@click.group(cls=RootGroup, context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES_HELP)
 @common_options
 @click.version_option(__version__, "--version", prog_name="pinctl")
 def cli(**_: Any) -> None:

@@ -54,11 +54,12 @@ class LsResult:
 def ls(node: Node, policy: Policy, query: LsQuery, runtime: Optional[RuntimeImages] = None) -> LsResult:
     """Rows with pins and reasons, filtered; with a runtime, what it tells the kubelet too."""
     node.prefetch()  # the records come while the modules load and the CRI's sizes are asked for
-    from pinctl.check.compare import annotate_cri
     from pinctl.pins.listing import filter_rows, unmatched_terms
 
     listing = node.rows(policy)
     if runtime is not None:
+        from pinctl.check.compare import annotate_cri
+
         annotate_cri(listing.rows, runtime.list_images())
     rows = filter_rows(listing.rows, query.filters, query.pinned, query.drift, query.dialect)
     lost = {term: said for term in query.filters for said in unmatched_terms(listing.rows, [term], query.dialect)}
@@ -77,10 +78,13 @@ def _point_at_journal(result: LsResult, lost: dict[str, str], rows: Sequence[Ima
     """Where ls names an image that is not on the node, the journal's newest word on it. The
     journal is read only when there is such an image: a filter term that matched nothing, or
     (point_absent) an exact name of the policy no image has."""
-    from pinctl.commands.history import absent_exact_patterns, latest_deletions, pointer
     from pinctl.pins.patterns import is_pattern
 
     terms = [term for term in lost if not is_pattern(term)]
+    if not terms and not (query.point_absent and policy.patterns):
+        return  # nothing to look up: the journal's module stays unloaded
+    from pinctl.commands.history import absent_exact_patterns, latest_deletions, pointer
+
     absent = absent_exact_patterns(policy.patterns, (reason.detail for row in rows for reason in row.reasons
                                                      if reason.kind == REASON_PATTERN)) if query.point_absent else []
     if not terms and not absent:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import stat
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal, Optional, Sequence
@@ -479,7 +478,9 @@ _NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
 def _complete_temp(directory: str, directory_fd: int, data: bytes) -> str:
     """A temporary name in directory (open as directory_fd) for a file holding data, mode 0644,
     on disk."""
-    name = f"{TEMP_PREFIX}{secrets.token_hex(8)}{TEMP_SUFFIX}"
+    # os.urandom, as secrets.token_hex does: importing secrets loads OpenSSL's hashes (hmac), a
+    # sixth of `pinctl ls`'s start.
+    name = f"{TEMP_PREFIX}{os.urandom(8).hex()}{TEMP_SUFFIX}"
     if not os.path.isdir("/proc/self/fd"):
         return _named_temp(directory, directory_fd, name, data)  # no /proc to name an O_TMPFILE file through
     try:
