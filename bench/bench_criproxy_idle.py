@@ -9,6 +9,11 @@ and StreamImages on an engine that serves it (containerd 2.4: `--engine containe
 With --churn (the default) one image's pin label is switched at the start of each pause: the
 proxy then reads the pins in the background during the pause, as on a node whose images change.
 
+In the same turns, calls go through `bench/passthrough` too: a program that relays the bytes
+between the client and containerd's socket and does nothing else (no HTTP/2, no gRPC). What it
+adds is what one more process on the path costs on this machine (its wake-ups after the pause and
+its copies): the floor of any proxy, the relay's included.
+
 Memory: the peak resident size (VmHWM) of the proxy's two processes (pinctl and the relay) at
 the end, against the goal of 150 MiB at 10,000 images.
 
@@ -19,8 +24,10 @@ Run from the repository root, as root:
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +44,21 @@ from tests.harness import cri
 GOAL = 1.2
 MEMORY_GOAL_MIB = 150
 PIN = "io.cri-containerd.pinned"
+PASSTHROUGH_SRC = Path(__file__).resolve().parent / "passthrough" / "main.go"
+
+
+def start_passthrough(tmp: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
+    """bench/passthrough, built here (Go's standard library only), relaying to upstream."""
+    binary, listen = tmp / "passthrough", str(tmp / "passthrough.sock")
+    subprocess.run(["go", "build", "-o", str(binary), PASSTHROUGH_SRC.name], cwd=PASSTHROUGH_SRC.parent, check=True,
+                   env={**os.environ, "GOFLAGS": "-buildvcs=false"})
+    proc = subprocess.Popen([str(binary), listen, upstream])
+    deadline = time.monotonic() + 30
+    while not Path(listen).exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit("bench/passthrough did not start")
+        time.sleep(0.05)
+    return proc, listen
 
 
 def peak_mib(pid: int) -> float:
@@ -88,6 +110,8 @@ def main() -> int:
         config.write_text('pinned_images = ["example.test/bench-1*"]\n')
         listen = str(Path(tmp) / "relay.sock")
         proxy = start_proxy(daemon.address, config, listen, relay)
+        progress("go build bench/passthrough")
+        passthrough, bytes_only = start_passthrough(Path(tmp), daemon.address)
         try:
             expected = sum(1 for image in cri.list_images(daemon.address)
                            if any(tag.startswith("example.test/bench-1") for tag in image.repo_tags))
@@ -95,18 +119,20 @@ def main() -> int:
             churned = next(image.repo_tags[0] for image in cri.list_images(daemon.address)
                            if image.repo_tags and not image.repo_tags[0].startswith("example.test/bench-1"))
             methods = [(cri.LIST_IMAGES, False)] + ([(STREAM_IMAGES, True)] if daemon.config_version >= 4 else [])
-            found = measure(opts, daemon, [daemon.address, listen], methods, churned)
+            found = measure(opts, daemon, [daemon.address, listen, bytes_only], methods, churned)
             memory = peak_mib(proxy.pid), sum(peak_mib(child) for child in children(proxy.pid))
         finally:
             proxy.send_signal(signal.SIGTERM)
             proxy.wait(30)
+            passthrough.kill()
+            passthrough.wait(30)
     report(opts, found, memory)
     return 0
 
 
 def measure(opts: argparse.Namespace, daemon: Any, addresses: list[str], methods: list[tuple[str, bool]],
             churned: str) -> dict[str, list[list[float]]]:
-    """Seconds per call after a pause, by method: [direct calls, proxy calls]."""
+    """Seconds per call after a pause, by method: the calls to each address, in the order given."""
     channels = [grpc.insecure_channel(f"unix://{address}", options=CHANNEL_OPTIONS) for address in addresses]
     found: dict[str, list[list[float]]] = {}
     switched = False
@@ -116,9 +142,13 @@ def measure(opts: argparse.Namespace, daemon: Any, addresses: list[str], methods
             for call in calls:  # connected and warm, as the kubelet's connection is
                 for _ in range(3):
                     timed(call, streamed)
-            times: list[list[float]] = [[], []]
+            times: list[list[float]] = [[] for _ in addresses]
             for turn in range(opts.rounds):
-                order = (0, 1) if turn % 2 == 0 else (1, 0)
+                # Each address goes first, second and last in turn, and in either direction.
+                shift = turn % len(addresses)
+                order = [(index + shift) % len(addresses) for index in range(len(addresses))]
+                if (turn // len(addresses)) % 2:
+                    order.reverse()
                 for index in order:
                     if opts.churn:  # a change the proxy reads during the pause
                         switched = not switched
@@ -137,12 +167,13 @@ def report(opts: argparse.Namespace, found: dict[str, list[list[float]]], memory
     ms = 1000.0
     print(f"{opts.engine}, {opts.images} images, {opts.rounds} calls each after {opts.idle:g} s idle"
           f"{', a label switched in each pause' if opts.churn else ''}")
-    print("| call after idle | direct, median | proxy, median | ratio | worst proxy / median direct | goal | met |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for method, (direct, proxied) in found.items():
-        d, p = statistics.median(direct), statistics.median(proxied)
+    print("| call after idle | direct, median | proxy, median | ratio | worst proxy / median direct | goal | met "
+          "| pass-through (floor), median | its ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for method, (direct, proxied, floor) in found.items():
+        d, p, f = statistics.median(direct), statistics.median(proxied), statistics.median(floor)
         print(f"| {method} | {d * ms:.1f} ms | {p * ms:.1f} ms | {p / d:.3f}x | {max(proxied) / d:.2f}x "
-              f"| {GOAL}x | {'yes' if p <= GOAL * d else 'no'} |")
+              f"| {GOAL}x | {'yes' if p <= GOAL * d else 'no'} | {f * ms:.1f} ms | {f / d:.3f}x |")
     python, relay = memory
     print(f"| memory, peak | pinctl {python:.0f} MiB | relay {relay:.0f} MiB | together {python + relay:.0f} MiB "
           f"| - | {MEMORY_GOAL_MIB} MiB (pinctl) | {'yes' if python < MEMORY_GOAL_MIB else 'no'} |")
