@@ -276,9 +276,13 @@ def test_a_missing_choice_is_one_line_listing_the_choices(args: tuple[str, ...],
 
 
 def test_every_command_is_named_in_the_roots_table_and_registered_by_its_module() -> None:
+    import pinctl.cli as cli_package
     from pinctl.cli.root import COMMAND_MODULES
 
     own = {"options", "help", "completion"}  # defined in cli/root.py itself
+    # A command module left out of the table would never be imported: its command would not exist.
+    modules = {path.stem for path in Path(cli_package.__file__).parent.glob("*.py")} - {"__init__", "root", "options"}
+    assert set(COMMAND_MODULES.values()) == modules
     loaded = cli.load_all()
     assert set(loaded) == set(COMMAND_MODULES) | own
     assert cli.list_commands(click.Context(cli)) == sorted(loaded)
