@@ -50,8 +50,11 @@ PASSTHROUGH_SRC = Path(__file__).resolve().parent / "passthrough" / "main.go"
 def start_passthrough(tmp: Path, upstream: str) -> tuple[subprocess.Popen[bytes], str]:
     """bench/passthrough, built here (Go's standard library only), relaying to upstream."""
     binary, listen = tmp / "passthrough", str(tmp / "passthrough.sock")
-    subprocess.run(["go", "build", "-o", str(binary), PASSTHROUGH_SRC.name], cwd=PASSTHROUGH_SRC.parent, check=True,
-                   env={**os.environ, "GOFLAGS": "-buildvcs=false"})
+    try:
+        subprocess.run(["go", "build", "-o", str(binary), PASSTHROUGH_SRC.name], cwd=PASSTHROUGH_SRC.parent,
+                       check=True, env={**os.environ, "GOFLAGS": "-buildvcs=false"})
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise SystemExit(f"cannot build bench/passthrough with go ({err}): put Go on PATH") from None
     proc = subprocess.Popen([str(binary), listen, upstream])
     deadline = time.monotonic() + 30
     while not Path(listen).exists():

@@ -4,7 +4,7 @@ common ones), the config loaded from every level of the command line, the node o
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import click
 
@@ -138,12 +138,6 @@ class RootGroup(PinctlGroup):
 
             importlib.import_module(f"pinctl.cli.{COMMAND_MODULES[cmd_name]}")  # registers it on cli
         return super().get_command(ctx, cmd_name)
-
-    def load_all(self) -> Mapping[str, click.Command]:
-        """Every command, imported: for what walks the whole tree (docs, man pages, tests)."""
-        for name in COMMAND_MODULES:
-            self.get_command(click.Context(self), name)
-        return self.commands
 
 
 def _split_help(text: str) -> tuple[str, str]:
